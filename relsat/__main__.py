@@ -1,0 +1,5 @@
+import sys
+
+from relsat.cli import main
+
+sys.exit(main())

@@ -1,0 +1,128 @@
+"""The one error hierarchy of relsat.
+
+Every public function raises a subclass of :class:`RelsatError`. Errors carry structured fields
+(the node, op and shapes involved; the file, line and column of a bad file) so that callers never
+need to parse message text. Hitting an exploration limit is not an error: it is a ``StopReason``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "ExecutionError",
+    "GraphError",
+    "GraphFormatError",
+    "ModelFormatError",
+    "RelsatError",
+    "UnknownModelError",
+]
+
+
+class RelsatError(Exception):
+    """Base class of every error relsat raises on purpose."""
+
+
+class GraphError(RelsatError, ValueError):
+    """An invalid graph: wrong shapes or parameters, unknown op, cycle, dangling input.
+
+    ``node`` is the node id (or the id the node would have had), ``op`` its operator, ``name`` its
+    optional user label and ``shapes`` the input shapes involved.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node: int | None = None,
+        op: str | None = None,
+        name: str | None = None,
+        shapes: Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        self.reason = message
+        self.node = node
+        self.op = op
+        self.name = name
+        self.shapes = None if shapes is None else [list(s) for s in shapes]
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.op is not None:
+            where.append(self.op)
+        if self.node is not None:
+            where.append(f"node {self.node}")
+        if self.name:
+            where.append(f"'{self.name}'")
+        prefix = " ".join(where)
+        text = f"{prefix}: {self.reason}" if prefix else self.reason
+        if self.shapes is not None:
+            text += " (input shapes " + ", ".join(_fmt_shape(s) for s in self.shapes) + ")"
+        return text
+
+
+class GraphFormatError(GraphError):
+    """A graph file (JSON) that cannot be read: bad syntax, wrong version, missing fields."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        **fields: Any,
+    ) -> None:
+        self.path = path
+        self.line = line
+        self.column = column
+        super().__init__(message, **fields)
+
+    def _format(self) -> str:
+        loc = _location(self.path, self.line, self.column)
+        text = super()._format()
+        return f"{loc}: {text}" if loc else text
+
+
+class ModelFormatError(RelsatError, ValueError):
+    """A malformed TASO ``.model`` file; ``path`` and 1-based ``line`` name the place."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        self.reason = message
+        self.path = path
+        self.line = line
+        loc = _location(path, line, None)
+        super().__init__(f"{loc}: {message}" if loc else message)
+
+
+class UnknownModelError(RelsatError, KeyError):
+    """``relsat.models.load`` was asked for a model it does not have."""
+
+    def __init__(self, name: str, available: Sequence[str]) -> None:
+        self.name = name
+        self.available = list(available)
+        super().__init__(f"unknown model {name!r}; available: {', '.join(self.available)}")
+
+    def __str__(self) -> str:  # KeyError would otherwise print the repr of the message
+        return str(self.args[0])
+
+
+class ExecutionError(RelsatError):
+    """The NumPy executor cannot run a node (missing input, opaque op without a kernel, …)."""
+
+    def __init__(self, message: str, *, node: int | None = None, op: str | None = None) -> None:
+        self.reason = message
+        self.node = node
+        self.op = op
+        where = " ".join(p for p in (op, None if node is None else f"node {node}") if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _location(path: str | None, line: int | None, column: int | None) -> str:
+    parts = [p for p in (path, line, column) if p is not None]
+    return ":".join(str(p) for p in parts)

@@ -1,0 +1,471 @@
+"""Tensor graphs: an immutable DAG of operator nodes with inferred shapes, and its builder.
+
+The builder reads like TASO's Python front end; every call checks shapes and parameters and raises
+:class:`~relsat.errors.GraphError` naming the node, the op and the input shapes:
+
+>>> g = GraphBuilder()
+>>> x = g.input([1, 64, 56, 56])
+>>> y = g.conv2d(x, g.weight([64, 64, 3, 3]), padding="SAME", activation="RELU")
+>>> g.build(y).shape(g.build(y).outputs[0])
+(1, 64, 56, 56)
+
+A node's outputs are addressed by :class:`Ref` ``(node, index)``; ``split`` and opaque ops can have
+several outputs, and a graph can have several outputs. Nodes are stored in topological order and
+their ids are their positions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from relsat.errors import GraphError
+from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer
+
+__all__ = ["Graph", "GraphBuilder", "Node", "Ref", "Tensor"]
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """Output ``index`` of node ``node``."""
+
+    node: int
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator application. ``name`` is an optional label (input/weight: the tensor name)."""
+
+    id: int
+    op: str
+    params: Params
+    inputs: tuple[Ref, ...]
+    outputs: tuple[TensorType, ...]
+    name: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the first output."""
+        return self.outputs[0].shape
+
+
+class Graph:
+    """An immutable, validated tensor graph. Build one with :class:`GraphBuilder`."""
+
+    __slots__ = ("_by_name", "nodes", "outputs", "values")
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        outputs: Sequence[Ref],
+        values: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self.nodes: tuple[Node, ...] = tuple(nodes)
+        self.outputs: tuple[Ref, ...] = tuple(outputs)
+        frozen = {}
+        for key, arr in (values or {}).items():
+            arr = np.array(arr, dtype=np.float32)
+            arr.setflags(write=False)
+            frozen[key] = arr
+        #: Weight values by weight name, for weights that have real data (e.g. from ONNX).
+        self.values: Mapping[str, np.ndarray] = MappingProxyType(frozen)
+        self._by_name = {n.name: n for n in self.nodes if n.op in ("input", "weight")}
+
+    # --- access ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def node(self, ref: Ref | int) -> Node:
+        return self.nodes[ref.node if isinstance(ref, Ref) else ref]
+
+    def type(self, ref: Ref) -> TensorType:
+        return self.nodes[ref.node].outputs[ref.index]
+
+    def shape(self, ref: Ref) -> tuple[int, ...]:
+        return self.type(ref).shape
+
+    def tensor(self, name: str) -> Node:
+        """The input or weight node called ``name``."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise GraphError(f"no input or weight named {name!r}") from None
+
+    @property
+    def inputs(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.op == "input")
+
+    @property
+    def weights(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.op == "weight")
+
+    @property
+    def output_shapes(self) -> list[tuple[int, ...]]:
+        return [self.shape(r) for r in self.outputs]
+
+    def consumers(self) -> dict[int, list[int]]:
+        """Node id → ids of the nodes that read one of its outputs."""
+        users: dict[int, list[int]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for r in n.inputs:
+                users[r.node].append(n.id)
+        return users
+
+    def op_counts(self, *, leaves: bool = False) -> Counter[str]:
+        """Operator histogram; inputs and weights only with ``leaves=True``."""
+        return Counter(
+            n.op for n in self.nodes if leaves or n.op not in ("input", "weight")
+        )
+
+    def all_weights(self) -> list[bool]:
+        """Per node: can its value be computed from weights alone (TENSAT's ``all_weights``)?"""
+        flags: list[bool] = []
+        for n in self.nodes:
+            if n.op in ("input", "weight"):
+                flags.append(n.op == "weight")
+            else:
+                flags.append(bool(n.inputs) and all(flags[r.node] for r in n.inputs))
+        return flags
+
+    def reachable(self) -> Graph:
+        """The graph restricted to nodes the outputs depend on, renumbered (order kept)."""
+        keep = set()
+        stack = [r.node for r in self.outputs]
+        while stack:
+            i = stack.pop()
+            if i not in keep:
+                keep.add(i)
+                stack.extend(r.node for r in self.nodes[i].inputs)
+        new_id = {old: new for new, old in enumerate(sorted(keep))}
+        nodes = [
+            Node(new_id[n.id], n.op, n.params,
+                 tuple(Ref(new_id[r.node], r.index) for r in n.inputs), n.outputs, n.name)
+            for n in self.nodes if n.id in keep
+        ]
+        names = {n.name for n in nodes}
+        return Graph(nodes, [Ref(new_id[r.node], r.index) for r in self.outputs],
+                     {k: v for k, v in self.values.items() if k in names})
+
+    def summary(self, title: str | None = None) -> str:
+        """A short human-readable description: ops, tensors, parameters."""
+        from relsat.describe import summary
+
+        return summary(self, title)
+
+    # --- JSON -----------------------------------------------------------------------------
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """Stable, versioned JSON (see :mod:`relsat.graph_json`)."""
+        from relsat.graph_json import dumps
+
+        return dumps(self, indent=indent)
+
+    @staticmethod
+    def from_json(text: str | bytes, *, path: str | None = None) -> Graph:
+        """Read :meth:`to_json` output back; every node is re-validated."""
+        from relsat.graph_json import loads
+
+        return loads(text, path=path)
+
+    # --- equality -------------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return (
+            self.nodes == other.nodes
+            and self.outputs == other.outputs
+            and self.values.keys() == other.values.keys()
+            and all(np.array_equal(v, other.values[k]) for k, v in self.values.items())
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        ops = ", ".join(f"{op} {k}" for op, k in sorted(self.op_counts().items()))
+        return f"<Graph {len(self.nodes)} nodes ({ops}); outputs {self.output_shapes}>"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A builder handle to one output of a node under construction."""
+
+    builder: GraphBuilder = field(repr=False, compare=False)
+    ref: Ref
+    type: TensorType
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def rank(self) -> int:
+        return self.type.rank
+
+    def dim(self, i: int) -> int:
+        return self.type.shape[i]
+
+    def __add__(self, other: Tensor) -> Tensor:
+        return self.builder.add(self, other)
+
+    def __mul__(self, other: Tensor) -> Tensor:
+        return self.builder.mul(self, other)
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return self.builder.matmul(self, other)
+
+
+def _activation(value: str | int) -> str:
+    if isinstance(value, int) and 0 <= value < len(ACTIVATIONS):
+        return ACTIVATIONS[value]
+    return str(value).upper()
+
+
+def _padding(value: str | int) -> str:
+    if isinstance(value, int) and 0 <= value < len(PADDINGS):
+        return PADDINGS[value]
+    return str(value).upper()
+
+
+def _pair(value: int | Sequence[int]) -> tuple[int, ...]:
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+
+class GraphBuilder:
+    """Builds a :class:`Graph` call by call, in the style of TASO's Python API."""
+
+    def __init__(self) -> None:
+        self._nodes: list[Node] = []
+        self._values: dict[str, np.ndarray] = {}
+        self._names: set[str] = set()
+        self._counts = {"input": 0, "weight": 0}
+
+    # --- generic --------------------------------------------------------------------------
+
+    def add_node(
+        self,
+        op: str,
+        inputs: Sequence[Tensor],
+        params: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, ...]:
+        """Append one node after validating it; returns one handle per output."""
+        node_id = len(self._nodes)
+        for t in inputs:
+            if not isinstance(t, Tensor) or t.builder is not self:
+                raise GraphError("input is not a tensor of this graph", node=node_id, op=op,
+                                 name=name)
+        p = Params(params or {})
+        in_types = [t.type for t in inputs]
+        shapes = [t.shape for t in inputs]
+        try:
+            outputs = infer(op, p, in_types)
+        except OpError as exc:
+            raise GraphError(str(exc), node=node_id, op=op, name=name, shapes=shapes) from None
+        if op != "noop" and any(self._nodes[t.ref.node].op == "noop" for t in inputs):
+            raise GraphError("a noop output (no tensor) can only feed another noop",
+                             node=node_id, op=op, name=name, shapes=shapes)
+        if op == "conv2d":
+            self._check_merged_weight(inputs, node_id, name)
+        node = Node(node_id, op, p, tuple(t.ref for t in inputs), outputs, name)
+        self._nodes.append(node)
+        return tuple(Tensor(self, Ref(node_id, i), t) for i, t in enumerate(outputs))
+
+    def _one(self, op: str, inputs: Sequence[Tensor], name: str | None = None,
+             **params: Any) -> Tensor:
+        return self.add_node(op, inputs, params, name=name)[0]
+
+    def _leaf(self, op: str, shape: Sequence[int], name: str | None) -> Tensor:
+        if name is None:
+            prefix = "input" if op == "input" else "w"
+            while f"{prefix}{self._counts[op]}" in self._names:
+                self._counts[op] += 1
+            name = f"{prefix}{self._counts[op]}"
+        if name in self._names:
+            raise GraphError(f"duplicate tensor name {name!r}", node=len(self._nodes), op=op)
+        try:
+            shape = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise GraphError(f"shape {shape!r} is not a list of integers",
+                             node=len(self._nodes), op=op, name=name) from None
+        tensor = self._one(op, [], name, shape=shape)
+        self._names.add(name)
+        self._counts[op] += 1
+        return tensor
+
+    def _check_merged_weight(self, inputs: Sequence[Tensor], node_id: int,
+                             name: str | None) -> None:
+        """conv(x, merge(w, c)): the conv w had before merging must have been valid too."""
+        ref, count = inputs[1].ref, 1
+        while self._nodes[ref.node].op == "merge":
+            count *= self._nodes[ref.node].params["count"]
+            ref = self._nodes[ref.node].inputs[0]
+        if count == 1:
+            return
+        o, cw = self._nodes[ref.node].outputs[ref.index].shape[:2]
+        old_groups = inputs[0].shape[1] // cw
+        if o % old_groups:
+            raise GraphError(f"merged weight: {o} output channels not divisible by the "
+                             f"{old_groups} groups before merging", node=node_id, op="conv2d",
+                             name=name, shapes=[inputs[0].shape, inputs[1].shape])
+
+    # --- leaves ---------------------------------------------------------------------------
+
+    def input(self, shape: Sequence[int], name: str | None = None) -> Tensor:
+        """A graph input (named ``input<k>`` unless ``name`` is given)."""
+        return self._leaf("input", shape, name)
+
+    def weight(self, shape: Sequence[int], name: str | None = None,
+               value: np.ndarray | None = None) -> Tensor:
+        """A constant (named ``w<k>``); ``value`` gives real data, else executors draw it."""
+        tensor = self._leaf("weight", shape, name)
+        if value is not None:
+            arr = np.asarray(value, dtype=np.float32)
+            if arr.shape != tensor.shape:
+                raise GraphError(f"value shape {list(arr.shape)} differs from declared shape",
+                                 node=tensor.ref.node, op="weight", shapes=[tensor.shape])
+            self._values[self._nodes[tensor.ref.node].name or ""] = arr
+        return tensor
+
+    # --- operators ------------------------------------------------------------------------
+
+    def conv2d(self, x: Tensor, w: Tensor, stride: int | Sequence[int] = 1,
+               padding: str | int = "SAME", activation: str | int = "NONE",
+               name: str | None = None) -> Tensor:
+        """Grouped conv: groups = x channels / w dim 1; output ``[N, w.O, H', W']``."""
+        return self._one("conv2d", [x, w], name, stride=_pair(stride),
+                         padding=_padding(padding), activation=_activation(activation))
+
+    def matmul(self, a: Tensor, b: Tensor, activation: str | int = "NONE",
+               name: str | None = None) -> Tensor:
+        return self._one("matmul", [a, b], name, activation=_activation(activation))
+
+    def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """TENSAT's ``ewadd``."""
+        return self._one("ewadd", [a, b], name)
+
+    def mul(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """TENSAT's ``ewmul``."""
+        return self._one("ewmul", [a, b], name)
+
+    ewadd = add
+    ewmul = mul
+
+    def relu(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._one("relu", [x], name)
+
+    def tanh(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._one("tanh", [x], name)
+
+    def sigmoid(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._one("sigmoid", [x], name)
+
+    def dropout(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._one("dropout", [x], name)
+
+    def maxpool2d(self, x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int],
+                  padding: str | int = "VALID", activation: str | int = "NONE",
+                  name: str | None = None) -> Tensor:
+        return self._one("poolmax", [x], name, kernel=_pair(kernel), stride=_pair(stride),
+                         padding=_padding(padding), activation=_activation(activation))
+
+    def avgpool2d(self, x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int],
+                  padding: str | int = "VALID", activation: str | int = "NONE",
+                  name: str | None = None) -> Tensor:
+        return self._one("poolavg", [x], name, kernel=_pair(kernel), stride=_pair(stride),
+                         padding=_padding(padding), activation=_activation(activation))
+
+    def concat(self, axis: int, inputs: Sequence[Tensor], name: str | None = None) -> Tensor:
+        return self._one("concat", list(inputs), name, axis=axis)
+
+    def split(self, x: Tensor, axis: int, sizes: Sequence[int],
+              name: str | None = None) -> tuple[Tensor, ...]:
+        """Cut ``x`` along ``axis`` into pieces of the given sizes."""
+        return self.add_node("split", [x], {"axis": axis, "sizes": tuple(sizes)}, name=name)
+
+    def split_at_concat(self, x: Tensor, axis: int,
+                        name: str | None = None) -> tuple[Tensor, Tensor]:
+        """TENSAT's ``split``: two pieces, cut at the most recent concat boundary on ``axis``."""
+        if not -x.rank <= axis < x.rank:
+            raise GraphError(f"axis {axis} out of range", node=len(self._nodes), op="split",
+                             name=name, shapes=[x.shape])
+        history = x.type.splits[axis % x.rank]
+        if not history:
+            raise GraphError(f"no concat boundary recorded on axis {axis}",
+                             node=len(self._nodes), op="split", name=name, shapes=[x.shape])
+        mid = history[-1]
+        a, b = self.split(x, axis, [mid, x.shape[axis] - mid], name=name)
+        return a, b
+
+    def reshape(self, x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:
+        return self._one("reshape", [x], name, shape=tuple(shape))
+
+    def transpose(self, x: Tensor, perm: Sequence[int], shuffle: bool = True,
+                  name: str | None = None) -> Tensor:
+        return self._one("transpose", [x], name, perm=tuple(perm), shuffle=shuffle)
+
+    def enlarge(self, w: Tensor, ref: Tensor, name: str | None = None) -> Tensor:
+        return self._one("enlarge", [w, ref], name)
+
+    def merge(self, w: Tensor, count: int, name: str | None = None) -> Tensor:
+        """TASO's ``merge_gconv``: the weight of the consuming conv with groups / count."""
+        return self._one("merge", [w], name, count=count)
+
+    merge_gconv = merge
+
+    def noop(self, *xs: Tensor, name: str | None = None) -> Tensor:
+        """Join several outputs under one root (TENSAT's BERT)."""
+        return self._one("noop", list(xs), name)
+
+    def batchnorm(self, x: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor,
+                  epsilon: float = 1e-5, name: str | None = None) -> Tensor:
+        return self._one("batchnorm", [x, scale, bias, mean, var], name, epsilon=epsilon)
+
+    def opaque(self, type: str, inputs: Sequence[Tensor], shapes: Sequence[Sequence[int]],
+               attrs: Mapping[str, Any] | None = None,
+               name: str | None = None) -> tuple[Tensor, ...]:
+        """An operator relsat does not rewrite: kept with its type, attributes and shapes."""
+        from relsat.graph_json import canonical_attrs
+
+        params = {"type": type, "attrs": canonical_attrs(attrs or {}),
+                  "shapes": tuple(tuple(s) for s in shapes)}
+        return self.add_node("opaque", list(inputs), params, name=name)
+
+    # --- finish ---------------------------------------------------------------------------
+
+    def build(self, *outputs: Tensor | Iterable[Tensor]) -> Graph:
+        """The graph whose outputs are ``outputs`` (tensors, or iterables of tensors)."""
+        flat: list[Tensor] = []
+        for o in outputs:
+            flat.extend([o] if isinstance(o, Tensor) else list(o))
+        if not flat:
+            raise GraphError("a graph needs at least one output")
+        for t in flat:
+            if not isinstance(t, Tensor) or t.builder is not self:
+                raise GraphError("graph output is not a tensor of this graph")
+        self._check_merge_consumers()
+        return Graph(self._nodes, [t.ref for t in flat], self._values)
+
+    def _check_merge_consumers(self) -> None:
+        """A merged weight means something only as (part of) a conv's weight (SEMANTICS §2)."""
+        shaping = {"concat", "enlarge", "merge", "split"}
+        for n in self._nodes:
+            for pos, r in enumerate(n.inputs):
+                if self._nodes[r.node].op != "merge":
+                    continue
+                if not ((n.op == "conv2d" and pos == 1) or n.op in shaping):
+                    raise GraphError("a merged weight can only feed a conv weight "
+                                     "(directly or through concat/enlarge/split)",
+                                     node=n.id, op=n.op, name=n.name)
+

@@ -1,0 +1,426 @@
+"""The operator language: what each op takes, and the shape and split history it produces.
+
+Semantics follow TASO as TENSAT calls it (``reference/SEMANTICS.md``). Every op is an
+:class:`OpSpec` in :data:`OPS`: its arity, its parameter names, and an ``infer`` function from
+parameters and input :class:`TensorType` s to output types. ``infer`` raises :class:`OpError` with a
+plain reason; the graph builder turns it into a :class:`~relsat.errors.GraphError` naming the node.
+
+A tensor's *split history* (TASO's ``SplitInfo``) is, per dimension, the list of concat boundaries
+recorded on that dimension, most recent last. TENSAT's ``split`` cuts at the last entry.
+
+>>> infer("matmul", Params(activation="NONE"), [TensorType((2, 3)), TensorType((3, 5))])[0].shape
+(2, 5)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ACTIVATIONS",
+    "OPS",
+    "PADDINGS",
+    "OpError",
+    "OpSpec",
+    "Params",
+    "TensorType",
+    "conv_out_size",
+    "infer",
+    "same_padding",
+]
+
+#: Fused activations; the index is TASO's integer code (0 none, 1 sigmoid, 2 ReLU, 3 tanh).
+ACTIVATIONS = ("NONE", "SIGMOID", "RELU", "TANH")
+#: Padding modes; the index is TASO's integer code (0 SAME, 1 VALID).
+PADDINGS = ("SAME", "VALID")
+
+Shape = tuple[int, ...]
+Splits = tuple[tuple[int, ...], ...]
+
+
+class OpError(Exception):
+    """An op cannot be applied to these parameters or input types (internal; see GraphError)."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """The static type of one tensor: its shape and its per-dimension split history."""
+
+    shape: Shape
+    splits: Splits = ()
+
+    def __post_init__(self) -> None:
+        if not self.splits:
+            object.__setattr__(self, "splits", tuple(() for _ in self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class Params(Mapping[str, Any]):
+    """An immutable, hashable parameter mapping; lists become tuples.
+
+    >>> Params(stride=[1, 1], padding="SAME")["stride"]
+    (1, 1)
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        merged = dict(items or {}, **kwargs)
+        self._items = tuple(sorted((k, _freeze(v)) for k, v in merged.items()))
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Params):
+            return self._items == other._items
+        return isinstance(other, Mapping) and dict(self) == dict(other)
+
+    def __repr__(self) -> str:
+        return "Params(" + ", ".join(f"{k}={v!r}" for k, v in self._items) + ")"
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One operator: ``arity`` inputs (``None``: at least ``min_arity``), named parameters."""
+
+    name: str
+    arity: int | None
+    params: tuple[str, ...]
+    infer: Callable[[Params, Sequence[TensorType]], tuple[TensorType, ...]]
+    min_arity: int = 0
+    doc: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter checks
+
+
+def _int(params: Params, key: str, *, minimum: int) -> int:
+    value = params[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise OpError(f"parameter {key}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def _ints(params: Params, key: str, n: int | None, *, minimum: int) -> tuple[int, ...]:
+    value = params[key]
+    ok = isinstance(value, tuple) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value
+    )
+    if not ok or (n is not None and len(value) != n):
+        count = f"{n} " if n is not None else ""
+        raise OpError(f"parameter {key}={value!r} must be {count}integers >= {minimum}")
+    return tuple(value)
+
+
+def _choice(params: Params, key: str, choices: tuple[str, ...]) -> str:
+    value = params[key]
+    if value not in choices:
+        raise OpError(f"parameter {key}={value!r} must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def _rank(t: TensorType, rank: int, what: str) -> None:
+    if t.rank != rank:
+        raise OpError(f"{what} must be {rank}-D, got shape {list(t.shape)}")
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise OpError(f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes and padding (SEMANTICS.md §3)
+
+
+def conv_out_size(size: int, kernel: int, stride: int, padding: str) -> int:
+    """Output extent of a conv/pool along one dim: SAME ``ceil(H/s)``, VALID ``(H-k)//s + 1``."""
+    if padding == "SAME":
+        return (size + stride - 1) // stride
+    return (size - kernel) // stride + 1
+
+
+def same_padding(size: int, kernel: int, stride: int) -> int:
+    """The symmetric per-side padding TASO passes to cuDNN for SAME (TensorFlow-style total)."""
+    total = max(kernel - (stride if size % stride == 0 else size % stride), 0)
+    return (total + 1) // 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Inference functions
+
+
+def _leaf(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    return (TensorType(_ints(params, "shape", None, minimum=1)),)
+
+
+def _unary(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    return (inputs[0],)
+
+
+def _elementwise(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    a, b = inputs
+    rank = max(a.rank, b.rank)
+    pa = (1,) * (rank - a.rank) + a.shape
+    pb = (1,) * (rank - b.rank) + b.shape
+    sa = ((),) * (rank - a.rank) + a.splits
+    sb = ((),) * (rank - b.rank) + b.splits
+    shape, splits = [], []
+    for da, db, la, lb in zip(pa, pb, sa, sb, strict=True):
+        if da != db and 1 not in (da, db):
+            raise OpError("shapes are not broadcastable")
+        shape.append(max(da, db))
+        if da > 1 and db > 1:
+            splits.append(la if la == lb else ())
+        else:
+            splits.append(la if da > 1 else lb)
+    return (TensorType(tuple(shape), tuple(splits)),)
+
+
+def _matmul(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _choice(params, "activation", ACTIVATIONS)
+    a, b = inputs
+    if a.rank < 2 or a.rank != b.rank:
+        raise OpError("matmul needs operands of equal rank >= 2")
+    if a.shape[:-2] != b.shape[:-2]:
+        raise OpError("matmul batch dims differ")
+    if a.shape[-1] != b.shape[-2]:
+        raise OpError(f"matmul inner dims differ ({a.shape[-1]} vs {b.shape[-2]})")
+    batch = tuple(la if la == lb else () for la, lb in zip(a.splits, b.splits, strict=False))
+    shape = a.shape[:-1] + b.shape[-1:]
+    return (TensorType(shape, batch[: a.rank - 2] + (a.splits[-2], b.splits[-1])),)
+
+
+def _conv2d(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    sh, sw = _ints(params, "stride", 2, minimum=1)
+    padding = _choice(params, "padding", PADDINGS)
+    _choice(params, "activation", ACTIVATIONS)
+    x, w = inputs
+    _rank(x, 4, "conv2d input")
+    _rank(w, 4, "conv2d weight")
+    n, c, h, wd = x.shape
+    o, cw, kh, kw = w.shape
+    if c % cw:
+        raise OpError(f"input channels {c} not divisible by weight channels {cw}")
+    groups = c // cw
+    if o % groups:
+        raise OpError(f"output channels {o} not divisible by groups {groups}")
+    ho, wo = conv_out_size(h, kh, sh, padding), conv_out_size(wd, kw, sw, padding)
+    if ho < 1 or wo < 1:
+        raise OpError(f"kernel {kh}x{kw} larger than input {h}x{wd} with VALID padding")
+    splits = (x.splits[0], w.splits[0], x.splits[2], x.splits[3])
+    return (TensorType((n, o, ho, wo), splits),)
+
+
+def _pool(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    kh, kw = _ints(params, "kernel", 2, minimum=1)
+    sh, sw = _ints(params, "stride", 2, minimum=1)
+    padding = _choice(params, "padding", PADDINGS)
+    _choice(params, "activation", ACTIVATIONS)
+    (x,) = inputs
+    _rank(x, 4, "pool input")
+    n, c, h, w = x.shape
+    ho, wo = conv_out_size(h, kh, sh, padding), conv_out_size(w, kw, sw, padding)
+    if ho < 1 or wo < 1:
+        raise OpError(f"kernel {kh}x{kw} larger than input {h}x{w} with VALID padding")
+    return (TensorType((n, c, ho, wo), (x.splits[0], x.splits[1], (), ())),)
+
+
+def _transpose(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    perm = _ints(params, "perm", None, minimum=0)
+    (x,) = inputs
+    if sorted(perm) != list(range(x.rank)):
+        raise OpError(f"perm {list(perm)} is not a permutation of the {x.rank} dims")
+    if not isinstance(params["shuffle"], bool):
+        raise OpError("parameter shuffle must be a bool")
+    return (TensorType(tuple(x.shape[p] for p in perm), tuple(x.splits[p] for p in perm)),)
+
+
+def _reshape(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    shape = _ints(params, "shape", None, minimum=1)
+    (x,) = inputs
+    if math.prod(shape) != x.size:
+        raise OpError(f"cannot reshape {x.size} elements to {list(shape)}")
+    return (TensorType(shape),)
+
+
+def _concat(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    first = inputs[0]
+    axis = _axis(_int(params, "axis", minimum=-first.rank), first.rank)
+    for t in inputs[1:]:
+        if t.rank != first.rank:
+            raise OpError("concat inputs have different ranks")
+        if any(d != e for i, (d, e) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise OpError(f"concat inputs differ outside axis {axis}")
+    on_axis = list(first.splits[axis])
+    offset = first.shape[axis]
+    for t in inputs[1:]:
+        on_axis += [p + offset for p in t.splits[axis]] + [offset]
+        offset += t.shape[axis]
+    splits = []
+    for d in range(first.rank):
+        if d == axis:
+            splits.append(tuple(on_axis))
+        else:
+            same = all(t.splits[d] == first.splits[d] for t in inputs)
+            splits.append(first.splits[d] if same else ())
+    shape = first.shape[:axis] + (offset,) + first.shape[axis + 1 :]
+    return (TensorType(shape, tuple(splits)),)
+
+
+def _split(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    (x,) = inputs
+    axis = _axis(_int(params, "axis", minimum=-x.rank), x.rank)
+    sizes = _ints(params, "sizes", None, minimum=1)
+    if len(sizes) < 2 or sum(sizes) != x.shape[axis]:
+        raise OpError(f"split sizes {list(sizes)} do not cover dim {axis} of size "
+                      f"{x.shape[axis]} in at least two pieces")
+    outs, lo = [], 0
+    for size in sizes:
+        hi = lo + size
+        # Piece [lo, hi) keeps the boundaries strictly inside it, shifted (TASO SplitInfo::divide).
+        inside = tuple(p - lo for p in x.splits[axis] if lo < p < hi)
+        splits = x.splits[:axis] + (inside,) + x.splits[axis + 1 :]
+        outs.append(TensorType(x.shape[:axis] + (size,) + x.shape[axis + 1 :], splits))
+        lo = hi
+    return tuple(outs)
+
+
+def _enlarge(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    w, ref = inputs
+    _rank(w, 4, "enlarge weight")
+    _rank(ref, 4, "enlarge reference")
+    if w.shape[2] > ref.shape[2] or w.shape[3] > ref.shape[3]:
+        raise OpError(f"kernel {w.shape[2]}x{w.shape[3]} larger than reference "
+                      f"{ref.shape[2]}x{ref.shape[3]}")
+    return (TensorType(w.shape[:2] + ref.shape[2:], w.splits[:2] + ((), ())),)
+
+
+def _merge(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    count = _int(params, "count", minimum=1)
+    (w,) = inputs
+    _rank(w, 4, "merge weight")
+    o, cw, kh, kw = w.shape
+    return (TensorType((o, count * cw, kh, kw), (w.splits[0], (), w.splits[2], w.splits[3])),)
+
+
+def _noop(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    return (TensorType(()),)
+
+
+def _batchnorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    eps = params["epsilon"]
+    if not isinstance(eps, float | int) or eps < 0:
+        raise OpError(f"parameter epsilon={eps!r} must be a number >= 0")
+    x = inputs[0]
+    if x.rank < 2:
+        raise OpError("batchnorm input must have a channel dim")
+    for t in inputs[1:]:
+        if t.shape != (x.shape[1],):
+            raise OpError(f"batchnorm scale/bias/mean/var must be [{x.shape[1]}]")
+    return (x,)
+
+
+def _opaque(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    if not isinstance(params["type"], str) or not params["type"]:
+        raise OpError("opaque op needs a non-empty type name")
+    try:
+        json.loads(params["attrs"])
+    except (TypeError, ValueError) as exc:
+        raise OpError(f"opaque attrs must be a JSON string ({exc})") from None
+    shapes = params["shapes"]
+    if not isinstance(shapes, tuple) or not shapes:
+        raise OpError("opaque op needs at least one output shape")
+    out = []
+    for s in shapes:
+        if not isinstance(s, tuple) or not all(isinstance(d, int) and d >= 1 for d in s):
+            raise OpError(f"opaque output shape {s!r} must be positive integers")
+        out.append(TensorType(s))
+    return tuple(out)
+
+
+def _spec(name: str, arity: int | None, params: str, fn: Callable[..., Any], doc: str,
+          min_arity: int = 0) -> OpSpec:
+    return OpSpec(name, arity, tuple(params.split()), fn, min_arity, doc)
+
+
+#: Every operator of the language, by name (TENSAT's names; see SEMANTICS.md §2).
+OPS: dict[str, OpSpec] = {
+    s.name: s
+    for s in [
+        _spec("input", 0, "shape", _leaf, "a graph input"),
+        _spec("weight", 0, "shape", _leaf, "a constant tensor"),
+        _spec("ewadd", 2, "", _elementwise, "element-wise a + b (broadcasting)"),
+        _spec("ewmul", 2, "", _elementwise, "element-wise a * b (broadcasting)"),
+        _spec("matmul", 2, "activation", _matmul, "batched a @ b, then activation"),
+        _spec("conv2d", 2, "stride padding activation", _conv2d,
+              "grouped 2-D cross-correlation (groups = C / weight dim 1), then activation"),
+        _spec("relu", 1, "", _unary, "max(x, 0)"),
+        _spec("tanh", 1, "", _unary, "tanh(x)"),
+        _spec("sigmoid", 1, "", _unary, "1 / (1 + exp(-x))"),
+        _spec("dropout", 1, "", _unary, "identity at inference"),
+        _spec("poolmax", 1, "kernel stride padding activation", _pool, "2-D max pooling"),
+        _spec("poolavg", 1, "kernel stride padding activation", _pool,
+              "2-D average pooling, padding excluded from the divisor"),
+        _spec("transpose", 1, "perm shuffle", _transpose, "permute dims: out[i] = in[perm[i]]"),
+        _spec("reshape", 1, "shape", _reshape, "row-major reinterpretation"),
+        _spec("concat", None, "axis", _concat, "concatenate along axis", min_arity=2),
+        _spec("split", 1, "axis sizes", _split, "cut along axis into pieces of the given sizes"),
+        _spec("enlarge", 2, "", _enlarge, "zero-pad kernel of w, centred, to ref's kernel size"),
+        _spec("merge", 1, "count", _merge,
+              "TASO merge_gconv: the weight of the same conv with groups / count"),
+        _spec("noop", None, "", _noop, "joins several graph outputs; no tensor", min_arity=1),
+        _spec("batchnorm", 5, "epsilon", _batchnorm, "inference batch normalization"),
+        _spec("opaque", None, "type attrs shapes", _opaque,
+              "an operator relsat does not rewrite, kept as is"),
+    ]
+}
+
+
+def infer(op: str, params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    """Output types of ``op`` applied to ``inputs``; raises :class:`OpError` when invalid."""
+    spec = OPS.get(op)
+    if spec is None:
+        raise OpError(f"unknown op {op!r}")
+    if spec.arity is not None and len(inputs) != spec.arity:
+        raise OpError(f"{op} takes {spec.arity} inputs, got {len(inputs)}")
+    if spec.arity is None and len(inputs) < spec.min_arity:
+        raise OpError(f"{op} takes at least {spec.min_arity} inputs, got {len(inputs)}")
+    missing = [p for p in spec.params if p not in params]
+    extra = [p for p in params if p not in spec.params]
+    if missing or extra:
+        raise OpError(f"{op} parameters must be {list(spec.params)}; "
+                      f"missing {missing}, unexpected {extra}")
+    return spec.infer(params, inputs)
