@@ -158,7 +158,7 @@ def loads(text: str | bytes, *, path: str | None = None) -> Graph:
 
 
 def _topological(by_id: dict[int, dict[str, Any]], fail: Any) -> list[int]:
-    """File order where it is topological; dangling inputs and cycles are refused."""
+    """Ids in ascending order where that is topological; dangling inputs and cycles refused."""
     pending = {}
     users: dict[int, list[int]] = {i: [] for i in by_id}
     for nid, raw in by_id.items():
@@ -168,21 +168,29 @@ def _topological(by_id: dict[int, dict[str, Any]], fail: Any) -> list[int]:
                 raise fail(f"dangling input: node {src} does not exist", node=nid, op=raw["op"])
             users[src].append(nid)
         pending[nid] = len(deps)
-    position = {nid: pos for pos, nid in enumerate(by_id)}
-    ready = [(position[nid], nid) for nid in by_id if pending[nid] == 0]
+    ready = [nid for nid in by_id if pending[nid] == 0]
     heapq.heapify(ready)
     order: list[int] = []
     while ready:
-        _, nid = heapq.heappop(ready)
+        nid = heapq.heappop(ready)
         order.append(nid)
         for user in users[nid]:
             pending[user] -= 1
             if pending[user] == 0:
-                heapq.heappush(ready, (position[user], user))
+                heapq.heappush(ready, user)
     if len(order) != len(by_id):
-        cyclic = sorted(nid for nid, k in pending.items() if k > 0)
+        cyclic = _on_cycles({nid for nid, k in pending.items() if k > 0}, by_id)
         raise fail(f"cycle among nodes {cyclic[:20]}", node=cyclic[0], op=by_id[cyclic[0]]["op"])
     return order
+
+
+def _on_cycles(stuck: set[int], by_id: dict[int, dict[str, Any]]) -> list[int]:
+    """Of the nodes Kahn's algorithm could not order, drop those merely downstream of a cycle."""
+    while True:
+        used = {src for nid in stuck for src, _ in by_id[nid]["inputs"] if src in stuck}
+        if used == stuck:
+            return sorted(stuck)
+        stuck = used
 
 
 def _read_values(raw: Any, fail: Any) -> dict[str, np.ndarray]:

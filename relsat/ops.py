@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "ACTIVATIONS",
     "OPS",
@@ -106,6 +108,8 @@ class Params(Mapping[str, Any]):
 def _freeze(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.generic):  # numpy scalars behave like the Python ones
+        return value.item()
     return value
 
 
