@@ -30,8 +30,9 @@ def summary(graph: Graph, title: str | None = None) -> str:
     weights = graph.weights
     params = sum(w.outputs[0].size for w in weights)
     lines = [title] if title else []
-    histogram = ", ".join(f"{op} {k}" for op, k in sorted(ops.items(), key=lambda kv: (-kv[1],
-                                                                                       kv[0])))
+    histogram = ", ".join(
+        f"{op} {k}" for op, k in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
     lines.append(f"  operators  {sum(ops.values())} ({histogram})")
     lines.append("  inputs     " + ", ".join(f"{n.name} {_shape(n.shape)}" for n in graph.inputs))
     lines.append(f"  weights    {len(weights)} ({params:,} parameters)")

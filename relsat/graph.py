@@ -123,9 +123,7 @@ class Graph:
 
     def op_counts(self, *, leaves: bool = False) -> Counter[str]:
         """Operator histogram; inputs and weights only with ``leaves=True``."""
-        return Counter(
-            n.op for n in self.nodes if leaves or n.op not in ("input", "weight")
-        )
+        return Counter(n.op for n in self.nodes if leaves or n.op not in ("input", "weight"))
 
     def all_weights(self) -> list[bool]:
         """Per node: can its value be computed from weights alone (TENSAT's ``all_weights``)?"""
@@ -148,13 +146,23 @@ class Graph:
                 stack.extend(r.node for r in self.nodes[i].inputs)
         new_id = {old: new for new, old in enumerate(sorted(keep))}
         nodes = [
-            Node(new_id[n.id], n.op, n.params,
-                 tuple(Ref(new_id[r.node], r.index) for r in n.inputs), n.outputs, n.name)
-            for n in self.nodes if n.id in keep
+            Node(
+                new_id[n.id],
+                n.op,
+                n.params,
+                tuple(Ref(new_id[r.node], r.index) for r in n.inputs),
+                n.outputs,
+                n.name,
+            )
+            for n in self.nodes
+            if n.id in keep
         ]
         names = {n.name for n in nodes}
-        return Graph(nodes, [Ref(new_id[r.node], r.index) for r in self.outputs],
-                     {k: v for k, v in self.values.items() if k in names})
+        return Graph(
+            nodes,
+            [Ref(new_id[r.node], r.index) for r in self.outputs],
+            {k: v for k, v in self.values.items() if k in names},
+        )
 
     def summary(self, title: str | None = None) -> str:
         """A short human-readable description: ops, tensors, parameters."""
@@ -264,8 +272,9 @@ class GraphBuilder:
         node_id = len(self._nodes)
         for t in inputs:
             if not isinstance(t, Tensor) or t.builder is not self:
-                raise GraphError("input is not a tensor of this graph", node=node_id, op=op,
-                                 name=name)
+                raise GraphError(
+                    "input is not a tensor of this graph", node=node_id, op=op, name=name
+                )
         p = Params(params or {})
         in_types = [t.type for t in inputs]
         shapes = [t.shape for t in inputs]
@@ -274,16 +283,22 @@ class GraphBuilder:
         except OpError as exc:
             raise GraphError(str(exc), node=node_id, op=op, name=name, shapes=shapes) from None
         if op != "noop" and any(self._nodes[t.ref.node].op == "noop" for t in inputs):
-            raise GraphError("a noop output (no tensor) can only feed another noop",
-                             node=node_id, op=op, name=name, shapes=shapes)
+            raise GraphError(
+                "a noop output (no tensor) can only feed another noop",
+                node=node_id,
+                op=op,
+                name=name,
+                shapes=shapes,
+            )
         if op == "conv2d":
             self._check_merged_weight(inputs, node_id, name)
         node = Node(node_id, op, p, tuple(t.ref for t in inputs), outputs, name)
         self._nodes.append(node)
         return tuple(Tensor(self, Ref(node_id, i), t) for i, t in enumerate(outputs))
 
-    def _one(self, op: str, inputs: Sequence[Tensor], name: str | None = None,
-             **params: Any) -> Tensor:
+    def _one(
+        self, op: str, inputs: Sequence[Tensor], name: str | None = None, **params: Any
+    ) -> Tensor:
         return self.add_node(op, inputs, params, name=name)[0]
 
     def _leaf(self, op: str, shape: Sequence[int], name: str | None) -> Tensor:
@@ -297,15 +312,20 @@ class GraphBuilder:
         try:
             shape = tuple(int(d) for d in shape)
         except (TypeError, ValueError):
-            raise GraphError(f"shape {shape!r} is not a list of integers",
-                             node=len(self._nodes), op=op, name=name) from None
+            raise GraphError(
+                f"shape {shape!r} is not a list of integers",
+                node=len(self._nodes),
+                op=op,
+                name=name,
+            ) from None
         tensor = self._one(op, [], name, shape=shape)
         self._names.add(name)
         self._counts[op] += 1
         return tensor
 
-    def _check_merged_weight(self, inputs: Sequence[Tensor], node_id: int,
-                             name: str | None) -> None:
+    def _check_merged_weight(
+        self, inputs: Sequence[Tensor], node_id: int, name: str | None
+    ) -> None:
         """conv(x, merge(w, c)): the conv w had before merging must have been valid too."""
         ref, count = inputs[1].ref, 1
         while self._nodes[ref.node].op == "merge":
@@ -316,9 +336,14 @@ class GraphBuilder:
         o, cw = self._nodes[ref.node].outputs[ref.index].shape[:2]
         old_groups = inputs[0].shape[1] // cw
         if o % old_groups:
-            raise GraphError(f"merged weight: {o} output channels not divisible by the "
-                             f"{old_groups} groups before merging", node=node_id, op="conv2d",
-                             name=name, shapes=[inputs[0].shape, inputs[1].shape])
+            raise GraphError(
+                f"merged weight: {o} output channels not divisible by the "
+                f"{old_groups} groups before merging",
+                node=node_id,
+                op="conv2d",
+                name=name,
+                shapes=[inputs[0].shape, inputs[1].shape],
+            )
 
     # --- leaves ---------------------------------------------------------------------------
 
@@ -326,29 +351,47 @@ class GraphBuilder:
         """A graph input (named ``input<k>`` unless ``name`` is given)."""
         return self._leaf("input", shape, name)
 
-    def weight(self, shape: Sequence[int], name: str | None = None,
-               value: np.ndarray | None = None) -> Tensor:
+    def weight(
+        self, shape: Sequence[int], name: str | None = None, value: np.ndarray | None = None
+    ) -> Tensor:
         """A constant (named ``w<k>``); ``value`` gives real data, else executors draw it."""
         tensor = self._leaf("weight", shape, name)
         if value is not None:
             arr = np.asarray(value, dtype=np.float32)
             if arr.shape != tensor.shape:
-                raise GraphError(f"value shape {list(arr.shape)} differs from declared shape",
-                                 node=tensor.ref.node, op="weight", shapes=[tensor.shape])
+                raise GraphError(
+                    f"value shape {list(arr.shape)} differs from declared shape",
+                    node=tensor.ref.node,
+                    op="weight",
+                    shapes=[tensor.shape],
+                )
             self._values[self._nodes[tensor.ref.node].name or ""] = arr
         return tensor
 
     # --- operators ------------------------------------------------------------------------
 
-    def conv2d(self, x: Tensor, w: Tensor, stride: int | Sequence[int] = 1,
-               padding: str | int = "SAME", activation: str | int = "NONE",
-               name: str | None = None) -> Tensor:
+    def conv2d(
+        self,
+        x: Tensor,
+        w: Tensor,
+        stride: int | Sequence[int] = 1,
+        padding: str | int = "SAME",
+        activation: str | int = "NONE",
+        name: str | None = None,
+    ) -> Tensor:
         """Grouped conv: groups = x channels / w dim 1; output ``[N, w.O, H', W']``."""
-        return self._one("conv2d", [x, w], name, stride=_pair(stride),
-                         padding=_padding(padding), activation=_activation(activation))
+        return self._one(
+            "conv2d",
+            [x, w],
+            name,
+            stride=_pair(stride),
+            padding=_padding(padding),
+            activation=_activation(activation),
+        )
 
-    def matmul(self, a: Tensor, b: Tensor, activation: str | int = "NONE",
-               name: str | None = None) -> Tensor:
+    def matmul(
+        self, a: Tensor, b: Tensor, activation: str | int = "NONE", name: str | None = None
+    ) -> Tensor:
         return self._one("matmul", [a, b], name, activation=_activation(activation))
 
     def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
@@ -374,36 +417,74 @@ class GraphBuilder:
     def dropout(self, x: Tensor, name: str | None = None) -> Tensor:
         return self._one("dropout", [x], name)
 
-    def maxpool2d(self, x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int],
-                  padding: str | int = "VALID", activation: str | int = "NONE",
-                  name: str | None = None) -> Tensor:
-        return self._one("poolmax", [x], name, kernel=_pair(kernel), stride=_pair(stride),
-                         padding=_padding(padding), activation=_activation(activation))
+    def maxpool2d(
+        self,
+        x: Tensor,
+        kernel: int | Sequence[int],
+        stride: int | Sequence[int],
+        padding: str | int = "VALID",
+        activation: str | int = "NONE",
+        name: str | None = None,
+    ) -> Tensor:
+        return self._one(
+            "poolmax",
+            [x],
+            name,
+            kernel=_pair(kernel),
+            stride=_pair(stride),
+            padding=_padding(padding),
+            activation=_activation(activation),
+        )
 
-    def avgpool2d(self, x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int],
-                  padding: str | int = "VALID", activation: str | int = "NONE",
-                  name: str | None = None) -> Tensor:
-        return self._one("poolavg", [x], name, kernel=_pair(kernel), stride=_pair(stride),
-                         padding=_padding(padding), activation=_activation(activation))
+    def avgpool2d(
+        self,
+        x: Tensor,
+        kernel: int | Sequence[int],
+        stride: int | Sequence[int],
+        padding: str | int = "VALID",
+        activation: str | int = "NONE",
+        name: str | None = None,
+    ) -> Tensor:
+        return self._one(
+            "poolavg",
+            [x],
+            name,
+            kernel=_pair(kernel),
+            stride=_pair(stride),
+            padding=_padding(padding),
+            activation=_activation(activation),
+        )
 
     def concat(self, axis: int, inputs: Sequence[Tensor], name: str | None = None) -> Tensor:
         return self._one("concat", list(inputs), name, axis=axis)
 
-    def split(self, x: Tensor, axis: int, sizes: Sequence[int],
-              name: str | None = None) -> tuple[Tensor, ...]:
+    def split(
+        self, x: Tensor, axis: int, sizes: Sequence[int], name: str | None = None
+    ) -> tuple[Tensor, ...]:
         """Cut ``x`` along ``axis`` into pieces of the given sizes."""
         return self.add_node("split", [x], {"axis": axis, "sizes": tuple(sizes)}, name=name)
 
-    def split_at_concat(self, x: Tensor, axis: int,
-                        name: str | None = None) -> tuple[Tensor, Tensor]:
+    def split_at_concat(
+        self, x: Tensor, axis: int, name: str | None = None
+    ) -> tuple[Tensor, Tensor]:
         """TENSAT's ``split``: two pieces, cut at the most recent concat boundary on ``axis``."""
         if not -x.rank <= axis < x.rank:
-            raise GraphError(f"axis {axis} out of range", node=len(self._nodes), op="split",
-                             name=name, shapes=[x.shape])
+            raise GraphError(
+                f"axis {axis} out of range",
+                node=len(self._nodes),
+                op="split",
+                name=name,
+                shapes=[x.shape],
+            )
         history = x.type.splits[axis % x.rank]
         if not history:
-            raise GraphError(f"no concat boundary recorded on axis {axis}",
-                             node=len(self._nodes), op="split", name=name, shapes=[x.shape])
+            raise GraphError(
+                f"no concat boundary recorded on axis {axis}",
+                node=len(self._nodes),
+                op="split",
+                name=name,
+                shapes=[x.shape],
+            )
         mid = history[-1]
         a, b = self.split(x, axis, [mid, x.shape[axis] - mid], name=name)
         return a, b
@@ -411,8 +492,9 @@ class GraphBuilder:
     def reshape(self, x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:
         return self._one("reshape", [x], name, shape=tuple(shape))
 
-    def transpose(self, x: Tensor, perm: Sequence[int], shuffle: bool = True,
-                  name: str | None = None) -> Tensor:
+    def transpose(
+        self, x: Tensor, perm: Sequence[int], shuffle: bool = True, name: str | None = None
+    ) -> Tensor:
         return self._one("transpose", [x], name, perm=tuple(perm), shuffle=shuffle)
 
     def enlarge(self, w: Tensor, ref: Tensor, name: str | None = None) -> Tensor:
@@ -428,18 +510,34 @@ class GraphBuilder:
         """Join several outputs under one root (TENSAT's BERT)."""
         return self._one("noop", list(xs), name)
 
-    def batchnorm(self, x: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor,
-                  epsilon: float = 1e-5, name: str | None = None) -> Tensor:
+    def batchnorm(
+        self,
+        x: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        mean: Tensor,
+        var: Tensor,
+        epsilon: float = 1e-5,
+        name: str | None = None,
+    ) -> Tensor:
         return self._one("batchnorm", [x, scale, bias, mean, var], name, epsilon=epsilon)
 
-    def opaque(self, type: str, inputs: Sequence[Tensor], shapes: Sequence[Sequence[int]],
-               attrs: Mapping[str, Any] | None = None,
-               name: str | None = None) -> tuple[Tensor, ...]:
+    def opaque(
+        self,
+        type: str,
+        inputs: Sequence[Tensor],
+        shapes: Sequence[Sequence[int]],
+        attrs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> tuple[Tensor, ...]:
         """An operator relsat does not rewrite: kept with its type, attributes and shapes."""
         from relsat.graph_json import canonical_attrs
 
-        params = {"type": type, "attrs": canonical_attrs(attrs or {}),
-                  "shapes": tuple(tuple(s) for s in shapes)}
+        params = {
+            "type": type,
+            "attrs": canonical_attrs(attrs or {}),
+            "shapes": tuple(tuple(s) for s in shapes),
+        }
         return self.add_node("opaque", list(inputs), params, name=name)
 
     # --- finish ---------------------------------------------------------------------------
@@ -465,7 +563,10 @@ class GraphBuilder:
                 if self._nodes[r.node].op != "merge":
                     continue
                 if not ((n.op == "conv2d" and pos == 1) or n.op in shaping):
-                    raise GraphError("a merged weight can only feed a conv weight "
-                                     "(directly or through concat/enlarge/split)",
-                                     node=n.id, op=n.op, name=n.name)
-
+                    raise GraphError(
+                        "a merged weight can only feed a conv weight "
+                        "(directly or through concat/enlarge/split)",
+                        node=n.id,
+                        op=n.op,
+                        name=n.name,
+                    )

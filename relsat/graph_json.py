@@ -39,7 +39,9 @@ def canonical_attrs(attrs: Mapping[str, Any]) -> str:
     try:
         return json.dumps(dict(attrs), sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise GraphError(f"opaque attributes are not JSON-serializable: {exc}", op="opaque") from None
+        raise GraphError(
+            f"opaque attributes are not JSON-serializable: {exc}", op="opaque"
+        ) from None
 
 
 def _params_to_json(op: str, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,12 +64,20 @@ def dumps(graph: Graph, *, indent: int | None = None) -> str:
         for n in graph.nodes
     ]
     values = {
-        k: {"dtype": "float32", "shape": list(v.shape),
-            "data": base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode()}
+        k: {
+            "dtype": "float32",
+            "shape": list(v.shape),
+            "data": base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode(),
+        }
         for k, v in sorted(graph.values.items())
     }
-    doc = {"format": FORMAT, "version": VERSION, "nodes": nodes,
-           "outputs": [[r.node, r.index] for r in graph.outputs], "values": values}
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "nodes": nodes,
+        "outputs": [[r.node, r.index] for r in graph.outputs],
+        "values": values,
+    }
     return json.dumps(doc, sort_keys=True, indent=indent)
 
 
@@ -77,8 +87,9 @@ def loads(text: str | bytes, *, path: str | None = None) -> Graph:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise GraphFormatError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno,
-                               column=exc.colno) from None
+        raise GraphFormatError(
+            f"invalid JSON: {exc.msg}", path=path, line=exc.lineno, column=exc.colno
+        ) from None
     except UnicodeDecodeError as exc:
         raise GraphFormatError(f"not UTF-8 text: {exc.reason}", path=path) from None
 
@@ -86,25 +97,28 @@ def loads(text: str | bytes, *, path: str | None = None) -> Graph:
         return GraphFormatError(message, path=path, **fields)
 
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise fail(f"not a relsat graph (expected \"format\": \"{FORMAT}\")")
+        raise fail(f'not a relsat graph (expected "format": "{FORMAT}")')
     if doc.get("version") != VERSION:
-        raise fail(f"unsupported graph format version {doc.get('version')!r} "
-                   f"(this relsat reads version {VERSION})")
+        raise fail(
+            f"unsupported graph format version {doc.get('version')!r} "
+            f"(this relsat reads version {VERSION})"
+        )
     raw_nodes = doc.get("nodes")
     if not isinstance(raw_nodes, list):
-        raise fail("\"nodes\" must be a list")
+        raise fail('"nodes" must be a list')
     by_id: dict[int, dict[str, Any]] = {}
     for pos, raw in enumerate(raw_nodes):
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), int):
-            raise fail(f"nodes[{pos}] must be an object with an integer \"id\"")
+            raise fail(f'nodes[{pos}] must be an object with an integer "id"')
         if raw["id"] in by_id:
             raise fail("duplicate node id", node=raw["id"])
         for key, kind in (("op", str), ("inputs", list), ("params", dict), ("outputs", list)):
             if not isinstance(raw.get(key), kind):
                 raise fail(f"field {key!r} missing or not a {kind.__name__}", node=raw["id"])
         for ref in raw["inputs"]:
-            if not (isinstance(ref, list) and len(ref) == 2 and all(isinstance(v, int)
-                                                                      for v in ref)):
+            if not (
+                isinstance(ref, list) and len(ref) == 2 and all(isinstance(v, int) for v in ref)
+            ):
                 raise fail(f"input {ref!r} must be [node, index]", node=raw["id"], op=raw["op"])
         by_id[raw["id"]] = raw
     order = _topological(by_id, fail)
@@ -118,8 +132,11 @@ def loads(text: str | bytes, *, path: str | None = None) -> Graph:
         inputs = []
         for src, idx in raw["inputs"]:
             if not 0 <= idx < len(handles[src]):
-                raise fail(f"input [{src}, {idx}]: node {src} has {len(handles[src])} outputs",
-                           node=nid, op=op)
+                raise fail(
+                    f"input [{src}, {idx}]: node {src} has {len(handles[src])} outputs",
+                    node=nid,
+                    op=op,
+                )
             inputs.append(handles[src][idx])
         try:
             if op in ("input", "weight"):
@@ -138,13 +155,18 @@ def loads(text: str | bytes, *, path: str | None = None) -> Graph:
         declared = [tuple(s) if isinstance(s, list) else s for s in raw["outputs"]]
         inferred = [t.shape for t in handles[nid]]
         if declared != inferred:
-            raise fail(f"stored output shapes {raw['outputs']} disagree with inferred "
-                       f"{[list(s) for s in inferred]}", node=nid, op=op, name=name)
+            raise fail(
+                f"stored output shapes {raw['outputs']} disagree with inferred "
+                f"{[list(s) for s in inferred]}",
+                node=nid,
+                op=op,
+                name=name,
+            )
     if values:
         raise fail(f"values given for unknown weights: {sorted(values)}")
     outputs = doc.get("outputs")
     if not isinstance(outputs, list) or not outputs:
-        raise fail("\"outputs\" must be a non-empty list of [node, index]")
+        raise fail('"outputs" must be a non-empty list of [node, index]')
     result = []
     for ref in outputs:
         ok = isinstance(ref, list) and len(ref) == 2 and ref[0] in handles
@@ -195,7 +217,7 @@ def _on_cycles(stuck: set[int], by_id: dict[int, dict[str, Any]]) -> list[int]:
 
 def _read_values(raw: Any, fail: Any) -> dict[str, np.ndarray]:
     if not isinstance(raw, dict):
-        raise fail("\"values\" must be an object")
+        raise fail('"values" must be an object')
     values = {}
     for name, spec in raw.items():
         try:

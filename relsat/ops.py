@@ -224,7 +224,7 @@ def _matmul(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, .
         raise OpError(f"matmul inner dims differ ({a.shape[-1]} vs {b.shape[-2]})")
     batch = tuple(la if la == lb else () for la, lb in zip(a.splits, b.splits, strict=False))
     shape = a.shape[:-1] + b.shape[-1:]
-    return (TensorType(shape, batch[: a.rank - 2] + (a.splits[-2], b.splits[-1])),)
+    return (TensorType(shape, (*batch[: a.rank - 2], a.splits[-2], b.splits[-1])),)
 
 
 def _conv2d(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
@@ -286,7 +286,9 @@ def _concat(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, .
     for t in inputs[1:]:
         if t.rank != first.rank:
             raise OpError("concat inputs have different ranks")
-        if any(d != e for i, (d, e) in enumerate(zip(t.shape, first.shape)) if i != axis):
+        if any(
+            d != e for i, (d, e) in enumerate(zip(t.shape, first.shape, strict=False)) if i != axis
+        ):
             raise OpError(f"concat inputs differ outside axis {axis}")
     on_axis = list(first.splits[axis])
     offset = first.shape[axis]
@@ -300,7 +302,7 @@ def _concat(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, .
         else:
             same = all(t.splits[d] == first.splits[d] for t in inputs)
             splits.append(first.splits[d] if same else ())
-    shape = first.shape[:axis] + (offset,) + first.shape[axis + 1 :]
+    shape = (*first.shape[:axis], offset, *first.shape[axis + 1 :])
     return (TensorType(shape, tuple(splits)),)
 
 
@@ -309,15 +311,17 @@ def _split(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ..
     axis = _axis(_int(params, "axis", minimum=-x.rank), x.rank)
     sizes = _ints(params, "sizes", None, minimum=1)
     if len(sizes) < 2 or sum(sizes) != x.shape[axis]:
-        raise OpError(f"split sizes {list(sizes)} do not cover dim {axis} of size "
-                      f"{x.shape[axis]} in at least two pieces")
+        raise OpError(
+            f"split sizes {list(sizes)} do not cover dim {axis} of size "
+            f"{x.shape[axis]} in at least two pieces"
+        )
     outs, lo = [], 0
     for size in sizes:
         hi = lo + size
         # Piece [lo, hi) keeps the boundaries strictly inside it, shifted (TASO SplitInfo::divide).
         inside = tuple(p - lo for p in x.splits[axis] if lo < p < hi)
-        splits = x.splits[:axis] + (inside,) + x.splits[axis + 1 :]
-        outs.append(TensorType(x.shape[:axis] + (size,) + x.shape[axis + 1 :], splits))
+        splits = (*x.splits[:axis], inside, *x.splits[axis + 1 :])
+        outs.append(TensorType((*x.shape[:axis], size, *x.shape[axis + 1 :]), splits))
         lo = hi
     return tuple(outs)
 
@@ -327,9 +331,10 @@ def _enlarge(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, 
     _rank(w, 4, "enlarge weight")
     _rank(ref, 4, "enlarge reference")
     if w.shape[2] > ref.shape[2] or w.shape[3] > ref.shape[3]:
-        raise OpError(f"kernel {w.shape[2]}x{w.shape[3]} larger than reference "
-                      f"{ref.shape[2]}x{ref.shape[3]}")
-    return (TensorType(w.shape[:2] + ref.shape[2:], w.splits[:2] + ((), ())),)
+        raise OpError(
+            f"kernel {w.shape[2]}x{w.shape[3]} larger than reference {ref.shape[2]}x{ref.shape[3]}"
+        )
+    return (TensorType(w.shape[:2] + ref.shape[2:], (*w.splits[:2], (), ())),)
 
 
 def _merge(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
@@ -375,8 +380,9 @@ def _opaque(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, .
     return tuple(out)
 
 
-def _spec(name: str, arity: int | None, params: str, fn: Callable[..., Any], doc: str,
-          min_arity: int = 0) -> OpSpec:
+def _spec(
+    name: str, arity: int | None, params: str, fn: Callable[..., Any], doc: str, min_arity: int = 0
+) -> OpSpec:
     return OpSpec(name, arity, tuple(params.split()), fn, min_arity, doc)
 
 
@@ -389,26 +395,46 @@ OPS: dict[str, OpSpec] = {
         _spec("ewadd", 2, "", _elementwise, "element-wise a + b (broadcasting)"),
         _spec("ewmul", 2, "", _elementwise, "element-wise a * b (broadcasting)"),
         _spec("matmul", 2, "activation", _matmul, "batched a @ b, then activation"),
-        _spec("conv2d", 2, "stride padding activation", _conv2d,
-              "grouped 2-D cross-correlation (groups = C / weight dim 1), then activation"),
+        _spec(
+            "conv2d",
+            2,
+            "stride padding activation",
+            _conv2d,
+            "grouped 2-D cross-correlation (groups = C / weight dim 1), then activation",
+        ),
         _spec("relu", 1, "", _unary, "max(x, 0)"),
         _spec("tanh", 1, "", _unary, "tanh(x)"),
         _spec("sigmoid", 1, "", _unary, "1 / (1 + exp(-x))"),
         _spec("dropout", 1, "", _unary, "identity at inference"),
         _spec("poolmax", 1, "kernel stride padding activation", _pool, "2-D max pooling"),
-        _spec("poolavg", 1, "kernel stride padding activation", _pool,
-              "2-D average pooling, padding excluded from the divisor"),
+        _spec(
+            "poolavg",
+            1,
+            "kernel stride padding activation",
+            _pool,
+            "2-D average pooling, padding excluded from the divisor",
+        ),
         _spec("transpose", 1, "perm shuffle", _transpose, "permute dims: out[i] = in[perm[i]]"),
         _spec("reshape", 1, "shape", _reshape, "row-major reinterpretation"),
         _spec("concat", None, "axis", _concat, "concatenate along axis", min_arity=2),
         _spec("split", 1, "axis sizes", _split, "cut along axis into pieces of the given sizes"),
         _spec("enlarge", 2, "", _enlarge, "zero-pad kernel of w, centred, to ref's kernel size"),
-        _spec("merge", 1, "count", _merge,
-              "TASO merge_gconv: the weight of the same conv with groups / count"),
+        _spec(
+            "merge",
+            1,
+            "count",
+            _merge,
+            "TASO merge_gconv: the weight of the same conv with groups / count",
+        ),
         _spec("noop", None, "", _noop, "joins several graph outputs; no tensor", min_arity=1),
         _spec("batchnorm", 5, "epsilon", _batchnorm, "inference batch normalization"),
-        _spec("opaque", None, "type attrs shapes", _opaque,
-              "an operator relsat does not rewrite, kept as is"),
+        _spec(
+            "opaque",
+            None,
+            "type attrs shapes",
+            _opaque,
+            "an operator relsat does not rewrite, kept as is",
+        ),
     ]
 }
 
@@ -425,6 +451,7 @@ def infer(op: str, params: Params, inputs: Sequence[TensorType]) -> tuple[Tensor
     missing = [p for p in spec.params if p not in params]
     extra = [p for p in params if p not in spec.params]
     if missing or extra:
-        raise OpError(f"{op} parameters must be {list(spec.params)}; "
-                      f"missing {missing}, unexpected {extra}")
+        raise OpError(
+            f"{op} parameters must be {list(spec.params)}; missing {missing}, unexpected {extra}"
+        )
     return spec.infer(params, inputs)

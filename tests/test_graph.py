@@ -31,7 +31,12 @@ def test_conv_shapes_same_and_valid() -> None:
     b = GraphBuilder()
     x = b.input([1, 3, 224, 224])
     assert b.conv2d(x, b.weight([64, 3, 7, 7]), stride=2, padding="SAME").shape == (1, 64, 112, 112)
-    assert b.conv2d(x, b.weight([64, 3, 3, 3]), stride=2, padding="VALID").shape == (1, 64, 111, 111)
+    assert b.conv2d(x, b.weight([64, 3, 3, 3]), stride=2, padding="VALID").shape == (
+        1,
+        64,
+        111,
+        111,
+    )
     assert b.conv2d(x, b.weight([63, 1, 3, 3]), padding=0).shape == (1, 63, 224, 224)  # 3 groups
 
 
@@ -45,7 +50,8 @@ def test_pool_and_matmul_shapes() -> None:
 
 
 def test_taso_same_padding() -> None:
-    # SEMANTICS.md §3: total = max(k - s, 0) if H % s == 0 else max(k - H % s, 0); pad = (total+1)//2
+    # SEMANTICS.md §3: total = max(k - s, 0) if H % s == 0 else max(k - H % s, 0);
+    # pad = (total + 1) // 2
     assert same_padding(112, 3, 2) == 1  # total 1 → TASO pads 1 on each side
     assert same_padding(224, 7, 2) == 3
     assert same_padding(56, 3, 1) == 1
@@ -99,18 +105,33 @@ def test_reachable_drops_dead_nodes() -> None:
 
 BAD_CALLS = [
     ("conv2d", lambda b: b.conv2d(b.input([1, 6, 8, 8]), b.weight([4, 4, 3, 3])), "divisible"),
-    ("conv2d", lambda b: b.conv2d(b.input([1, 6, 8, 8]), b.weight([5, 3, 3, 3])),
-     "output channels 5 not divisible by groups 2"),
-    ("conv2d", lambda b: b.conv2d(b.input([1, 3, 2, 2]), b.weight([4, 3, 3, 3]),
-                                  padding="VALID"), "larger than input"),
-    ("conv2d", lambda b: b.conv2d(b.input([1, 3, 8, 8]), b.weight([4, 3, 3, 3]),
-                                  padding="FULL"), "padding"),
-    ("conv2d", lambda b: b.conv2d(b.input([1, 3, 8, 8]), b.weight([4, 3, 3, 3]), stride=0),
-     "stride"),
+    (
+        "conv2d",
+        lambda b: b.conv2d(b.input([1, 6, 8, 8]), b.weight([5, 3, 3, 3])),
+        "output channels 5 not divisible by groups 2",
+    ),
+    (
+        "conv2d",
+        lambda b: b.conv2d(b.input([1, 3, 2, 2]), b.weight([4, 3, 3, 3]), padding="VALID"),
+        "larger than input",
+    ),
+    (
+        "conv2d",
+        lambda b: b.conv2d(b.input([1, 3, 8, 8]), b.weight([4, 3, 3, 3]), padding="FULL"),
+        "padding",
+    ),
+    (
+        "conv2d",
+        lambda b: b.conv2d(b.input([1, 3, 8, 8]), b.weight([4, 3, 3, 3]), stride=0),
+        "stride",
+    ),
     ("matmul", lambda b: b.matmul(b.input([2, 3]), b.weight([4, 5])), "inner dims"),
     ("matmul", lambda b: b.matmul(b.input([2, 2, 3]), b.weight([3, 3, 5])), "batch dims"),
-    ("matmul", lambda b: b.matmul(b.input([2, 3]), b.weight([3, 3]), activation="GELU"),
-     "activation"),
+    (
+        "matmul",
+        lambda b: b.matmul(b.input([2, 3]), b.weight([3, 3]), activation="GELU"),
+        "activation",
+    ),
     ("ewadd", lambda b: b.add(b.input([2, 3]), b.input([3, 2])), "broadcastable"),
     ("concat", lambda b: b.concat(1, [b.input([2, 3]), b.input([3, 3])]), "outside axis"),
     ("concat", lambda b: b.concat(2, [b.input([2, 3]), b.input([2, 3])]), "out of range"),
@@ -119,23 +140,30 @@ BAD_CALLS = [
     ("split", lambda b: b.split_at_concat(b.input([2, 6]), 1), "no concat boundary"),
     ("reshape", lambda b: b.reshape(b.input([2, 6]), [5, 2]), "cannot reshape"),
     ("transpose", lambda b: b.transpose(b.input([2, 6]), [0, 0]), "not a permutation"),
-    ("enlarge", lambda b: b.enlarge(b.weight([4, 4, 5, 5]), b.weight([4, 4, 3, 3])),
-     "larger than reference"),
+    (
+        "enlarge",
+        lambda b: b.enlarge(b.weight([4, 4, 5, 5]), b.weight([4, 4, 3, 3])),
+        "larger than reference",
+    ),
     ("merge", lambda b: b.merge(b.weight([4, 4]), 2), "4-D"),
     ("merge", lambda b: b.merge(b.weight([4, 4, 3, 3]), 0), "count"),
     ("input", lambda b: b.input([1, 0, 3]), "shape"),
     ("input", lambda b: b.input([1, -2]), "shape"),
     ("input", lambda b: b.input(["a"]), "not a list of integers"),
     ("poolmax", lambda b: b.maxpool2d(b.input([1, 3, 8]), 2, 2), "4-D"),
-    ("batchnorm", lambda b: b.batchnorm(*(b.input([1, 3, 4, 4]),) + tuple(
-        b.weight([4]) for _ in range(4))), "must be [3]"),
+    (
+        "batchnorm",
+        lambda b: b.batchnorm(*(b.input([1, 3, 4, 4]), *tuple(b.weight([4]) for _ in range(4)))),
+        "must be [3]",
+    ),
     ("opaque", lambda b: b.opaque("Gelu", [b.input([2])], []), "at least one output"),
     ("relu", lambda b: b.relu(b.noop(b.input([2]))), "noop"),
 ]
 
 
-@pytest.mark.parametrize(("op", "call", "reason"), BAD_CALLS,
-                         ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(BAD_CALLS)])
+@pytest.mark.parametrize(
+    ("op", "call", "reason"), BAD_CALLS, ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(BAD_CALLS)]
+)
 def test_bad_builder_calls_raise_graph_error(op: str, call, reason: str) -> None:
     b = GraphBuilder()
     with pytest.raises(GraphError) as info:
@@ -151,8 +179,12 @@ def test_error_names_node_op_and_shapes() -> None:
     with pytest.raises(GraphError) as info:
         b.conv2d(x, b.weight([4, 4, 3, 3]), name="stem")
     err = info.value
-    assert (err.node, err.op, err.name, err.shapes) == (2, "conv2d", "stem",
-                                                          [[1, 6, 8, 8], [4, 4, 3, 3]])
+    assert (err.node, err.op, err.name, err.shapes) == (
+        2,
+        "conv2d",
+        "stem",
+        [[1, 6, 8, 8], [4, 4, 3, 3]],
+    )
     assert str(err).startswith("conv2d node 2 'stem': input channels 6 not divisible")
 
 
@@ -233,17 +265,24 @@ BAD_JSON = [
     ("version", _broken(lambda d: d.update(version=99)), "unsupported graph format version 99"),
     ("unknown-op", _broken(lambda d: d["nodes"][5].update(op="gelu")), "unknown op 'gelu'"),
     ("dangling", _broken(lambda d: d["nodes"][5].update(inputs=[[42, 0]])), "dangling input"),
-    ("bad-index", _broken(lambda d: d["nodes"][5].update(inputs=[[3, 7], [4, 0]])),
-     "has 1 outputs"),
+    (
+        "bad-index",
+        _broken(lambda d: d["nodes"][5].update(inputs=[[3, 7], [4, 0]])),
+        "has 1 outputs",
+    ),
     ("cycle", _broken(lambda d: d["nodes"][3].update(inputs=[[0, 0], [5, 0]])), "cycle"),
     ("shape", _broken(lambda d: d["nodes"][0]["params"].update(shape=[1, 8, 0, 10])), "shape"),
     ("outputs", _broken(lambda d: d["nodes"][3].update(outputs=[[1, 2]])), "disagree"),
     ("no-outputs", _broken(lambda d: d.update(outputs=[])), "outputs"),
     ("value", _broken(lambda d: d["values"]["w1"].update(data="!!")), "bad value"),
     ("missing-field", _broken(lambda d: d["nodes"][1].pop("inputs")), "field 'inputs'"),
-    ("conv-channels", _broken(lambda d: d["nodes"][1].update(params={"shape": [8, 3, 3, 3]},
-                                                             outputs=[[8, 3, 3, 3]])),
-     "not divisible"),
+    (
+        "conv-channels",
+        _broken(
+            lambda d: d["nodes"][1].update(params={"shape": [8, 3, 3, 3]}, outputs=[[8, 3, 3, 3]])
+        ),
+        "not divisible",
+    ),
 ]
 
 

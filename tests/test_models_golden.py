@@ -148,7 +148,9 @@ def test_matches_oplist(
 
 
 @pytest.mark.parametrize(
-    ("name", "builder", "oplist"), [c[:3] for c in CASES if not c[3]], ids=lambda v: v
+    ("name", "builder", "oplist"),
+    [c[:3] for c in CASES if not c[3]],
+    ids=[c[0] for c in CASES if not c[3]],
 )
 def test_outputs_are_oplist_sinks(
     reference: Path, name: str, builder: Callable[[], Graph], oplist: str

@@ -23,7 +23,7 @@ def _valid_splits(t: TensorType) -> bool:
 @given(st.data())
 def test_elementwise_matches_numpy_broadcasting(data: st.DataObject) -> None:
     a = data.draw(shapes)
-    b = tuple(data.draw(st.sampled_from([1, d])) for d in a[data.draw(st.integers(0, len(a))):])
+    b = tuple(data.draw(st.sampled_from([1, d])) for d in a[data.draw(st.integers(0, len(a))) :])
     for x, y in ((a, b), (b, a)):
         if not y:
             continue
@@ -50,12 +50,31 @@ def test_matmul_matches_numpy(batch: list[int], m: int, k: int, n: int) -> None:
 
 
 @given(
-    n=st.integers(1, 2), groups=st.integers(1, 4), cw=st.integers(1, 3), per_group=st.integers(1, 3),
-    h=st.integers(1, 20), w=st.integers(1, 20), kh=st.integers(1, 5), kw=st.integers(1, 5),
-    sh=st.integers(1, 3), sw=st.integers(1, 3), padding=st.sampled_from(["SAME", "VALID"]),
+    n=st.integers(1, 2),
+    groups=st.integers(1, 4),
+    cw=st.integers(1, 3),
+    per_group=st.integers(1, 3),
+    h=st.integers(1, 20),
+    w=st.integers(1, 20),
+    kh=st.integers(1, 5),
+    kw=st.integers(1, 5),
+    sh=st.integers(1, 3),
+    sw=st.integers(1, 3),
+    padding=st.sampled_from(["SAME", "VALID"]),
 )
-def test_conv_shape_formula(n: int, groups: int, cw: int, per_group: int, h: int, w: int,
-                            kh: int, kw: int, sh: int, sw: int, padding: str) -> None:
+def test_conv_shape_formula(
+    n: int,
+    groups: int,
+    cw: int,
+    per_group: int,
+    h: int,
+    w: int,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    padding: str,
+) -> None:
     x = TensorType((n, groups * cw, h, w))
     wt = TensorType((groups * per_group, cw, kh, kw))
     params = Params(stride=(sh, sw), padding=padding, activation="RELU")
@@ -137,8 +156,13 @@ def test_split_sizes_cover(sizes: list[int], rows: int) -> None:
     assert [p.shape for p in parts] == [(rows, k) for k in sizes]
 
 
-@given(o=st.integers(1, 8), cw=st.integers(1, 4), k=st.sampled_from([1, 3, 5]),
-       r=st.sampled_from([1, 3, 5, 7]), count=st.integers(1, 4))
+@given(
+    o=st.integers(1, 8),
+    cw=st.integers(1, 4),
+    k=st.sampled_from([1, 3, 5]),
+    r=st.sampled_from([1, 3, 5, 7]),
+    count=st.integers(1, 4),
+)
 def test_enlarge_and_merge_shapes(o: int, cw: int, k: int, r: int, count: int) -> None:
     w, ref = TensorType((o, cw, k, k)), TensorType((o, cw, r, r))
     if k <= r:
@@ -153,3 +177,35 @@ def test_every_op_has_a_doc_and_arity() -> None:
     for name, spec in OPS.items():
         assert spec.doc, name
         assert spec.arity is not None or spec.min_arity >= 1 or name == "opaque"
+
+
+@given(
+    c=st.integers(1, 3),
+    h=st.integers(1, 12),
+    w=st.integers(1, 12),
+    k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    s=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    padding=st.sampled_from(["SAME", "VALID"]),
+    op=st.sampled_from(["conv2d", "poolmax", "poolavg"]),
+)
+@settings(max_examples=60, deadline=None)
+def test_executor_agrees_with_inferred_shapes(
+    c: int, h: int, w: int, k: tuple, s: tuple, padding: str, op: str
+) -> None:
+    from relsat import run
+
+    b = GraphBuilder()
+    x = b.input([1, c, h, w])
+    try:
+        if op == "conv2d":
+            y = b.conv2d(x, b.weight([2, c, *k]), stride=s, padding=padding)
+        elif op == "poolmax":
+            y = b.maxpool2d(x, k, s, padding)
+        else:
+            y = b.avgpool2d(x, k, s, padding)
+    except GraphError:
+        assert padding == "VALID" and (k[0] > h or k[1] > w)
+        return
+    (out,) = run(b.build(y))
+    assert out.shape == y.shape
+    assert np.isfinite(out).all()

@@ -33,33 +33,85 @@ class ModelInfo:
 
 
 _MODELS = [
-    ModelInfo("nasrnn", "NasRNN, 5 steps, hidden 512 (TENSAT benchmark)",
-              "TASO examples/nasrnn.py = TENSAT src/nasrnn.rs", "nasrnn:build", True),
-    ModelInfo("bert", "BERT, 8 layers, seq 64, hidden 1024, batch 1, 8 noop joins "
-              "(TENSAT benchmark)", "TASO examples/bert.py before ae32942 + TENSAT src/bert.rs",
-              "bert:build", True),
-    ModelInfo("resnext50", "ResNeXt-50 (32 groups), 224x224, no classifier (TENSAT benchmark)",
-              "TASO examples/resnext50.py @ f11782c", "resnext:build", True),
-    ModelInfo("nasneta", "NasNet-A, 3x(5 normal + 1 reduction) cells (TENSAT benchmark)",
-              "TASO examples/nasnet_a.py", "nasnet:build", True),
-    ModelInfo("squeezenet", "SqueezeNet 1.1 (TENSAT benchmark)",
-              "TENSAT model/squeezenet.model", "tensat_files:squeezenet", True),
-    ModelInfo("vgg19", "VGG-19 (TENSAT benchmark)", "TENSAT model/vgg.model",
-              "tensat_files:vgg19", True),
-    ModelInfo("inceptionv3", "Inception-v3, 299x299, batch 1 (TENSAT benchmark)",
-              "TENSAT model/inceptionv3.model", "tensat_files:inceptionv3", True),
-    ModelInfo("bert-2021", "BERT as TASO defines it since 2021 (batch 16, input [1024,1024])",
-              "TASO examples/bert.py @ f11782c", "bert:build_2021"),
-    ModelInfo("inceptionv3-taso", "Inception-v3 as TASO defines it since 2021 (batch 32)",
-              "TASO examples/inceptionv3.py @ f11782c", "inception:build"),
-    ModelInfo("resnet50", "ResNet-50 body, input [1,64,56,56] (TASO example)",
-              "TASO examples/resnet50.py @ f11782c", "resnet:build"),
-    ModelInfo("mobilenetv2", "MobileNetV2 with batchnorm (TENSAT file, not a benchmark)",
-              "TENSAT model/mobilenetv2.model", "tensat_files:mobilenetv2"),
+    ModelInfo(
+        "nasrnn",
+        "NasRNN, 5 steps, hidden 512 (TENSAT benchmark)",
+        "TASO examples/nasrnn.py = TENSAT src/nasrnn.rs",
+        "nasrnn:build",
+        True,
+    ),
+    ModelInfo(
+        "bert",
+        "BERT, 8 layers, seq 64, hidden 1024, batch 1, 8 noop joins (TENSAT benchmark)",
+        "TASO examples/bert.py before ae32942 + TENSAT src/bert.rs",
+        "bert:build",
+        True,
+    ),
+    ModelInfo(
+        "resnext50",
+        "ResNeXt-50 (32 groups), 224x224, no classifier (TENSAT benchmark)",
+        "TASO examples/resnext50.py @ f11782c",
+        "resnext:build",
+        True,
+    ),
+    ModelInfo(
+        "nasneta",
+        "NasNet-A, 3x(5 normal + 1 reduction) cells (TENSAT benchmark)",
+        "TASO examples/nasnet_a.py",
+        "nasnet:build",
+        True,
+    ),
+    ModelInfo(
+        "squeezenet",
+        "SqueezeNet 1.1 (TENSAT benchmark)",
+        "TENSAT model/squeezenet.model",
+        "tensat_files:squeezenet",
+        True,
+    ),
+    ModelInfo(
+        "vgg19", "VGG-19 (TENSAT benchmark)", "TENSAT model/vgg.model", "tensat_files:vgg19", True
+    ),
+    ModelInfo(
+        "inceptionv3",
+        "Inception-v3, 299x299, batch 1 (TENSAT benchmark)",
+        "TENSAT model/inceptionv3.model",
+        "tensat_files:inceptionv3",
+        True,
+    ),
+    ModelInfo(
+        "bert-2021",
+        "BERT as TASO defines it since 2021 (batch 16, input [1024,1024])",
+        "TASO examples/bert.py @ f11782c",
+        "bert:build_2021",
+    ),
+    ModelInfo(
+        "inceptionv3-taso",
+        "Inception-v3 as TASO defines it since 2021 (batch 32)",
+        "TASO examples/inceptionv3.py @ f11782c",
+        "inception:build",
+    ),
+    ModelInfo(
+        "resnet50",
+        "ResNet-50 body, input [1,64,56,56] (TASO example)",
+        "TASO examples/resnet50.py @ f11782c",
+        "resnet:build",
+    ),
+    ModelInfo(
+        "mobilenetv2",
+        "MobileNetV2 with batchnorm (TENSAT file, not a benchmark)",
+        "TENSAT model/mobilenetv2.model",
+        "tensat_files:mobilenetv2",
+    ),
 ]
 _BY_NAME = {m.name: m for m in _MODELS}
-_ALIASES = {"vgg": "vgg19", "nasnet_a": "nasneta", "nasnet-a": "nasneta",
-            "squeezenet1.1": "squeezenet", "resnext-50": "resnext50", "inception": "inceptionv3"}
+_ALIASES = {
+    "vgg": "vgg19",
+    "nasnet_a": "nasneta",
+    "nasnet-a": "nasneta",
+    "squeezenet1.1": "squeezenet",
+    "resnext-50": "resnext50",
+    "inception": "inceptionv3",
+}
 
 #: The seven graphs of the TENSAT paper, in the paper's order.
 BENCHMARKS = tuple(m.name for m in _MODELS if m.benchmark)

@@ -142,7 +142,8 @@ def _same_shape(op: str) -> Callable[[_Reader, _Record, list[Tensor]], Tensor]:
     def build(r: _Reader, rec: _Record, xs: list[Tensor]) -> Tensor:
         r.dims(rec, rec.params, xs[0], "input")
         if op == "batchnorm":
-            return r.builder.batchnorm(*xs, epsilon=BATCHNORM_EPSILON)
+            x, scale, bias, mean, var = xs
+            return r.builder.batchnorm(x, scale, bias, mean, var, epsilon=BATCHNORM_EPSILON)
         return r.builder.add_node(op, xs)[0]
 
     return build
@@ -229,11 +230,11 @@ def _name(op_type: int) -> str:
 
 
 def _lines(text: str, r: _Reader) -> list[str]:
-    lines = text.split("\n")
-    while lines and not lines[-1].strip():  # the final newline, and any blank lines after it
-        lines.pop()
-    if not lines:
+    if not text.strip():
         r.fail(1, 0, "empty file: no records")
+    lines = text.split("\n")
+    if lines[-1] == "":  # the newline after the last line; a blank line is an error, as it
+        lines.pop()  # could be an empty field
     if len(lines) % 4:
         start = len(lines) - len(lines) % 4 + 1
         r.fail(
@@ -311,6 +312,8 @@ def _inputs(r: _Reader, rec: _Record, defined_at: dict[int, int]) -> list[Tensor
         if src not in r.tensors:
             if src in (_INPUT_SOURCE, _WEIGHT_SOURCE):
                 why = "is a reserved source that only Input/Weight records may use"
+            elif src == rec.guid:
+                why = "is the record itself"
             elif src in defined_at:
                 why = f"is defined later, at line {defined_at[src]} (forward reference)"
             else:
@@ -318,6 +321,13 @@ def _inputs(r: _Reader, rec: _Record, defined_at: dict[int, int]) -> list[Tensor
             r.fail(rec, _DEPS, f"dependency guid {src} {why}")
         xs.append(r.tensors[src])
     return xs
+
+
+def _reason(exc: GraphError) -> str:
+    if exc.shapes is None:
+        return exc.reason
+    shapes = ", ".join("[" + ",".join(map(str, s)) + "]" for s in exc.shapes)
+    return f"{exc.reason} (input shapes {shapes})"
 
 
 def parse_model(
@@ -347,15 +357,8 @@ def parse_model(
         xs = _inputs(r, rec, defined_at)
         try:
             r.tensors[rec.guid] = build(r, rec, xs)
-        except GraphError as exc:
-            shapes = (
-                ""
-                if exc.shapes is None
-                else " (input shapes "
-                + ", ".join("[" + ",".join(map(str, s)) + "]" for s in exc.shapes)
-                + ")"
-            )
-            r.fail(rec, _PARAMS, f"{name} record {rec.guid}: {exc.reason}{shapes}")
+        except GraphError as exc:  # keep the builder's reason and shapes, add path and line
+            r.fail(rec, _PARAMS, f"{name} record {rec.guid}: {_reason(exc)}")
         used.update(x.ref.node for x in xs)
     if outputs == "last":
         outs = [r.tensors[records[-1].guid]]

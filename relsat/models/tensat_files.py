@@ -83,9 +83,10 @@ def bts() -> Graph:
     nothing reads (FORMAT.md §1.5: the eight attention outputs and the last layer's matmul);
     113 ops (48 matmul, 32 reshape, 32 transpose, 1 relu) and 32 weights.
 
-    Quirks (``models/FORMAT.md`` §1.1, §1.3): the transposes use the older ``perm…, shuffle`` layout, read correctly here; dependencies are
-    listed in guid order, which is not argument order: record 115 multiplies the value tensor by
-    the attention logits where the network computes logits × value; both are ``[16, 64, 64]``, so
-    it builds. Use ``bert`` for TENSAT's BERT.
+    Quirks (``models/FORMAT.md`` §1.1, §1.3): the transposes use the older ``perm…, shuffle``
+    layout, read correctly here; dependencies are listed in guid order, which is not argument
+    order: record 115 multiplies the value tensor by the attention logits where the network
+    computes logits × value; both are ``[16, 64, 64]``, so it builds. Use ``bert`` for TENSAT's
+    BERT.
     """
     return load_file("bts.model", outputs="sinks")

@@ -1,0 +1,322 @@
+"""NumPy kernels of the operator language, one function per op, for the executor.
+
+Semantics are those of ``reference/SEMANTICS.md`` §2–3. ``merge`` (TASO ``merge_gconv``) has no
+value of its own: its meaning depends on the group count of the conv that consumes it, so its value
+is a :class:`Lazy` weight that the consuming conv materializes with its own groups; the
+weight-shaping ops in between (concat, enlarge, split, merge) pass that group count down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from relsat.errors import ExecutionError
+from relsat.graph import Node
+from relsat.ops import conv_out_size, same_padding
+
+__all__ = ["Lazy", "OpaqueKernel", "Value", "apply", "register_opaque"]
+
+#: An opaque op's NumPy kernel: ``fn(attrs, *inputs) -> outputs`` (one array per declared shape).
+OpaqueKernel: TypeAlias = Callable[..., Sequence[np.ndarray]]
+
+_OPAQUE: dict[str, OpaqueKernel] = {}
+
+
+def register_opaque(type_name: str, fn: OpaqueKernel | None) -> OpaqueKernel | None:
+    """Register the kernel of opaque ops of type ``type_name`` (``None`` removes it).
+
+    ``fn(attrs, *inputs)`` gets the node's attributes as a dict and its input arrays, and returns
+    a tuple with one array per declared output shape. Returns the kernel it replaces, if any.
+    """
+    previous = _OPAQUE.get(type_name)
+    if fn is None:
+        _OPAQUE.pop(type_name, None)
+    else:
+        _OPAQUE[type_name] = fn
+    return previous
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A weight whose value depends on the group count of the conv that consumes it (merge)."""
+
+    shape: tuple[int, ...]
+    make: Callable[[int], np.ndarray]
+    _cache: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    def at(self, groups: int) -> np.ndarray:
+        if groups not in self._cache:
+            self._cache[groups] = self.make(groups)
+        return self._cache[groups]
+
+
+Value: TypeAlias = "np.ndarray | Lazy"
+
+
+def _at(value: Value, groups: int) -> np.ndarray:
+    return value.at(groups) if isinstance(value, Lazy) else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels: fn(node, args) -> outputs
+
+
+def _activate(x: np.ndarray, activation: str) -> np.ndarray:
+    if activation == "RELU":
+        return np.maximum(x, 0)
+    if activation == "TANH":
+        return np.tanh(x)
+    if activation == "SIGMOID":
+        e = np.exp(-np.abs(x))  # 1 / (1 + exp(-x)) without overflow for large negative x
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    return x
+
+
+def _geometry(size: int, kernel: int, stride: int, padding: str) -> tuple[int, int, int]:
+    """(pad before, padded extent actually read, output extent) along one spatial dim (§3)."""
+    out = conv_out_size(size, kernel, stride, padding)
+    before = same_padding(size, kernel, stride) if padding == "SAME" else 0
+    # TASO declares ceil(H/s) rows; cuDNN with the symmetric pad may compute one more (even
+    # kernels, stride 1). Reading only (out-1)*s + k padded rows keeps the declared ones.
+    return before, (out - 1) * stride + kernel, out
+
+
+def _padded(
+    x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: str, fill: float
+) -> np.ndarray:
+    """``x`` padded (with ``fill``) and cropped to exactly the rows and columns the windows read."""
+    n, c, h, w = x.shape
+    top, need_h, _ = _geometry(h, kernel[0], stride[0], padding)
+    left, need_w, _ = _geometry(w, kernel[1], stride[1], padding)
+    if (top, left, need_h, need_w) == (0, 0, h, w):
+        return x
+    padded = np.full((n, c, need_h, need_w), fill, dtype=x.dtype)
+    hh, ww = min(h, need_h - top), min(w, need_w - left)
+    padded[:, :, top : top + hh, left : left + ww] = x[:, :, :hh, :ww]
+    return padded
+
+
+def _taps(
+    xp: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Per kernel position (i, j): the ``[N, C, H', W']`` view of the padded input it reads."""
+    (kh, kw), (sh, sw) = kernel, stride
+    ho, wo = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+    for i in range(kh):
+        for j in range(kw):
+            yield i, j, xp[:, :, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw]
+
+
+def _conv2d(node: Node, args: list[Value]) -> tuple[Value, ...]:
+    x, w_value = args
+    if isinstance(x, Lazy):
+        raise _lazy_misuse(node, 0)
+    n, c = x.shape[:2]
+    o, cw, kh, kw = w_value.shape
+    groups = c // cw
+    w = _at(w_value, groups)
+    p = node.params
+    xp = _padded(x, (kh, kw), p["stride"], p["padding"], 0.0)
+    if cw == 1 and groups > 1:
+        # Depthwise: a multiply-add per kernel position beats kh*kw-deep matmuls per channel.
+        xr = np.repeat(xp, o // groups, axis=1) if o > groups else xp
+        out: np.ndarray | None = None
+        for i, j, tap in _taps(xr, (kh, kw), p["stride"]):
+            term = tap * w[:, 0, i, j].reshape(1, o, 1, 1)
+            out = term if out is None else np.add(out, term, out=out)
+        assert out is not None
+        return (_activate(out, p["activation"]),)
+    win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, :: p["stride"][0], :: p["stride"][1]]
+    ho, wo = win.shape[2:4]
+    # im2col per group: [g, Cw*kh*kw, N*H'*W'], then one batched matmul over the groups.
+    cols = win.reshape(n, groups, cw, ho, wo, kh, kw).transpose(1, 2, 5, 6, 0, 3, 4)
+    cols = cols.reshape(groups, cw * kh * kw, n * ho * wo)
+    mat = w.reshape(groups, o // groups, cw * kh * kw)
+    out = np.matmul(mat, cols)  # [g, O/g, N*H'*W']
+    out = out.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+    return (_activate(np.ascontiguousarray(out), p["activation"]),)
+
+
+def _pool(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    (x,) = args
+    p = node.params
+    kernel, stride, padding = p["kernel"], p["stride"], p["padding"]
+    is_max = node.op == "poolmax"
+    xp = _padded(x, kernel, stride, padding, -np.inf if is_max else 0.0)
+    out: np.ndarray | None = None
+    for _, _, tap in _taps(xp, kernel, stride):
+        if out is None:
+            out = tap.copy()
+        elif is_max:
+            np.maximum(out, tap, out=out)
+        else:
+            out += tap
+    assert out is not None
+    if not is_max:
+        # cuDNN's count-exclude-padding: divide by the number of real positions in each window.
+        counts = [
+            _real_counts(size, k, s, padding)
+            for size, k, s in zip(x.shape[2:], kernel, stride, strict=True)
+        ]
+        out /= np.outer(*counts).astype(x.dtype)
+    return (_activate(out, p["activation"]),)
+
+
+def _real_counts(size: int, kernel: int, stride: int, padding: str) -> np.ndarray:
+    """Per output position along one dim: how many of its window's rows are real (not padding)."""
+    before, _, out = _geometry(size, kernel, stride, padding)
+    start = np.arange(out) * stride - before
+    return np.minimum(start + kernel, size) - np.maximum(start, 0)
+
+
+def _merged(w: np.ndarray, count: int, groups: int, node: Node) -> np.ndarray:
+    """TASO merge_gconv defined mathematically (§2): ``groups`` before merging."""
+    o, cw = w.shape[:2]
+    if groups < 1 or o % groups:
+        raise ExecutionError(
+            f"merged weight with {o} output channels cannot have {groups} groups before merging",
+            node=node.id,
+            op=node.op,
+        )
+    out = np.zeros((o, count, cw, *w.shape[2:]), dtype=w.dtype)
+    block = (np.arange(o) // (o // groups)) % count
+    out[np.arange(o), block] = w
+    return out.reshape(o, count * cw, *w.shape[2:])
+
+
+def _merge(node: Node, args: list[Value]) -> tuple[Value, ...]:
+    (w,) = args
+    count = node.params["count"]
+    o, cw, kh, kw = w.shape
+    # The consumer's groups g' are the new ones; the weight was built for g' * count groups.
+    return (
+        Lazy((o, count * cw, kh, kw), lambda g: _merged(_at(w, g * count), count, g * count, node)),
+    )
+
+
+def _enlarge(node: Node, args: list[Value]) -> tuple[Value, ...]:
+    w, ref = args  # only ref's shape matters
+
+    def make(groups: int) -> np.ndarray:
+        arr = _at(w, groups)
+        out = np.zeros(arr.shape[:2] + ref.shape[2:], dtype=arr.dtype)
+        top, left = (ref.shape[2] - arr.shape[2]) // 2, (ref.shape[3] - arr.shape[3]) // 2
+        out[:, :, top : top + arr.shape[2], left : left + arr.shape[3]] = arr
+        return out
+
+    if isinstance(w, Lazy):
+        return (Lazy(tuple(w.shape[:2]) + tuple(ref.shape[2:]), make),)
+    return (make(1),)
+
+
+def _concat(node: Node, args: list[Value]) -> tuple[Value, ...]:
+    axis = node.params["axis"]
+    if any(isinstance(a, Lazy) for a in args):
+        return (Lazy(node.shape, lambda g: np.concatenate([_at(a, g) for a in args], axis)),)
+    return (np.concatenate(args, axis),)  # type: ignore[arg-type]
+
+
+def _split(node: Node, args: list[Value]) -> tuple[Value, ...]:
+    (x,) = args
+    axis, sizes = node.params["axis"], node.params["sizes"]
+    cuts = np.cumsum(sizes)[:-1].tolist()
+    if isinstance(x, Lazy):
+        lazy = x
+
+        def piece(i: int) -> Callable[[int], np.ndarray]:
+            return lambda g: np.split(lazy.at(g), cuts, axis)[i]
+
+        return tuple(Lazy(t.shape, piece(i)) for i, t in enumerate(node.outputs))
+    return tuple(np.split(x, cuts, axis))
+
+
+def _batchnorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, scale, bias, mean, var = args
+    shape = (1, -1) + (1,) * (x.ndim - 2)  # broadcast over channel dim 1
+    eps = node.params["epsilon"]
+    inv = scale.reshape(shape) / np.sqrt(var.reshape(shape) + eps)
+    return ((x - mean.reshape(shape)) * inv + bias.reshape(shape),)
+
+
+def _opaque(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    type_name = node.params["type"]
+    fn = _OPAQUE.get(type_name)
+    if fn is None:
+        raise ExecutionError(
+            f"no NumPy kernel registered for opaque type {type_name!r} "
+            "(see relsat.execute.register_opaque)",
+            node=node.id,
+            op="opaque",
+        )
+    outs = tuple(fn(json.loads(node.params["attrs"]), *args))
+    got = [np.shape(a) for a in outs]
+    want = [t.shape for t in node.outputs]
+    if got != want:
+        raise ExecutionError(
+            f"kernel for opaque type {type_name!r} returned shapes {got}, declared {want}",
+            node=node.id,
+            op="opaque",
+        )
+    dtype = args[0].dtype if args else np.float64
+    return tuple(np.asarray(a, dtype=dtype) for a in outs)
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> _ArrayKernel:
+    return lambda node, args: (fn(args[0]),)
+
+
+def _lazy_misuse(node: Node, pos: int) -> ExecutionError:
+    return ExecutionError(
+        f"argument {pos} is a merged weight, which only a conv weight "
+        "(directly or through concat/enlarge/split/merge) can read",
+        node=node.id,
+        op=node.op,
+    )
+
+
+_ArrayKernel: TypeAlias = Callable[[Node, list[np.ndarray]], tuple[np.ndarray, ...]]
+_WeightKernel: TypeAlias = Callable[[Node, list[Value]], tuple[Value, ...]]
+
+#: Kernels of ops on plain arrays.
+_KERNELS: dict[str, _ArrayKernel] = {
+    "ewadd": lambda n, a: (np.add(a[0], a[1]),),
+    "ewmul": lambda n, a: (np.multiply(a[0], a[1]),),
+    "matmul": lambda n, a: (_activate(np.matmul(a[0], a[1]), n.params["activation"]),),
+    "relu": _unary(lambda x: _activate(x, "RELU")),
+    "tanh": _unary(np.tanh),
+    "sigmoid": _unary(lambda x: _activate(x, "SIGMOID")),
+    "dropout": _unary(lambda x: x),
+    "poolmax": _pool,
+    "poolavg": _pool,
+    "transpose": lambda n, a: (np.transpose(a[0], n.params["perm"]),),
+    "reshape": lambda n, a: (np.reshape(a[0], n.params["shape"]),),
+    "batchnorm": _batchnorm,
+    "opaque": _opaque,
+}
+
+#: Kernels of ops that may read (and pass on) a lazy merged weight.
+_WEIGHT_KERNELS: dict[str, _WeightKernel] = {
+    "conv2d": _conv2d,
+    "concat": _concat,
+    "split": _split,
+    "enlarge": _enlarge,
+    "merge": _merge,
+}
+
+
+def apply(node: Node, args: list[Value]) -> tuple[Value, ...]:
+    """The outputs of ``node`` given its argument values."""
+    if node.op in _WEIGHT_KERNELS:
+        return _WEIGHT_KERNELS[node.op](node, args)
+    arrays = []
+    for pos, a in enumerate(args):
+        if isinstance(a, Lazy):
+            raise _lazy_misuse(node, pos)
+        arrays.append(a)
+    return _KERNELS[node.op](node, arrays)
