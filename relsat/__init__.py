@@ -11,13 +11,18 @@ from relsat.errors import (
     GraphFormatError,
     ModelFormatError,
     RelsatError,
+    RuleError,
+    RuleSyntaxError,
     UnknownModelError,
 )
-from relsat.execute import allclose, run
+from relsat.execute import Comparison, allclose, compare, random_values, run
 from relsat.graph import Graph, GraphBuilder, Node, Ref, Tensor
 from relsat.ops import TensorType
+from relsat.rulefile import load_rules, load_tensat, parse_rules
+from relsat.rules import Rule, RuleSet
 
 __all__ = [
+    "Comparison",
     "ExecutionError",
     "Graph",
     "GraphBuilder",
@@ -27,10 +32,19 @@ __all__ = [
     "Node",
     "Ref",
     "RelsatError",
+    "Rule",
+    "RuleError",
+    "RuleSet",
+    "RuleSyntaxError",
     "Tensor",
     "TensorType",
     "UnknownModelError",
     "allclose",
+    "compare",
+    "load_rules",
+    "load_tensat",
+    "parse_rules",
+    "random_values",
     "run",
 ]
 

@@ -16,6 +16,8 @@ __all__ = [
     "GraphFormatError",
     "ModelFormatError",
     "RelsatError",
+    "RuleError",
+    "RuleSyntaxError",
     "UnknownModelError",
 ]
 
@@ -126,3 +128,51 @@ def _fmt_shape(shape: Sequence[int]) -> str:
 def _location(path: str | None, line: int | None, column: int | None) -> str:
     parts = [p for p in (path, line, column) if p is not None]
     return ":".join(str(p) for p in parts)
+
+
+class RuleError(RelsatError, ValueError):
+    """A rule that cannot be used: unknown op or guard, wrong arity, unbound variable, duplicate
+    name, …
+
+    ``path``, ``line`` and ``col`` (1-based; any may be None) name the place, ``rule`` the rule's
+    name when known; ``reason`` is the message without the place.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        col: int | None = None,
+        rule: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.path = path
+        self.line = line
+        self.col = col
+        self.rule = rule
+        self.part: tuple[str, int] | None = None  # which body line caused it (set by Rule checks)
+        parts = [path or "<string>", line, col] if line is not None else [path]
+        where = ":".join(str(p) for p in parts if p is not None)
+        text = f"rule {rule!r}: {message}" if rule else message
+        super().__init__(f"{where}: {text}" if where else text)
+
+    def located(
+        self, path: str | None, line: int | None, col: int | None = None, rule: str | None = None
+    ) -> RuleError:
+        """The same error (same class) with the place filled in: given values win."""
+        err = type(self)(
+            self.reason,
+            path=path if path is not None else self.path,
+            line=line if line is not None else self.line,
+            col=col if col is not None else self.col,
+            rule=self.rule or rule,
+        )
+        err.part = self.part
+        return err
+
+
+class RuleSyntaxError(RuleError):
+    """A rule text that cannot be read: bad token, unbalanced parentheses, missing ``=>``, an
+    integer where a tensor is expected or the reverse. Always carries ``line`` and ``col``."""

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from relsat.errors import RelsatError
-from relsat.rules import (
+from relsat.errors import RelsatError, RuleError, RuleSyntaxError
+from relsat.rulefile import (
     RULES_DIR,
-    Guard,
-    Pattern,
-    Rule,
-    RuleError,
-    RuleSet,
-    RuleSyntaxError,
-    Var,
-    canonical,
     format_rules,
     load_rules,
     load_tensat,
     parse_rules,
     parse_tensat,
 )
+from relsat.rules import Guard, Pattern, Rule, RuleSet, Var, canonical
 
 
 @pytest.fixture(scope="module")
@@ -282,3 +278,38 @@ def test_rule_construction_checks() -> None:
         Guard("nope", (Var("x"),))
     rule = Rule("r", (relu,), (relu,), guards=(Guard("same-shape", (Var("x"), Var("x"))),))
     assert str(rule) == "# name: r\n(relu ?x) => (relu ?x)\nwhere same-shape(?x, ?x)"
+
+
+_PIECES = [
+    "(",
+    ")",
+    " ",
+    "=>",
+    "?x",
+    "?y",
+    "relu",
+    "conv2d",
+    "0",
+    "1",
+    "\n",
+    "\n\n",
+    "# name: r",
+    "# from: a:1",
+    "where ",
+    "same-shape",
+    ",",
+    "symmetric",
+    "concat",
+    "#",
+    "?",
+    "split_0",
+    "x$",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_fuzz_only_rule_errors(text: str) -> None:
+    for parse in (parse_rules, parse_tensat, lambda t: parse_tensat(t, multi=True)):
+        with contextlib.suppress(RuleError):  # anything else (IndexError, …) fails the test
+            parse(text)

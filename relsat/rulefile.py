@@ -1,0 +1,469 @@
+"""Rule files: relsat's ``.rules`` format and TENSAT's rule text, parsed into the rule IR.
+
+The rule format
+---------------
+
+``rules/<family>.rules`` is plain text that reads like a table of equations, one named rule per
+block, blocks separated by blank lines::
+
+    # name: matmul-assoc-right
+    # from: converted.txt:1
+    # (x @ a) @ b -> x @ (a @ b)
+    (matmul 0 (matmul 0 ?x ?a) ?b) => (matmul 0 ?x (matmul 0 ?a ?b))
+
+    # name: conv-pair-shared-input-to-weight-concat
+    # from: converted_multi.txt:23, converted_multi.txt:24
+    # two convs of one input become one conv with the weights stacked, then split
+    (conv2d 1 1 0 0 ?x ?w1) => (split_0 (split 1 (conv2d 1 1 0 0 ?x (concat 0 4 ?w1 ?w2))))
+    (conv2d 1 1 0 0 ?x ?w2) => (split_1 (split 1 (conv2d 1 1 0 0 ?x (concat 0 4 ?w1 ?w2))))
+    symmetric
+    where ungrouped(?x, ?w1)
+    where ungrouped(?x, ?w2)
+
+* **Header.** ``# name: <kebab-case-name>`` starts a rule (names are unique over every loaded file);
+  then optionally ``# from: file:line, …`` (provenance: every source line the rule came from) and
+  ``# <text>`` lines (the rule's ``doc``). A block of comments with no ``# name:`` (a file header)
+  is ignored.
+* **Body.** One line ``lhs => rhs`` is a single-pattern rule. Several consecutive lines make a
+  **multi-pattern** rule: the left-hand sides are matched together, joined on their shared
+  ``?vars``, and ``rhs_i`` is added to the e-class of ``lhs_i``; a right-hand side may use a
+  variable bound by any left-hand side.
+* ``symmetric`` (multi-pattern rules only): TENSAT's symmetric mode. When the source patterns are
+  identical up to renaming, a pair of matches is tried once (unordered), not in both orders.
+* ``where <guard>(?a, ?b, …)``: a side condition from the closed vocabulary :data:`GUARDS`
+  (``ungrouped``, ``same-shape``, ``same-group-width``). Guards are data; the engine decides
+  whether to apply them (TENSAT mode ignores them).
+* **Patterns** are s-expressions with TENSAT's operator names and argument orders
+  (:data:`OPERATORS`): integer arguments first, as literal leaves that must match exactly
+  (``(conv2d 1 1 0 2 ?x ?w)`` is a stride-1, SAME-padded, ReLU-fused conv), then tensor
+  arguments, each a pattern or a ``?variable``. A variable used twice binds the same e-class.
+
+Syntax errors raise :class:`RuleSyntaxError` citing ``file:line:col``; semantic problems (unknown
+operator or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate
+names, …) raise :class:`RuleError` naming the rule and the line.
+
+TENSAT's own files (``converted.txt``, ``predefined_rules.txt``, ``converted_multi.txt``,
+``predefined_multi.txt``: one ``lhs=>rhs`` per line, multi-pattern files two lines per rule) are
+read as-is by :func:`parse_tensat` and :func:`load_tensat`.
+
+>>> rs = parse_rules("# name: relu-of-relu\\n(relu (relu ?x)) => (relu ?x)\\n")
+>>> str(rs["relu-of-relu"].lhs[0])
+'(relu (relu ?x))'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relsat.errors import RuleError, RuleSyntaxError
+from relsat.rules import (
+    _KIND_TEXT,
+    OPERATORS,
+    Guard,
+    Location,
+    Pattern,
+    Rule,
+    RuleSet,
+    Term,
+    Var,
+    _format_rule,
+    _kind,
+    _sig_text,
+)
+
+__all__ = ["RULES_DIR", "format_rules", "load_rules", "load_tensat", "parse_rules", "parse_tensat"]
+
+#: The shipped rule files, ``rules/*.rules`` at the repository root.
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+
+# ---------------------------------------------------------------------------------------------
+# S-expressions
+
+_TOKEN = re.compile(
+    r"(?P<lp>\()|(?P<rp>\))|(?P<arrow>=>)"
+    r"|(?P<int>\d+)(?=[\s()]|=>|$)"
+    r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*)(?=[\s()]|=>|$)"
+    r"|(?P<sym>[A-Za-z_][A-Za-z0-9_]*)(?=[\s()]|=>|$)"
+)
+_BAD = re.compile(r"[^\s()]+")
+
+
+@dataclass
+class _Frame:
+    op: str
+    col: int
+    args: list[tuple[Term, int]]
+
+
+class _Line:
+    """One body line being parsed: raises errors at this line's file:line:col."""
+
+    def __init__(self, text: str, path: str | None, line: int, rule: str | None) -> None:
+        self.text, self.path, self.line, self.rule = text, path, line, rule
+        self.tokens: list[tuple[str, str, int]] = []  # (kind, text, 1-based col)
+        pos = 0
+        while pos < len(text):
+            if text[pos].isspace():
+                pos += 1
+                continue
+            m = _TOKEN.match(text, pos)
+            if m is None or m.lastgroup is None:
+                bad = _BAD.match(text, pos)
+                self.syntax(f"bad token {bad.group() if bad else text[pos]!r}", pos + 1)
+                break  # pragma: no cover (syntax raises)
+            self.tokens.append((m.lastgroup, m.group(), pos + 1))
+            pos = m.end()
+        self.i = 0
+
+    def syntax(self, message: str, col: int) -> None:
+        raise RuleSyntaxError(message, path=self.path, line=self.line, col=col, rule=self.rule)
+
+    def semantic(self, message: str, col: int | None = None) -> None:
+        raise RuleError(message, path=self.path, line=self.line, col=col, rule=self.rule)
+
+    def end_col(self) -> int:
+        return len(self.text.rstrip()) + 1
+
+    def term(self) -> Term:
+        """Parse one term (iteratively: nesting depth is not limited by Python's stack)."""
+        stack: list[_Frame] = []
+        while True:
+            if self.i >= len(self.tokens):
+                where = (
+                    f"'(' at col {stack[-1].col} is never closed" if stack else "expected a term"
+                )
+                self.syntax(f"unbalanced parentheses: {where}" if stack else where, self.end_col())
+            kind, text, col = self.tokens[self.i]
+            self.i += 1
+            value: Term
+            if kind == "lp":
+                op_tok = self.tokens[self.i] if self.i < len(self.tokens) else None
+                if op_tok is None or op_tok[0] != "sym":
+                    found = "')'" if op_tok and op_tok[0] == "rp" else "nothing"
+                    if op_tok and op_tok[0] != "rp":
+                        found = repr(op_tok[1])
+                    self.syntax(f"expected an operator name after '(', found {found}", col + 1)
+                assert op_tok is not None
+                self.i += 1
+                self._check_op(op_tok[1], op_tok[2])
+                stack.append(_Frame(op_tok[1], col, []))
+                continue
+            if kind == "rp":
+                if not stack:
+                    self.syntax("unbalanced parentheses: unexpected ')'", col)
+                value = self._close(stack.pop())
+            elif kind == "int":
+                value = int(text)
+            elif kind == "var":
+                value = Var(text[1:])
+            elif kind == "arrow":
+                self.syntax("unexpected '=>' (unbalanced parentheses?)", col)
+                raise AssertionError  # pragma: no cover
+            else:
+                self.syntax(f"expected '(', a ?variable or an integer, found {text!r}", col)
+                raise AssertionError  # pragma: no cover
+            if not stack:
+                return value
+            stack[-1].args.append((value, col))
+
+    def _check_op(self, op: str, col: int) -> None:
+        sig = OPERATORS.get(op)
+        if sig is None:
+            self.semantic(f"unknown operator {op!r}", col)
+        elif not sig.in_rules:
+            self.semantic(f"operator {op!r} takes string arguments and cannot be in rules", col)
+
+    def _close(self, frame: _Frame) -> Pattern:
+        sig = OPERATORS[frame.op]
+        if len(frame.args) != sig.arity:
+            self.semantic(
+                f"{frame.op} takes {sig.arity} arguments ({_sig_text(sig)}), got {len(frame.args)}",
+                frame.col,
+            )
+        for (pname, kind), (arg, col) in zip(sig.params, frame.args, strict=True):
+            if _kind(arg) != kind:
+                got = "an integer" if _kind(arg) == "int" else "a tensor"
+                self.syntax(
+                    f"{frame.op} argument {pname!r} must be {_KIND_TEXT[kind]}, got {got}", col
+                )
+        return Pattern(frame.op, tuple(a for a, _ in frame.args))
+
+    def equation(self) -> tuple[Pattern, Pattern]:
+        """``lhs => rhs``, both operator patterns, and nothing after."""
+        sides: list[Pattern] = []
+        for side in ("left", "right"):
+            col = self.tokens[self.i][2] if self.i < len(self.tokens) else self.end_col()
+            term = self.term()
+            if not isinstance(term, Pattern):
+                self.syntax(f"the {side}-hand side must be an operator pattern, not {term}", col)
+            assert isinstance(term, Pattern)
+            sides.append(term)
+            if side == "left":
+                if self.i >= len(self.tokens):
+                    self.syntax("missing '=>' after the left-hand side", self.end_col())
+                kind, text, tcol = self.tokens[self.i]
+                if kind != "arrow":
+                    self.syntax(f"expected '=>' after the left-hand side, found {text!r}", tcol)
+                self.i += 1
+        if self.i < len(self.tokens):
+            _, text, col = self.tokens[self.i]
+            self.syntax(f"unexpected {text!r} after the right-hand side", col)
+        return sides[0], sides[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# relsat's .rules format
+
+_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_GUARD = re.compile(r"where\s+(?P<name>[A-Za-z0-9_-]+)\s*\((?P<args>[^()]*)\)\s*$")
+_GUARD_ARG = re.compile(r"\?[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class _Draft:
+    """A rule being read: its parts and the line each part came from."""
+
+    name: str
+    line: int
+    sources: list[str] = field(default_factory=list)
+    doc: list[str] = field(default_factory=list)
+    eqs: list[tuple[Pattern, Pattern, int]] = field(default_factory=list)
+    guards: list[tuple[Guard, int]] = field(default_factory=list)
+    flag_line: int | None = None
+
+    @property
+    def has_body(self) -> bool:
+        return bool(self.eqs or self.guards or self.flag_line)
+
+
+def parse_rules(text: str, *, path: str | Path | None = None) -> RuleSet:
+    """Read relsat's rule format (see the module docstring) into a :class:`RuleSet`."""
+    src = None if path is None else str(path)
+    rules: list[Rule] = []
+    draft: _Draft | None = None
+
+    def finish() -> None:
+        nonlocal draft
+        if draft is not None:
+            rules.append(_build(draft, src))
+        draft = None
+
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        col = len(raw) - len(raw.lstrip()) + 1
+        rule_name = draft.name if draft else None
+        if not stripped:
+            finish()
+        elif stripped.startswith("#"):
+            body = stripped[1:].strip()
+            key, _, value = body.partition(":")
+            if key.strip() == "name":
+                finish()
+                name = value.strip()
+                if not _NAME.fullmatch(name):
+                    raise RuleSyntaxError(
+                        f"rule name {name!r} is not kebab-case (a-z, 0-9, '-')",
+                        path=src,
+                        line=lineno,
+                        col=col,
+                        rule=name or None,
+                    )
+                draft = _Draft(name, lineno)
+            elif draft is None:
+                continue  # a comment outside any rule: file or section header
+            elif draft.has_body:
+                raise RuleSyntaxError(
+                    "comment inside a rule body (put comments above the rule, or a blank line "
+                    "before the next block)",
+                    path=src,
+                    line=lineno,
+                    col=col,
+                    rule=rule_name,
+                )
+            elif key.strip() == "from":
+                draft.sources.extend(s.strip() for s in value.split(",") if s.strip())
+            else:
+                draft.doc.append(body)
+        elif draft is None:
+            raise RuleSyntaxError(
+                "rule without a '# name: <name>' header", path=src, line=lineno, col=col
+            )
+        elif stripped == "symmetric":
+            if draft.flag_line is not None:
+                raise RuleSyntaxError(
+                    "'symmetric' given twice", path=src, line=lineno, col=col, rule=rule_name
+                )
+            draft.flag_line = lineno
+        elif stripped.split(None, 1)[0] == "where":
+            draft.guards.append((_parse_guard(raw, src, lineno, rule_name), lineno))
+        else:
+            if draft.guards or draft.flag_line:
+                raise RuleSyntaxError(
+                    "'lhs => rhs' lines must come before 'symmetric' and 'where' lines",
+                    path=src,
+                    line=lineno,
+                    col=col,
+                    rule=rule_name,
+                )
+            lhs, rhs = _Line(raw, src, lineno, rule_name).equation()
+            draft.eqs.append((lhs, rhs, lineno))
+    finish()
+    return RuleSet(rules)
+
+
+def _parse_guard(raw: str, path: str | None, lineno: int, rule: str | None) -> Guard:
+    indent = len(raw) - len(raw.lstrip())
+    m = _GUARD.match(raw.strip())
+    if m is None:
+        raise RuleSyntaxError(
+            "expected 'where <guard>(?a, ?b, …)'", path=path, line=lineno, col=indent + 1, rule=rule
+        )
+    args: list[Var] = []
+    offset = indent + m.start("args")
+    for piece in m.group("args").split(","):
+        arg = piece.strip()
+        col = offset + len(piece) - len(piece.lstrip()) + 1
+        if not _GUARD_ARG.fullmatch(arg):
+            raise RuleSyntaxError(
+                f"guard arguments are ?variables, found {arg!r}",
+                path=path,
+                line=lineno,
+                col=col,
+                rule=rule,
+            )
+        args.append(Var(arg[1:]))
+        offset += len(piece) + 1
+    try:
+        return Guard(m.group("name"), tuple(args))
+    except RuleError as err:
+        raise err.located(path, lineno, indent + m.start("name") + 1, rule) from None
+
+
+def _build(draft: _Draft, path: str | None) -> Rule:
+    if not draft.eqs:
+        raise RuleSyntaxError(
+            "rule has no 'lhs => rhs' line", path=path, line=draft.line, col=1, rule=draft.name
+        )
+    lines = {
+        "eq": [line for _, _, line in draft.eqs],
+        "guard": [line for _, line in draft.guards],
+        "flag": [draft.flag_line or draft.line],
+    }
+    try:
+        return Rule(
+            name=draft.name,
+            lhs=tuple(lhs for lhs, _, _ in draft.eqs),
+            rhs=tuple(rhs for _, rhs, _ in draft.eqs),
+            symmetric=draft.flag_line is not None,
+            guards=tuple(g for g, _ in draft.guards),
+            sources=tuple(draft.sources),
+            doc="\n".join(draft.doc),
+            location=Location(path, draft.line),
+        )
+    except RuleError as err:
+        line = lines[err.part[0]][err.part[1]] if err.part else draft.line
+        raise err.located(path, line) from None
+
+
+def format_rules(rules: Iterable[Rule], *, header: str = "") -> str:
+    """Write rules in relsat's format; ``parse_rules(format_rules(rs)) == rs``.
+
+    ``header`` (may span lines) becomes a comment block at the top of the file.
+    """
+    blocks = ["\n".join(f"# {line}".rstrip() for line in header.splitlines())] if header else []
+    blocks += [_format_rule(r) for r in rules]
+    return "\n\n".join(blocks) + "\n"
+
+
+def load_rules(paths: str | Path | Sequence[str | Path] | None = None) -> RuleSet:
+    """Load ``.rules`` files: by default every ``rules/*.rules`` of the repository (sorted by
+    name); else a folder (its ``*.rules``, sorted), one file, or a list of files and folders."""
+    if paths is None:
+        paths = RULES_DIR
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    files: list[Path] = []
+    for item in map(Path, items):
+        files += sorted(item.glob("*.rules")) if item.is_dir() else [item]
+    rules: list[Rule] = []
+    for f in files:
+        rules += parse_rules(f.read_text(encoding="utf-8"), path=f)
+    return RuleSet(rules)
+
+
+# ---------------------------------------------------------------------------------------------
+# TENSAT's text format
+
+
+def parse_tensat(
+    text: str,
+    *,
+    path: str | Path | None = None,
+    multi: bool = False,
+    symmetric: bool = True,
+    prefix: str | None = None,
+    start: int = 0,
+) -> RuleSet:
+    """Read TENSAT's ``lhs=>rhs`` lines as-is; empty lines are skipped.
+
+    Rules are named ``{prefix}{start}``, ``{prefix}{start+1}``, … (prefix ``rule``, or ``multi``
+    when ``multi``). With ``multi`` every two lines form one rule, marked ``symmetric`` if asked.
+    Each rule's ``sources`` names its lines as ``file:line``.
+    """
+    src = None if path is None else str(path)
+    label = Path(src).name if src else "<string>"
+    prefix = prefix if prefix is not None else ("multi" if multi else "rule")
+    eqs = [
+        (*_Line(raw, src, n, None).equation(), n)
+        for n, raw in enumerate(text.split("\n"), start=1)
+        if raw.strip()
+    ]
+    size = 2 if multi else 1
+    rules: list[Rule] = []
+    for k in range(0, len(eqs), size):
+        group = eqs[k : k + size]
+        name = f"{prefix}{start + k // size}"
+        if len(group) < size:
+            raise RuleError(
+                "multi-pattern rule has one line; TENSAT's multi files have two lines per rule",
+                path=src,
+                line=group[0][2],
+                rule=name,
+            )
+        try:
+            rules.append(
+                Rule(
+                    name=name,
+                    lhs=tuple(lhs for lhs, _, _ in group),
+                    rhs=tuple(rhs for _, rhs, _ in group),
+                    symmetric=multi and symmetric,
+                    sources=tuple(f"{label}:{n}" for _, _, n in group),
+                    location=Location(src, group[0][2]),
+                )
+            )
+        except RuleError as err:
+            line = group[err.part[1]][2] if err.part and err.part[0] == "eq" else None
+            raise err.located(src, line) from None
+    return RuleSet(rules)
+
+
+def load_tensat(reference_rules_dir: str | Path) -> RuleSet:
+    """TENSAT's rule set as TENSAT loads it: ``converted.txt`` then ``predefined_rules.txt``
+    (``rule0`` … ``rule123``), ``converted_multi.txt`` (symmetric, ``multi0`` … ``multi12``) and
+    ``predefined_multi.txt`` (non-symmetric, ``multi13``, ``multi14``). Accepts the folder holding
+    the four files or its parent (``reference/``)."""
+    folder = Path(reference_rules_dir)
+    if not (folder / "converted.txt").exists() and (folder / "rules" / "converted.txt").exists():
+        folder = folder / "rules"
+
+    def read(name: str, **kw: object) -> RuleSet:
+        f = folder / name
+        return parse_tensat(f.read_text(encoding="utf-8"), path=f, **kw)  # type: ignore[arg-type]
+
+    single = read("converted.txt")
+    single += read("predefined_rules.txt", start=len(single))
+    multi = read("converted_multi.txt", multi=True)
+    multi += read("predefined_multi.txt", multi=True, symmetric=False, start=len(multi))
+    return single + multi
