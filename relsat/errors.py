@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "DatabaseError",
     "ExecutionError",
     "GraphError",
     "GraphFormatError",
@@ -176,3 +177,13 @@ class RuleError(RelsatError, ValueError):
 class RuleSyntaxError(RuleError):
     """A rule text that cannot be read: bad token, unbalanced parentheses, missing ``=>``, an
     integer where a tensor is expected or the reverse. Always carries ``line`` and ``col``."""
+
+
+class DatabaseError(RelsatError):
+    """The e-graph database cannot be opened or used: locked, read-only, wrong schema version, or a
+    statement failed. ``path`` names the database file (None: in memory)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.reason = message
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)

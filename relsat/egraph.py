@@ -1,0 +1,274 @@
+"""The relational e-graph: a Graph loaded into DuckDB tables, inspected and audited with SQL.
+
+One row per e-node in ``enode`` (op, integer parameters ``p0…p5`` in TENSAT's argument order, a
+string parameter ``s``, child classes ``c0…c7``, its class), one row per e-class in ``eclass``
+(TENSAT's analysis: shape, split history, all-weights flag), ``uf`` for union-find and ``output``
+for the graph outputs. See ``sql/schema/egraph.sql`` and the README's "Inspecting the e-graph with
+SQL". Loading hash-conses, so identical subgraphs of the input collapse into one e-class.
+
+>>> from relsat.graph import GraphBuilder
+>>> b = GraphBuilder(); x = b.input([2, 2])
+>>> eg = EGraph.from_graph(b.build(b.add(b.relu(x), b.relu(x))))
+>>> eg.counts()
+(3, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from relsat.db import SCHEMA_VERSION, SQL_DIR, Database
+from relsat.errors import DatabaseError, GraphError
+from relsat.graph import Graph, Node, Ref
+from relsat.ops import ACTIVATIONS, PADDINGS
+
+__all__ = ["MAX_CHILDREN", "EGraph", "encode_node"]
+
+#: Children an e-node can have (columns c0…c7).
+MAX_CHILDREN = 8
+
+_SCHEMA = ("schema/egraph", "schema/stats", "schema/program", "schema/work")
+
+
+def encode_node(node: Node) -> tuple[str, list[int], str]:
+    """A graph node's e-node encoding ``(op, [p0…p5], s)``: TENSAT's integer arguments in order.
+
+    >>> from relsat.graph import GraphBuilder
+    >>> b = GraphBuilder(); x = b.input([1, 4, 8, 8])
+    >>> y = b.conv2d(x, b.weight([4, 4, 3, 3]), stride=1, padding="SAME", activation="RELU")
+    >>> encode_node(b.build(y).nodes[-1])
+    ('conv2d', [1, 1, 0, 2, -1, -1], '')
+    """
+    p, op = node.params, node.op
+    ints: list[int] = []
+    s = ""
+    if op in ("input", "weight"):
+        s = node.name or ""
+    elif op == "matmul":
+        ints = [ACTIVATIONS.index(p["activation"])]
+    elif op == "conv2d":
+        ints = [*p["stride"], PADDINGS.index(p["padding"]), ACTIVATIONS.index(p["activation"])]
+    elif op in ("poolmax", "poolavg"):
+        ints = [
+            *p["kernel"],
+            *p["stride"],
+            PADDINGS.index(p["padding"]),
+            ACTIVATIONS.index(p["activation"]),
+        ]
+    elif op == "concat":
+        ints = [p["axis"] % len(node.shape), len(node.shape)]
+    elif op == "merge":
+        ints = [p["count"]]
+    elif op == "transpose":
+        s, ints = "_".join(map(str, p["perm"])), [int(p["shuffle"])]
+    elif op == "reshape":
+        s = "_".join(map(str, p["shape"]))
+    elif op == "batchnorm":
+        s = repr(float(p["epsilon"]))
+    elif op == "opaque":
+        s = f"{p['type']}|{p['attrs']}|{p['shapes']}"
+    return op, [*ints, -1, -1, -1, -1, -1, -1][:6], s
+
+
+class EGraph:
+    """An e-graph stored in DuckDB (in memory, or in a database file)."""
+
+    def __init__(self, db: Database | str | Path | None = None) -> None:
+        self.db = db if isinstance(db, Database) else Database(db)
+        version = self._stored_version()
+        if version is not None and version != SCHEMA_VERSION:
+            raise DatabaseError(
+                f"e-graph schema version {version}, this relsat reads {SCHEMA_VERSION}",
+                path=self.db.path,
+            )
+        for name in _SCHEMA:
+            self.db.script(name)
+        if version is None:
+            self.db.execute("INSERT INTO meta VALUES ('schema_version', $v)", {"v": SCHEMA_VERSION})
+
+    def _stored_version(self) -> str | None:
+        exists = self.db.scalar(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+        )
+        if not exists:
+            return None
+        value = self.db.scalar("SELECT value FROM meta WHERE key = 'schema_version'")
+        return None if value is None else str(value)
+
+    @classmethod
+    def from_graph(cls, graph: Graph, db: Database | str | Path | None = None) -> EGraph:
+        eg = cls(db)
+        eg.load(graph)
+        return eg
+
+    # --- loading --------------------------------------------------------------------------
+
+    def load(self, graph: Graph) -> None:
+        """Insert ``graph`` (hash-consed) into empty tables: one Arrow batch per table."""
+        if self.db.scalar("SELECT count(*) FROM enode"):
+            raise DatabaseError("the e-graph database already holds an e-graph", path=self.db.path)
+        enodes: list[dict[str, Any]] = []
+        eclasses: list[dict[str, Any]] = []
+        classes: dict[Ref, int] = {}
+        by_key: dict[tuple, int] = {}
+        weights = graph.all_weights()
+
+        def add(
+            op: str,
+            ints: list[int],
+            s: str,
+            children: Sequence[int],
+            kind: str,
+            shapes: Sequence[tuple[int, ...]],
+            splits: Any,
+            all_weights: bool,
+        ) -> int:
+            key = (op, *ints, s, *children)
+            if key in by_key:
+                return by_key[key]
+            cid = len(eclasses)
+            by_key[key] = cid
+            kids = [*children, *([-1] * (MAX_CHILDREN - len(children)))]
+            enodes.append(
+                {
+                    "id": len(enodes),
+                    "op": op,
+                    **{f"p{i}": v for i, v in enumerate(ints)},
+                    "s": s,
+                    "arity": len(children),
+                    **{f"c{i}": c for i, c in enumerate(kids)},
+                    "class": cid,
+                    "born": 0,
+                    "stamp": 0,
+                    "rule": None,
+                }
+            )
+            eclasses.append(
+                {
+                    "id": cid,
+                    "kind": kind,
+                    "shape": list(shapes[0]),
+                    "shape2": list(shapes[1]) if len(shapes) > 1 else None,
+                    "splits": splits,
+                    "all_weights": all_weights,
+                    "born": 0,
+                }
+            )
+            return cid
+
+        for node in graph.nodes:
+            kids = [classes[r] for r in node.inputs]
+            if len(kids) > MAX_CHILDREN:
+                raise GraphError(
+                    f"{len(kids)} inputs; the e-graph supports {MAX_CHILDREN}",
+                    node=node.id,
+                    op=node.op,
+                    name=node.name,
+                )
+            if node.op == "split":
+                self._add_split(node, kids[0], add, classes, weights[node.id])
+                continue
+            if len(node.outputs) != 1:
+                raise GraphError(
+                    "operators with several outputs other than split are not "
+                    "supported in the e-graph yet",
+                    node=node.id,
+                    op=node.op,
+                    name=node.name,
+                )
+            op, ints, s = encode_node(node)
+            t = node.outputs[0]
+            kind = "unit" if op == "noop" else "tensor"
+            classes[Ref(node.id, 0)] = add(
+                op, ints, s, kids, kind, [t.shape], [list(x) for x in t.splits], weights[node.id]
+            )
+        self.db.insert_arrow("enode", pa.Table.from_pylist(enodes))
+        self.db.insert_arrow("eclass", pa.Table.from_pylist(eclasses))
+        outputs = [{"pos": i, "class": classes[r]} for i, r in enumerate(graph.outputs)]
+        self.db.insert_arrow("output", pa.Table.from_pylist(outputs))
+
+    @staticmethod
+    def _add_split(
+        node: Node, source: int, add: Any, classes: dict[Ref, int], all_weights: bool
+    ) -> None:
+        """A k-way split becomes TENSAT's split / split_0 / split_1, chained for k > 2."""
+        outs = node.outputs
+        axis = node.params["axis"] % outs[0].rank
+        remaining = sum(t.shape[axis] for t in outs)
+        for i, piece in enumerate(outs[:-1]):
+            remaining -= piece.shape[axis]
+            rest = tuple(remaining if d == axis else n for d, n in enumerate(piece.shape))
+            pair = add(
+                "split",
+                [axis, piece.shape[axis], -1, -1, -1, -1],
+                "",
+                [source],
+                "pair",
+                [piece.shape, rest],
+                None,
+                all_weights,
+            )
+            classes[Ref(node.id, i)] = add(
+                "split_0",
+                [-1] * 6,
+                "",
+                [pair],
+                "tensor",
+                [piece.shape],
+                [list(x) for x in piece.splits],
+                all_weights,
+            )
+            last = i == len(outs) - 2
+            source = add(
+                "split_1",
+                [-1] * 6,
+                "",
+                [pair],
+                "tensor",
+                [rest],
+                [list(x) for x in outs[-1].splits] if last else None,
+                all_weights,
+            )
+        classes[Ref(node.id, len(outs) - 1)] = source
+
+    # --- inspection -----------------------------------------------------------------------
+
+    def counts(self) -> tuple[int, int]:
+        """(e-nodes, e-classes)."""
+        (row,) = self.db.execute(
+            "SELECT (SELECT count(*) FROM enode), (SELECT count(*) FROM eclass)"
+        )
+        return int(row[0]), int(row[1])
+
+    def table(self, name: str) -> pa.Table:
+        """A whole table (``enode``, ``eclass``, ``iteration_stats``, …) as Arrow."""
+        return self.db.arrow(f"SELECT * FROM {_identifier(name)}")
+
+    def sql(self, query: str, params: dict[str, Any] | None = None) -> pa.Table:
+        """Run any read query against the e-graph tables."""
+        return self.db.arrow(query, params)
+
+    def audit(self) -> dict[str, int]:
+        """Run every invariant check (``sql/check/*.sql`` and the shape audit); returns the
+        number of violating rows of each, all zero when the e-graph is sound."""
+        from relsat.shapecheck import shape_disagreements
+
+        out = {}
+        for path in sorted((SQL_DIR / "check").glob("*.sql")):
+            rows = self.db.execute(path.read_text())
+            out[path.stem] = len(rows)
+        out["shapes"] = len(shape_disagreements(self.db))
+        return out
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _identifier(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise DatabaseError(f"not a table name: {name!r}")
+    return name

@@ -1,0 +1,228 @@
+"""Exploration: equality saturation with TENSAT's schedule, set-at-a-time in SQL.
+
+Each iteration runs, in one transaction, the multi-pattern phase (only in the first ``k_multi``
+iterations, before the single-pattern rules, as TENSAT does) and then the single-pattern phase.
+A phase is a fixed sequence of statements whatever the number of rules (see
+:mod:`relsat.compile`): match level by level, collect whole matches, check guards, instantiate
+right-hand sides level by level with the shape check, insert, rebuild. Searches are semi-naive:
+only matches that involve an e-node created or re-canonicalized since the last search of the same
+kind are new. A run ends with a :class:`StopReason`, never an exception for a limit; one
+:class:`IterationStats` row per iteration and phase, and per-rule rows, are kept in the database
+(``iteration_stats``, ``rule_stats``).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from relsat.compile import Program, compile_rules
+from relsat.egraph import EGraph
+from relsat.rebuild import rebuild
+from relsat.rules import Rule
+from relsat.shapecheck import check_level
+
+__all__ = ["Exploration", "IterationStats", "Limits", "StopReason", "explore"]
+
+
+class StopReason(enum.Enum):
+    """Why exploration ended."""
+
+    SATURATED = "saturated"
+    NODE_LIMIT = "node limit"
+    ITERATION_LIMIT = "iteration limit"
+    TIME_LIMIT = "time limit"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """TENSAT's settings (MLSys 2021, ``reference/ALGORITHMS.md`` §1.1) as defaults.
+
+    The node limit is checked between phases, so one phase can overshoot it (as in TENSAT).
+    """
+
+    nodes: int = 50_000
+    iterations: int = 15
+    seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class IterationStats:
+    """One phase of one iteration (a row of the ``iteration_stats`` table)."""
+
+    iteration: int
+    phase: str
+    matches: int
+    applied: int
+    rejected: int
+    new_enodes: int
+    new_eclasses: int
+    unions: int
+    enodes: int
+    eclasses: int
+    search_s: float
+    apply_s: float
+    rebuild_s: float
+    statements: int
+    plan_s: float
+    exec_s: float
+
+    @property
+    def changed(self) -> bool:
+        return self.new_enodes > 0 or self.unions > 0
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """The outcome of :func:`explore`."""
+
+    stop: StopReason
+    iterations: tuple[IterationStats, ...]
+    seconds: float
+    enodes: int
+    eclasses: int
+
+    def report(self) -> str:
+        lines = [
+            f"stop: {self.stop.value} after {len({s.iteration for s in self.iterations})} "
+            f"iterations, {self.seconds:.3f} s; {self.enodes} e-nodes, "
+            f"{self.eclasses} e-classes",
+            "iter phase   matches applied rejected  +nodes  e-nodes  search   apply "
+            "rebuild  stmts  plan%",
+        ]
+        for s in self.iterations:
+            total = s.plan_s + s.exec_s
+            lines.append(
+                f"{s.iteration:4d} {s.phase:6s} {s.matches:8d} {s.applied:7d} "
+                f"{s.rejected:8d} {s.new_enodes:7d} {s.enodes:8d} {s.search_s:7.3f} "
+                f"{s.apply_s:7.3f} {s.rebuild_s:7.3f} {s.statements:6d} "
+                f"{100 * s.plan_s / total if total else 0:5.1f}"
+            )
+        return "\n".join(lines)
+
+
+def explore(
+    egraph: EGraph,
+    rules: Iterable[Rule] | None = None,
+    *,
+    k_multi: int = 1,
+    limits: Limits | None = None,
+    guards: bool = True,
+) -> Exploration:
+    """Saturate ``egraph`` with ``rules`` (default: the shipped rule set).
+
+    ``guards=False`` ignores the rules' ``where`` guards, as TENSAT does (some rules are then
+    unsound for grouped convolutions and broadcasting; ``reference/SEMANTICS.md`` §7).
+    """
+    from relsat.rulefile import load_rules
+
+    limits = limits or Limits()
+    program = compile_rules(load_rules() if rules is None else rules, guards=guards)
+    runner = _Runner(egraph, program, k_multi)
+    start = time.perf_counter()
+    stats: list[IterationStats] = []
+    stop = StopReason.ITERATION_LIMIT
+    for iteration in range(limits.iterations):
+        if time.perf_counter() - start > limits.seconds:
+            stop = StopReason.TIME_LIMIT
+            break
+        if egraph.counts()[0] >= limits.nodes:
+            stop = StopReason.NODE_LIMIT
+            break
+        with egraph.db.transaction():
+            done = []
+            if iteration < k_multi and program.rule_info.num_rows:
+                done.append(runner.phase(iteration, multi=True))
+            done.append(runner.phase(iteration, multi=False))
+        stats.extend(done)
+        if not any(s.changed for s in done) and iteration >= k_multi - 1:
+            stop = StopReason.SATURATED
+            break
+    seconds = time.perf_counter() - start
+    enodes, eclasses = egraph.counts()
+    egraph.db.execute(
+        "INSERT INTO run VALUES ($started, $iterations, $stop, $seconds, $settings)",
+        {
+            "started": datetime.now(),
+            "iterations": len({s.iteration for s in stats}),
+            "stop": stop.value,
+            "seconds": seconds,
+            "settings": json.dumps(
+                {
+                    "k_multi": k_multi,
+                    "guards": guards,
+                    **asdict(limits),
+                    "rules": len(program.rules),
+                }
+            ),
+        },
+    )
+    return Exploration(stop, tuple(stats), seconds, enodes, eclasses)
+
+
+class _Runner:
+    """Runs the phases of one exploration over one rule program."""
+
+    def __init__(self, egraph: EGraph, program: Program, k_multi: int) -> None:
+        self.eg, self.db, self.program = egraph, egraph.db, program
+        self.k_multi = k_multi
+        self.epoch = int(self.db.scalar("SELECT coalesce(max(stamp), 0) FROM enode"))
+        self.since = {True: 0, False: 0}
+        for table in ("rule_info", "pnode", "tnode", "rguard"):
+            self.db.execute(f"DELETE FROM {table}")
+            self.db.insert_arrow(table, getattr(program, table))
+
+    def phase(self, iteration: int, *, multi: bool) -> IterationStats:
+        db = self.db
+        before = db.counters.snapshot()
+        self.epoch += 1
+        t0 = time.perf_counter()
+        db.run("search/reset")
+        for h in range(self.program.lhs_height + 1):
+            db.run("search/match_level", h=h, multi=multi, since=self.since[multi])
+        db.run("search/collect_multi" if multi else "search/collect_single")
+        self.since[multi] = self.epoch
+        t1 = time.perf_counter()
+        ((pending, height),) = db.run("apply/pending_height")
+        if pending:
+            if self.program.rguard.num_rows:
+                db.run("apply/check_guards")
+            for h in range(height + 1):
+                db.run("apply/instantiate_level", h=h)
+                check_level(db, h)
+            db.run("apply/insert_new", epoch=self.epoch)
+        t2 = time.perf_counter()
+        ((matches, applied, new_enodes),) = db.run("stats/phase_counts")
+        db.run("stats/rule_counts", iteration=iteration)
+        unions = rebuild(db, self.epoch)
+        t3 = time.perf_counter()
+        enodes, eclasses = self.eg.counts()
+        used = db.counters.since(before)
+        stats = IterationStats(
+            iteration,
+            "multi" if multi else "single",
+            matches,
+            applied,
+            matches - applied,
+            new_enodes,
+            new_enodes,
+            unions,
+            enodes,
+            eclasses,
+            t1 - t0,
+            t2 - t1,
+            t3 - t2,
+            used.statements,
+            used.plan_s,
+            used.exec_s,
+        )
+        fields = asdict(stats)
+        db.execute(
+            "INSERT INTO iteration_stats VALUES (" + ", ".join(f"${k}" for k in fields) + ")",
+            fields,
+        )
+        return stats

@@ -1,0 +1,2 @@
+-- E-classes that no e-node belongs to.
+SELECT id FROM eclass WHERE id NOT IN (SELECT class FROM enode)

@@ -1,0 +1,40 @@
+-- The compiled rule program (relsat/compile.py): rules as rows, loaded once per run.
+-- No parameters.
+
+CREATE TABLE IF NOT EXISTS rule_info (
+    rule      INTEGER NOT NULL,  -- rule id (position in the rule set)
+    name      VARCHAR NOT NULL,
+    multi     BOOLEAN NOT NULL,  -- two left-hand sides
+    symmetric_pairs BOOLEAN NOT NULL,  -- multi: sources equal up to renaming, pairs tried once
+    pid0      INTEGER NOT NULL,  -- root pattern node of the first left-hand side
+    pid1      INTEGER NOT NULL   -- multi: root pattern node of the second, else -1
+);
+
+-- Left-hand-side pattern nodes. A node matches an e-node with the same op, literals and arity;
+-- child position j binds variable slot x_j, or must be in a class matched by pattern node sub_k.
+CREATE TABLE IF NOT EXISTS pnode (
+    rule INTEGER NOT NULL, pid INTEGER NOT NULL, lhs INTEGER NOT NULL, is_root BOOLEAN NOT NULL,
+    height INTEGER NOT NULL,   -- 0: all children are variables
+    op VARCHAR NOT NULL, l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL,
+    l3 INTEGER NOT NULL, arity INTEGER NOT NULL,
+    x0 INTEGER NOT NULL, x1 INTEGER NOT NULL,        -- variable slot at child 0 / 1, or -1
+    sub0 INTEGER NOT NULL, sub0_pos INTEGER NOT NULL, -- first sub-pattern child and its position
+    sub1 INTEGER NOT NULL,                           -- second sub-pattern child (position 1)
+    jslot INTEGER NOT NULL,    -- multi roots: slot of the first shared variable (join key), or -1
+    multi BOOLEAN NOT NULL
+);
+
+-- Right-hand-side templates: child j is a variable slot (k_j = 1) or another template (k_j = 2).
+CREATE TABLE IF NOT EXISTS tnode (
+    rule INTEGER NOT NULL, tid INTEGER NOT NULL, height INTEGER NOT NULL, op VARCHAR NOT NULL,
+    p0 INTEGER NOT NULL, p1 INTEGER NOT NULL, p2 INTEGER NOT NULL, p3 INTEGER NOT NULL,
+    p4 INTEGER NOT NULL, p5 INTEGER NOT NULL, arity INTEGER NOT NULL,
+    k0 INTEGER NOT NULL, r0 INTEGER NOT NULL, k1 INTEGER NOT NULL, r1 INTEGER NOT NULL,
+    cut_slot INTEGER NOT NULL, cut_dim INTEGER NOT NULL,  -- split: cut = dim cut_dim of slot
+    root_of INTEGER NOT NULL   -- bit i set: the root of right-hand side i
+);
+
+CREATE TABLE IF NOT EXISTS rguard (
+    rule INTEGER NOT NULL, name VARCHAR NOT NULL,
+    a0 INTEGER NOT NULL, a1 INTEGER NOT NULL, a2 INTEGER NOT NULL, a3 INTEGER NOT NULL
+);

@@ -1,0 +1,37 @@
+-- Run statistics: one row per iteration and phase, one row per rule and iteration.
+
+CREATE TABLE IF NOT EXISTS iteration_stats (
+    iteration     INTEGER NOT NULL,
+    phase         VARCHAR NOT NULL,  -- 'multi' (multi-pattern pass) or 'single'
+    matches       BIGINT  NOT NULL,  -- new matches found (semi-naive)
+    applied       BIGINT  NOT NULL,  -- matches whose right-hand side was inserted
+    rejected      BIGINT  NOT NULL,  -- matches refused by the shape check or a guard
+    new_enodes    BIGINT  NOT NULL,
+    new_eclasses  BIGINT  NOT NULL,
+    unions        BIGINT  NOT NULL,  -- classes merged away (including congruence)
+    enodes        BIGINT  NOT NULL,  -- e-nodes after the phase
+    eclasses      BIGINT  NOT NULL,
+    search_s      DOUBLE  NOT NULL,
+    apply_s       DOUBLE  NOT NULL,
+    rebuild_s     DOUBLE  NOT NULL,
+    statements    INTEGER NOT NULL,  -- SQL statements issued in the phase
+    plan_s        DOUBLE  NOT NULL,  -- DuckDB planning (PREPARE) time in the phase
+    exec_s        DOUBLE  NOT NULL   -- DuckDB execution (EXECUTE) time in the phase
+);
+
+CREATE TABLE IF NOT EXISTS rule_stats (
+    iteration  INTEGER NOT NULL,
+    rule       VARCHAR NOT NULL,
+    matches    BIGINT  NOT NULL,
+    applied    BIGINT  NOT NULL,
+    rejected   BIGINT  NOT NULL,  -- by the shape check or a guard
+    new_enodes BIGINT  NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS run (
+    started    TIMESTAMP NOT NULL,
+    iterations INTEGER   NOT NULL,
+    stop       VARCHAR   NOT NULL,  -- the StopReason
+    seconds    DOUBLE    NOT NULL,
+    settings   VARCHAR   NOT NULL   -- JSON of the limits and options
+);

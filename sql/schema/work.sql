@@ -1,0 +1,42 @@
+-- Work tables of one iteration (emptied at the start of each phase). No parameters.
+-- They persist across iterations so that prepared statements stay valid.
+
+-- Partial matches: the classes where pattern node pid matches, with its variable bindings.
+CREATE TABLE IF NOT EXISTS sub (
+    pid INTEGER NOT NULL, root BIGINT NOT NULL, fresh BOOLEAN NOT NULL, jk BIGINT NOT NULL,
+    v0 BIGINT, v1 BIGINT, v2 BIGINT, v3 BIGINT, v4 BIGINT, v5 BIGINT
+);
+
+-- Matches of whole rules: one row per (rule, roots, bindings).
+CREATE TABLE IF NOT EXISTS match (
+    mid BIGINT NOT NULL, rule INTEGER NOT NULL, root0 BIGINT NOT NULL, root1 BIGINT NOT NULL,
+    v BIGINT[] NOT NULL, ok BOOLEAN NOT NULL
+);
+
+-- Instantiated right-hand-side nodes: per match and template, the node and its class.
+CREATE TABLE IF NOT EXISTS cand (
+    mid BIGINT NOT NULL, tid INTEGER NOT NULL, height INTEGER NOT NULL, op VARCHAR NOT NULL,
+    p0 INTEGER NOT NULL, p1 INTEGER NOT NULL, p2 INTEGER NOT NULL, p3 INTEGER NOT NULL,
+    p4 INTEGER NOT NULL, p5 INTEGER NOT NULL, arity INTEGER NOT NULL,
+    c0 BIGINT NOT NULL, c1 BIGINT NOT NULL,
+    class BIGINT,              -- existing class (hash-cons hit) or a fresh id
+    fresh BOOLEAN NOT NULL     -- the node does not exist yet
+);
+
+-- Distinct new e-nodes of the phase, with the analysis of their (new) class.
+CREATE TABLE IF NOT EXISTS newnode (
+    class BIGINT NOT NULL, op VARCHAR NOT NULL,
+    p0 INTEGER NOT NULL, p1 INTEGER NOT NULL, p2 INTEGER NOT NULL, p3 INTEGER NOT NULL,
+    p4 INTEGER NOT NULL, p5 INTEGER NOT NULL, arity INTEGER NOT NULL,
+    c0 BIGINT NOT NULL, c1 BIGINT NOT NULL,
+    kind VARCHAR, shape INTEGER[], shape2 INTEGER[], splits INTEGER[][], all_weights BOOLEAN,
+    valid BOOLEAN NOT NULL,
+    rule INTEGER NOT NULL      -- the first rule (lowest match id) that built it
+);
+
+-- The new classes that the accepted matches use (inserted into the e-graph).
+CREATE TABLE IF NOT EXISTS used (class BIGINT NOT NULL);
+
+-- Pending unions (class pairs), and one round's canonical mapping old -> new.
+CREATE TABLE IF NOT EXISTS pending (a BIGINT NOT NULL, b BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS remap (old BIGINT NOT NULL, new BIGINT NOT NULL);

@@ -1,0 +1,24 @@
+-- Whole matches of the multi-pattern rules: one join of the two patterns' partial matches on
+-- their first shared variable (jk; 0 for rules that share none, i.e. a cross product), the other
+-- shared variables agreeing; never a match paired with itself (same root class), and for
+-- symmetric rules each unordered pair once. A pair is new if either side is fresh.
+-- No parameters.
+INSERT INTO match
+WITH pairs AS (
+    SELECT r.rule, a.root AS root0, b.root AS root1,
+           [coalesce(a.v0, b.v0), coalesce(a.v1, b.v1), coalesce(a.v2, b.v2),
+            coalesce(a.v3, b.v3), coalesce(a.v4, b.v4), coalesce(a.v5, b.v5)] AS v
+    FROM rule_info r
+    JOIN sub a ON a.pid = r.pid0
+    JOIN sub b ON b.pid = r.pid1 AND b.jk = a.jk
+    WHERE r.multi AND (a.fresh OR b.fresh)
+      AND a.root <> b.root AND (NOT r.symmetric_pairs OR a.root < b.root)
+      AND (a.v0 IS NULL OR b.v0 IS NULL OR a.v0 = b.v0)
+      AND (a.v1 IS NULL OR b.v1 IS NULL OR a.v1 = b.v1)
+      AND (a.v2 IS NULL OR b.v2 IS NULL OR a.v2 = b.v2)
+      AND (a.v3 IS NULL OR b.v3 IS NULL OR a.v3 = b.v3)
+      AND (a.v4 IS NULL OR b.v4 IS NULL OR a.v4 = b.v4)
+      AND (a.v5 IS NULL OR b.v5 IS NULL OR a.v5 = b.v5)
+)
+SELECT row_number() OVER (ORDER BY rule, root0, root1, v) AS mid, rule, root0, root1, v, true
+FROM (SELECT DISTINCT * FROM pairs)

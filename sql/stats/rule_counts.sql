@@ -1,0 +1,11 @@
+-- One rule_stats row per rule that matched in the phase just applied: matches, applied,
+-- rejected (shape check or guard), and the new e-nodes it was first to build.
+-- Parameters: $iteration.
+INSERT INTO rule_stats
+SELECT $iteration, r.name, count(*), count(*) FILTER (WHERE m.ok), count(*) FILTER (WHERE NOT m.ok),
+       coalesce(any_value(n.built), 0)
+FROM match m
+JOIN rule_info r ON r.rule = m.rule
+LEFT JOIN (SELECT rule, count(*) AS built FROM newnode
+           WHERE class IN (SELECT class FROM used) GROUP BY rule) n ON n.rule = m.rule
+GROUP BY r.name
