@@ -15,6 +15,7 @@ SQL". Loading hash-conses, so identical subgraphs of the input collapse into one
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
     elif op == "batchnorm":
         s = repr(float(p["epsilon"]))
     elif op == "opaque":
-        s = f"{p['type']}|{p['attrs']}|{p['shapes']}"
+        s = f"{p['type']}|{p['attrs']}|{json.dumps(p['shapes'], separators=(',', ':'))}"
     return op, [*ints, -1, -1, -1, -1, -1, -1][:6], s
 
 
@@ -85,9 +86,9 @@ class EGraph:
                 f"e-graph schema version {version}, this relsat reads {SCHEMA_VERSION}",
                 path=self.db.path,
             )
-        for name in _SCHEMA:
-            self.db.script(name)
-        if version is None:
+        if version is None:  # a new database: create the tables (an existing one is left as is,
+            for name in _SCHEMA:  # so that a read-only file can be inspected)
+                self.db.script(name)
             self.db.execute("INSERT INTO meta VALUES ('schema_version', $v)", {"v": SCHEMA_VERSION})
 
     def _stored_version(self) -> str | None:

@@ -20,13 +20,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+import pyarrow as pa
+
 from relsat.compile import Program, compile_rules
 from relsat.egraph import EGraph
 from relsat.rebuild import rebuild
 from relsat.rules import Rule
 from relsat.shapecheck import check_level
 
-__all__ = ["Exploration", "IterationStats", "Limits", "StopReason", "explore"]
+__all__ = ["Exploration", "IterationStats", "Limits", "StopReason", "explore", "find_matches"]
 
 
 class StopReason(enum.Enum):
@@ -164,6 +166,17 @@ def explore(
     return Exploration(stop, tuple(stats), seconds, enodes, eclasses)
 
 
+def find_matches(egraph: EGraph, rules: Iterable[Rule], *, multi: bool) -> pa.Table:
+    """Every match of ``rules`` (the multi-pattern or the single-pattern ones) in ``egraph``, as
+    the engine finds them: ``(rule name, root0, root1, v)``. Changes nothing but work tables."""
+    runner = _Runner(egraph, compile_rules(rules), k_multi=0)
+    runner.search(multi=multi, since=0)
+    return egraph.db.arrow(
+        "SELECT r.name AS rule, m.root0, m.root1, m.v FROM match m "
+        "JOIN rule_info r ON r.rule = m.rule ORDER BY m.mid"
+    )
+
+
 class _Runner:
     """Runs the phases of one exploration over one rule program."""
 
@@ -176,15 +189,19 @@ class _Runner:
             self.db.execute(f"DELETE FROM {table}")
             self.db.insert_arrow(table, getattr(program, table))
 
+    def search(self, *, multi: bool, since: int) -> None:
+        """Fill ``match`` with the phase's matches that involve an e-node stamped >= ``since``."""
+        self.db.run("search/reset")
+        for h in range(self.program.lhs_height + 1):
+            self.db.run("search/match_level", h=h, multi=multi, since=since)
+        self.db.run("search/collect_multi" if multi else "search/collect_single")
+
     def phase(self, iteration: int, *, multi: bool) -> IterationStats:
         db = self.db
         before = db.counters.snapshot()
         self.epoch += 1
         t0 = time.perf_counter()
-        db.run("search/reset")
-        for h in range(self.program.lhs_height + 1):
-            db.run("search/match_level", h=h, multi=multi, since=self.since[multi])
-        db.run("search/collect_multi" if multi else "search/collect_single")
+        self.search(multi=multi, since=self.since[multi])
         self.since[multi] = self.epoch
         t1 = time.perf_counter()
         ((pending, height),) = db.run("apply/pending_height")

@@ -1,0 +1,240 @@
+"""Rule patterns as graphs: build a pattern with the graph builder, evaluate guards on shapes.
+
+A rule's patterns speak TENSAT's operator language with integer literals (FORMAT.md §3); this
+module maps each pattern node to one :class:`~relsat.graph.GraphBuilder` call, so the builder's
+shape checks (TASO's) plus TENSAT's extra right-hand-side check (§5.1: a rule-built ``concat``
+needs inputs of exactly ``ndim`` dims) decide whether a rule applies to given shapes. A pattern
+that cannot be built for its shapes raises :class:`InvalidInstance`; anything else (an unbound
+variable, a split pair used as a tensor) is a bug and raises a plain
+:class:`~relsat.errors.GraphError`.
+
+>>> from relsat.rulefile import parse_rules
+>>> rule = parse_rules("# name: r\\n(relu (relu ?x)) => (relu ?x)\\n")["r"]
+>>> lhs, rhs = rule_instance(rule, {"x": (2, 3)})
+>>> lhs.output_shapes, rhs.output_shapes
+([(2, 3)], [(2, 3)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from relsat.errors import GraphError
+from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.ops import TensorType
+from relsat.rules import Guard, Pattern, Rule, Term, Var
+
+__all__ = [
+    "InvalidInstance",
+    "Memo",
+    "guard_holds",
+    "guards_hold",
+    "instantiate",
+    "rule_instance",
+]
+
+#: What a pattern node builds to: a tensor, or (for ``split``) the pair of its pieces.
+Value: TypeAlias = "Tensor | tuple[Tensor, Tensor]"
+#: Built sub-patterns, shared between calls so equal sub-patterns (notably the ``split`` under
+#: ``split_0`` and ``split_1``) become one node, as in an e-graph.
+Memo: TypeAlias = "dict[Pattern, Value]"
+#: What a guard reads per variable: a shape, a tensor type or a builder tensor.
+Shaped: TypeAlias = "Sequence[int] | TensorType | Tensor"
+
+
+class InvalidInstance(GraphError):
+    """A pattern cannot be built for these shapes: the rule does not apply to them.
+
+    The fields are those of the builder's :class:`~relsat.errors.GraphError` (``op``, ``node``,
+    ``shapes``, ``reason``) plus ``pattern``, the sub-pattern whose node was rejected.
+    """
+
+    def __init__(self, message: str, *, pattern: Pattern | None = None, **fields: Any) -> None:
+        self.pattern = pattern
+        super().__init__(message, **fields)
+
+    def _format(self) -> str:
+        text = super()._format()
+        return f"{text} in {self.pattern}" if self.pattern is not None else text
+
+
+# ---------------------------------------------------------------------------------------------
+# Building patterns
+
+
+def instantiate(
+    builder: GraphBuilder,
+    pattern: Pattern | Var,
+    env: Mapping[str, Tensor],
+    memo: Memo | None = None,
+) -> Tensor:
+    """Build ``pattern`` bottom-up with ``builder``; ``env`` maps variable names to tensors.
+
+    Integer literals become builder parameters (conv ``stride_h stride_w padding activation``,
+    matmul ``activation``, concat ``axis ndim``, split ``axis``, merge ``count``; codes as in
+    TASO). ``(split a X)`` is :meth:`~relsat.graph.GraphBuilder.split_at_concat`; equal
+    sub-patterns are built once per ``memo`` (pass one memo to several calls to share nodes).
+    Raises :class:`InvalidInstance` when a node is invalid for its input shapes.
+    """
+    value = _build(builder, pattern, env, {} if memo is None else memo)
+    if isinstance(value, tuple):
+        raise GraphError(f"{pattern} is a split pair; select a piece with split_0 or split_1")
+    return value
+
+
+def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: Memo) -> Value:
+    if isinstance(term, Var):
+        if term.name not in env:
+            raise GraphError(f"pattern variable {term} is not bound")
+        return env[term.name]
+    if not isinstance(term, Pattern):
+        raise GraphError(f"integer {term} where a tensor is expected")
+    if term in memo:
+        return memo[term]
+    make = _MAKERS.get(term.op)
+    if make is None:
+        raise GraphError(f"operator {term.op!r} cannot be built from a rule", op=term.op)
+    ints = tuple(a for a in term.args if isinstance(a, int))
+    args = [_build(builder, a, env, memo) for a in term.args if not isinstance(a, int)]
+    if term.op in ("split_0", "split_1"):
+        (pair,) = args
+        if not isinstance(pair, tuple):
+            raise GraphError(f"{term.op} of {term.args[0]}, which is not a split", op=term.op)
+        value: Value = pair[int(term.op == "split_1")]
+    else:
+        tensors = [_tensor(a, term) for a in args]
+        try:
+            value = make(builder, ints, tensors)
+        except InvalidInstance:
+            raise
+        except GraphError as err:
+            raise InvalidInstance(
+                err.reason, pattern=term, node=err.node, op=err.op, shapes=err.shapes
+            ) from None
+    memo[term] = value
+    return value
+
+
+def _tensor(value: Value, parent: Pattern) -> Tensor:
+    if isinstance(value, tuple):
+        raise GraphError(f"a split pair used as an argument of {parent.op}", op=parent.op)
+    return value
+
+
+def _concat(b: GraphBuilder, ints: tuple[int, ...], xs: list[Tensor]) -> Tensor:
+    axis, ndim = ints
+    if any(x.rank != ndim for x in xs):
+        # TENSAT rejects a rule-built concat whose inputs do not have exactly ndim dims (§5.1).
+        raise InvalidInstance(
+            f"concat with ndim {ndim} of inputs of rank {[x.rank for x in xs]}",
+            op="concat",
+            shapes=[x.shape for x in xs],
+        )
+    return b.concat(axis, xs)
+
+
+def _pool(kind: str) -> Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Tensor]:
+    def make(b: GraphBuilder, ints: tuple[int, ...], xs: list[Tensor]) -> Tensor:
+        kh, kw, sh, sw, padding, activation = ints
+        pool = b.maxpool2d if kind == "max" else b.avgpool2d
+        return pool(xs[0], (kh, kw), (sh, sw), padding, activation)
+
+    return make
+
+
+def _split(b: GraphBuilder, ints: tuple[int, ...], xs: list[Tensor]) -> tuple[Tensor, Tensor]:
+    return b.split_at_concat(xs[0], ints[0])
+
+
+#: op → builder call from the op's integer literals (in order) and tensor arguments (in order).
+_MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value]] = {
+    "ewadd": lambda b, i, xs: b.add(xs[0], xs[1]),
+    "ewmul": lambda b, i, xs: b.mul(xs[0], xs[1]),
+    "matmul": lambda b, i, xs: b.matmul(xs[0], xs[1], activation=i[0]),
+    "conv2d": lambda b, i, xs: b.conv2d(xs[0], xs[1], i[:2], padding=i[2], activation=i[3]),
+    "relu": lambda b, i, xs: b.relu(xs[0]),
+    "tanh": lambda b, i, xs: b.tanh(xs[0]),
+    "sigmoid": lambda b, i, xs: b.sigmoid(xs[0]),
+    "dropout": lambda b, i, xs: b.dropout(xs[0]),
+    "concat": _concat,
+    "concat3": _concat,
+    "concat4": _concat,
+    "concat5": _concat,
+    "split": _split,
+    "split_0": _split,  # placeholders: _build selects the piece itself
+    "split_1": _split,
+    "merge": lambda b, i, xs: b.merge(xs[0], i[0]),
+    "enlarge": lambda b, i, xs: b.enlarge(xs[0], xs[1]),
+    "poolmax": _pool("max"),
+    "poolavg": _pool("avg"),
+    "batchnorm": lambda b, i, xs: b.batchnorm(xs[0], xs[1], xs[2], xs[3], xs[4]),
+    "noop": lambda b, i, xs: b.noop(*xs),
+}
+
+
+def rule_instance(rule: Rule, shapes: Mapping[str, Sequence[int]]) -> tuple[Graph, Graph] | None:
+    """The rule at these variable shapes: a graph of its left-hand side(s) and one of its right.
+
+    Both graphs have one input per bound variable, named after it (``?x`` → ``x``), in the same
+    order, and one output per pattern (multi-pattern rules: in order). Guards are not checked
+    (see :func:`guards_hold`). None when some left- or right-hand side is invalid for ``shapes``.
+    """
+    names = [v.name for v in rule.bound]
+    missing = [f"?{n}" for n in names if n not in shapes]
+    if missing:
+        raise GraphError(f"rule {rule.name!r}: no shape for {', '.join(missing)}")
+    graphs = []
+    for patterns in (rule.lhs, rule.rhs):
+        b = GraphBuilder()
+        env = {n: b.input(shapes[n], name=n) for n in names}
+        memo: Memo = {}
+        try:
+            roots = [instantiate(b, p, env, memo) for p in patterns]
+        except InvalidInstance:
+            return None
+        graphs.append(b.build(*roots))
+    return graphs[0], graphs[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Guards
+
+
+def _shape(value: Shaped) -> tuple[int, ...]:
+    if isinstance(value, TensorType | Tensor):
+        return value.shape
+    return tuple(value)
+
+
+def guard_holds(guard: Guard, types: Mapping[str, Shaped]) -> bool:
+    """Whether ``guard`` holds for the shapes bound to its variables (keys: names without ``?``).
+
+    ``ungrouped(?x, ?w)``: ``C(x) == w.shape[1]``; ``same-shape(?a, ?b)``: equal shapes;
+    ``same-group-width(?x1, ?w1, ?x2, ?w2)``: ``O1 / g1 == O2 / g2`` with ``g = C(x) / w.shape[1]``.
+    Shapes of the wrong rank for a conv guard make it false.
+
+    >>> depthwise = {"x": (1, 8, 4, 4), "w": (8, 1, 3, 3)}
+    >>> guard_holds(Guard("ungrouped", (Var("x"), Var("w"))), depthwise)
+    False
+    """
+    try:
+        s = [_shape(types[v.name]) for v in guard.args]
+    except KeyError as err:
+        raise GraphError(f"guard {guard}: no shape for ?{err.args[0]}") from None
+    if guard.name == "same-shape":
+        return s[0] == s[1]
+    if any(len(shape) != 4 for shape in s):
+        return False
+    if guard.name == "ungrouped":
+        return s[0][1] == s[1][1]
+    if guard.name == "same-group-width":
+        (c1, cw1, o1), (c2, cw2, o2) = (s[0][1], s[1][1], s[1][0]), (s[2][1], s[3][1], s[3][0])
+        # O1 / (C1 / Cw1) == O2 / (C2 / Cw2), without division.
+        return o1 * cw1 * c2 == o2 * cw2 * c1
+    raise GraphError(f"unknown guard {guard.name!r}")
+
+
+def guards_hold(rule: Rule, types: Mapping[str, Shaped]) -> bool:
+    """Whether every guard of ``rule`` holds for these variable shapes."""
+    return all(guard_holds(g, types) for g in rule.guards)

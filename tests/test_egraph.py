@@ -1,0 +1,143 @@
+"""Loading graphs into the relational e-graph, and its invariants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relsat import GraphBuilder, GraphError, models
+from relsat.db import Database
+from relsat.egraph import EGraph
+from relsat.errors import DatabaseError
+from relsat.explore import explore
+
+# Initial e-graph sizes of TENSAT (reference/MODELS.md §1), which count Num/Var leaves as e-nodes:
+# TENSAT = relsat's e-nodes + one Var per input/weight name + Num leaves + other Var leaves.
+TENSAT_INITIAL = {  # model: (TENSAT e-nodes, Num leaves, other Var leaves)
+    "nasrnn": (403, 1, 0),
+    "bert": (192, 2, 3),
+    "resnext50": (198, 4, 0),
+    "nasneta": (806, 5, 0),
+    "squeezenet": (127, 6, 1),
+    "vgg19": (96, 3, 3),
+    "inceptionv3": (334, 6, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(TENSAT_INITIAL))
+def test_initial_sizes_match_tensat(name: str) -> None:
+    graph = models.load(name)
+    eg = EGraph.from_graph(graph)
+    enodes, eclasses = eg.counts()
+    tensat, nums, vars_ = TENSAT_INITIAL[name]
+    leaves = len(graph.inputs) + len(graph.weights)
+    assert enodes + leaves + nums + vars_ == tensat
+    assert enodes == eclasses  # one e-node per class before any rewrite
+    assert not any(eg.audit().values())
+
+
+def test_identical_subgraphs_collapse() -> None:
+    b = GraphBuilder()
+    x, w = b.input([4, 8], name="x"), b.weight([8, 8], name="w")
+    left = b.relu(b.matmul(x, w))
+    right = b.relu(b.matmul(x, w))  # the same computation, built twice
+    eg = EGraph.from_graph(b.build(b.add(left, right)))
+    assert eg.counts() == (5, 5)  # x, w, matmul, relu, ewadd
+    (row,) = eg.db.execute("SELECT c0, c1 FROM enode WHERE op = 'ewadd'")
+    assert row[0] == row[1]
+    # NasNet-A: the two identical pools of every cell merge (383 ops as built, 365 in TENSAT)
+    nasnet = models.load("nasneta")
+    ops = EGraph.from_graph(nasnet).db.scalar(
+        "SELECT count(*) FROM enode WHERE op NOT IN ('input', 'weight')"
+    )
+    assert (sum(nasnet.op_counts().values()), ops) == (383, 365)
+
+
+def test_encoding_and_analysis() -> None:
+    b = GraphBuilder()
+    x = b.input([1, 4, 8, 8], name="x")
+    y = b.conv2d(x, b.weight([4, 4, 3, 3], name="w"), stride=2, padding="SAME", activation="RELU")
+    p, q = b.split(b.concat(1, [y, y]), 1, [3, 5])
+    eg = EGraph.from_graph(b.build(p, q))
+    rows = eg.sql(
+        "SELECT e.op, e.p0, e.p1, e.p2, e.p3, e.s, e.arity, c.kind, c.shape, "
+        "c.all_weights FROM enode e JOIN eclass c ON c.id = e.class "
+        "ORDER BY e.id"
+    ).to_pylist()
+    ops = [(r["op"], r["p0"], r["p1"], r["p2"], r["p3"], r["s"]) for r in rows]
+    assert ops == [
+        ("input", -1, -1, -1, -1, "x"),
+        ("weight", -1, -1, -1, -1, "w"),
+        ("conv2d", 2, 2, 0, 2, ""),
+        ("concat", 1, 4, -1, -1, ""),
+        ("split", 1, 3, -1, -1, ""),
+        ("split_0", -1, -1, -1, -1, ""),
+        ("split_1", -1, -1, -1, -1, ""),
+    ]
+    assert [r["kind"] for r in rows] == ["tensor"] * 4 + ["pair", "tensor", "tensor"]
+    assert rows[2]["shape"] == [1, 4, 4, 4]
+    assert rows[1]["all_weights"] and not rows[2]["all_weights"]
+    assert eg.sql("SELECT shape FROM eclass c JOIN output o ON o.class = c.id ORDER BY o.pos")[
+        "shape"
+    ].to_pylist() == [[1, 3, 4, 4], [1, 5, 4, 4]]
+
+
+def test_three_way_split_chains() -> None:
+    b = GraphBuilder()
+    parts = b.split(b.input([2, 9], name="x"), 1, [2, 3, 4])
+    eg = EGraph.from_graph(b.build(parts))
+    assert eg.db.scalar("SELECT count(*) FROM enode WHERE op = 'split'") == 2
+    shapes = eg.sql("SELECT c.shape FROM output o JOIN eclass c ON c.id = o.class ORDER BY o.pos")[
+        "shape"
+    ].to_pylist()
+    assert shapes == [[2, 2], [2, 3], [2, 4]]
+    assert not any(eg.audit().values())
+
+
+def test_too_many_inputs_is_a_graph_error() -> None:
+    b = GraphBuilder()
+    xs = [b.input([1, 2]) for _ in range(9)]
+    with pytest.raises(GraphError, match="9 inputs"):
+        EGraph.from_graph(b.build(b.concat(0, xs)))
+
+
+def test_database_file_persists_and_reopens(tmp_path: Path) -> None:
+    path = tmp_path / "e.duckdb"
+    eg = EGraph.from_graph(models.load("squeezenet"), path)
+    counts = eg.counts()
+    eg.close()
+    again = EGraph(path)
+    assert again.counts() == counts
+    with pytest.raises(DatabaseError, match="already holds an e-graph"):
+        again.load(models.load("vgg19"))
+    assert again.counts() == counts
+    again.close()
+
+
+def test_incompatible_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    EGraph.from_graph(models.load("vgg19"), path).close()
+    db = Database(path)
+    db.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    db.close()
+    with pytest.raises(DatabaseError, match="schema version 0"):
+        EGraph(path)
+
+
+def test_unreadable_database_is_a_typed_error(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-db.duckdb"
+    bad.write_text("this is not a DuckDB file")
+    with pytest.raises(DatabaseError) as info:
+        EGraph(bad)
+    assert info.value.path == str(bad)
+
+
+def test_read_only_database_can_be_inspected_not_changed(tmp_path: Path) -> None:
+    path = tmp_path / "ro.duckdb"
+    EGraph.from_graph(models.load("vgg19"), path).close()
+    eg = EGraph(Database(path, read_only=True))
+    assert eg.counts() == (70, 70)
+    with pytest.raises(DatabaseError, match="read-only"):
+        explore(eg)
+    assert eg.counts() == (70, 70)
