@@ -97,7 +97,7 @@ def _node(
     if op == "reshape":
         return (b.reshape(xs[0], [int(d) for d in s.split("_")]),)
     if op == "batchnorm":
-        return (b.batchnorm(*xs, epsilon=float(s)),)
+        return b.add_node("batchnorm", xs, {"epsilon": float(s)})
     if op == "opaque":
         kind, rest = s.split("|", 1)
         attrs, shapes = rest.rsplit("|", 1)
@@ -142,7 +142,7 @@ def _pick(
         return False
     path.add(cls)
     options = list(by_class[cls])
-    rng.shuffle(options)  # type: ignore[arg-type]
+    rng.shuffle(options)
     for r in options:
         if all(_pick(r[f"c{i}"], by_class, rng, choice, done, path) for i in range(r["arity"])):
             choice[cls] = r["id"]
