@@ -1,10 +1,9 @@
 """The one module that talks to DuckDB, and the one that knows where ``sql/`` lives.
 
 Hand-written SQL lives in ``sql/<stage>/<verb_object>.sql``; each file opens with a comment saying
-what it does and which ``$name`` parameters it takes. :meth:`Database.run` issues a named
-statement as a DuckDB prepared statement: it is planned once per connection (``PREPARE``) and then
-only executed (``EXECUTE``), so the per-iteration cost is execution, not planning. Every statement
-is counted and timed, planning and execution separately (:class:`Counters`).
+what it does and which ``$name`` parameters it takes (always bound, never formatted into the
+text). Every statement is counted and timed, planning and execution separately
+(:class:`Counters`, see :meth:`Database.run`).
 """
 
 from __future__ import annotations
@@ -43,7 +42,8 @@ def sql_text(name: str) -> str:
 
 @dataclass
 class Counters:
-    """Statements issued and time spent planning (PREPARE) and executing (EXECUTE)."""
+    """Statements issued, and time spent planning (estimated, see :meth:`Database.run`) and
+    executing them."""
 
     statements: int = 0
     plan_s: float = 0.0
@@ -70,7 +70,7 @@ class Database:
         except duckdb.Error as exc:
             raise DatabaseError(f"cannot open e-graph database: {exc}", path=self.path) from None
         self.counters = Counters()
-        self._prepared: dict[str, list[tuple[str, list[str]]]] = {}
+        self._statements: dict[str, list[tuple[str, list[str], float]]] = {}
         self._in_transaction = False
 
     # --- statements -----------------------------------------------------------------------
@@ -97,52 +97,52 @@ class Database:
         return rows
 
     def run(self, name: str, **params: Any) -> list[tuple]:
-        """Execute the named statement ``sql/<name>.sql`` with ``$`` parameters bound.
+        """Execute the named statement(s) of ``sql/<name>.sql`` with ``$`` parameters bound;
+        returns the rows of the last one.
 
-        The file may hold several statements separated by ``;``; each is prepared once.
+        DuckDB plans a statement anew on every execution (prepared statements included, as
+        measured with DuckDB 2.0), so planning time cannot be read off the execution. The first
+        time a statement runs, relsat times an ``EXPLAIN`` of it (parse, bind, plan, optimize)
+        and from then on books that much of every execution as planning.
         """
-        handles = self._prepared.get(name)
-        if handles is None:
-            handles = self._prepare(name)
-        result: list[tuple] = []
-        for handle, wanted in handles:
+        statements = self._statements.get(name)
+        if statements is None:
+            statements = self._load(name)
+        rows: list[tuple] = []
+        for sql, wanted, plan_s in statements:
             missing = [p for p in wanted if p not in params]
             if missing:
                 raise DatabaseError(f"sql/{name}.sql needs parameters {missing}")
-            args = ", ".join(f"{p} := {_literal(params[p])}" for p in wanted)
             start = time.perf_counter()
             try:
-                result = self.con.execute(
-                    f"EXECUTE {handle}({args})" if wanted else f"EXECUTE {handle}"
-                ).fetchall()
+                rows = self.con.execute(sql, {p: params[p] for p in wanted} or None).fetchall()
             except duckdb.Error as exc:
                 raise DatabaseError(
                     f"sql/{name}.sql: {type(exc).__name__}: {exc}", path=self.path
                 ) from None
             finally:
+                spent = time.perf_counter() - start
                 self.counters.statements += 1
-                self.counters.exec_s += time.perf_counter() - start
-        return result
+                self.counters.plan_s += min(plan_s, spent)
+                self.counters.exec_s += max(spent - plan_s, 0.0)
+        return rows
 
-    def _prepare(self, name: str) -> list[tuple[str, list[str]]]:
+    def _load(self, name: str) -> list[tuple[str, list[str], float]]:
         text = _strip_comments(sql_text(name))
-        parts = [p.strip() for p in text.split(";") if p.strip()]
-        handles = []
-        for i, part in enumerate(parts):
-            handle = f"relsat_{name.replace('/', '_')}_{i}"
+        statements = []
+        for part in (p.strip() for p in text.split(";")):
+            if not part:
+                continue
             wanted = list(dict.fromkeys(_PARAM.findall(part)))
             start = time.perf_counter()
-            try:
-                self.con.execute(f"PREPARE {handle} AS {part}")
-            except duckdb.Error as exc:
-                raise DatabaseError(
-                    f"sql/{name}.sql: cannot prepare statement {i + 1}: {exc}", path=self.path
-                ) from None
-            finally:
-                self.counters.plan_s += time.perf_counter() - start
-            handles.append((handle, wanted))
-        self._prepared[name] = handles
-        return handles
+            try:  # the statement may read work tables that are empty now: only its plan matters
+                self.con.execute(f"EXPLAIN {part}", {p: 0 for p in wanted} or None).fetchall()
+                plan_s = time.perf_counter() - start
+            except duckdb.Error:
+                plan_s = 0.0
+            statements.append((part, wanted, plan_s))
+        self._statements[name] = statements
+        return statements
 
     # --- data in and out ------------------------------------------------------------------
 
@@ -185,16 +185,6 @@ class Database:
 
     def close(self) -> None:
         self.con.close()
-
-
-def _literal(value: Any) -> str:
-    """An EXECUTE argument. EXECUTE cannot take bound parameters itself, so only numbers and
-    booleans are accepted, never text: nothing a user typed is ever formatted into SQL."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    raise DatabaseError(f"statement parameter {value!r}: only numbers and booleans")
 
 
 def _strip_comments(text: str) -> str:

@@ -211,7 +211,8 @@ def guard_holds(guard: Guard, types: Mapping[str, Shaped]) -> bool:
     """Whether ``guard`` holds for the shapes bound to its variables (keys: names without ``?``).
 
     ``ungrouped(?x, ?w)``: ``C(x) == w.shape[1]``; ``same-shape(?a, ?b)``: equal shapes;
-    ``same-group-width(?x1, ?w1, ?x2, ?w2)``: ``O1 / g1 == O2 / g2`` with ``g = C(x) / w.shape[1]``.
+    ``same-group-width(?x1, ?w1, ?x2, ?w2)``: ``O1 / g1 == O2 / g2`` with ``g = C(x) / w.shape[1]``;
+    ``odd-kernels(?w1, ?w2)``: both kernels odd in both dims.
     Shapes of the wrong rank for a conv guard make it false.
 
     >>> depthwise = {"x": (1, 8, 4, 4), "w": (8, 1, 3, 3)}
@@ -228,6 +229,8 @@ def guard_holds(guard: Guard, types: Mapping[str, Shaped]) -> bool:
         return False
     if guard.name == "ungrouped":
         return s[0][1] == s[1][1]
+    if guard.name == "odd-kernels":
+        return all(k % 2 == 1 for shape in s for k in shape[2:])
     if guard.name == "same-group-width":
         (c1, cw1, o1), (c2, cw2, o2) = (s[0][1], s[1][1], s[1][0]), (s[2][1], s[3][1], s[3][0])
         # O1 / (C1 / Cw1) == O2 / (C2 / Cw2), without division.

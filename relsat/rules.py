@@ -118,6 +118,10 @@ GUARDS: dict[str, GuardSpec] = {
         ("x", "w"), "a conv of input ?x with weight ?w has one group: C(x) == dim 1 of w"
     ),
     "same-shape": GuardSpec(("a", "b"), "?a and ?b have equal shapes (no broadcasting)"),
+    "odd-kernels": GuardSpec(
+        ("w1", "w2"),
+        "?w1 and ?w2 are 4-D weights with odd kernel sizes (enlarge's centring equals SAME's)",
+    ),
     "same-group-width": GuardSpec(
         ("x1", "w1", "x2", "w2"),
         "conv(?x1, ?w1) and conv(?x2, ?w2) have equal output channels per group",

@@ -14,6 +14,9 @@ WHERE mid IN (
         WHEN 'ungrouped' THEN len(x0.shape) = 4 AND len(x1.shape) = 4
                               AND x0.shape[2] = x1.shape[2]
         WHEN 'same-shape' THEN x0.shape = x1.shape
+        WHEN 'odd-kernels' THEN len(x0.shape) = 4 AND len(x1.shape) = 4
+                              AND x0.shape[3] % 2 = 1 AND x0.shape[4] % 2 = 1
+                              AND x1.shape[3] % 2 = 1 AND x1.shape[4] % 2 = 1
         WHEN 'same-group-width' THEN len(x0.shape) = 4 AND len(x1.shape) = 4
                               AND len(x2.shape) = 4 AND len(x3.shape) = 4
                               AND x1.shape[1]::BIGINT * x1.shape[2] * x2.shape[2]
