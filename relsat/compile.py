@@ -34,8 +34,8 @@ from relsat.rules import OPERATORS, Pattern, Rule, Term, Var, canonical
 
 __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "rule_sql"]
 
-#: Variable slots per rule (columns v0…v5 of the match tables).
-MAX_VARS = 6
+#: Variable slots per rule (columns v0…v3 of the match tables; TASO's rules use at most 4).
+MAX_VARS = 4
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
 #: Tensor children of a node created or matched by a rule (enode columns c0, c1).

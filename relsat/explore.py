@@ -192,7 +192,8 @@ class _Runner:
     def search(self, *, multi: bool, since: int) -> None:
         """Fill ``match`` with the phase's matches that involve an e-node stamped >= ``since``."""
         self.db.run("search/reset")
-        for h in range(self.program.lhs_height + 1):
+        self.db.run("search/match_leaves", multi=multi, since=since)
+        for h in range(1, self.program.lhs_height + 1):
             self.db.run("search/match_level", h=h, multi=multi, since=since)
         self.db.run("search/collect_multi" if multi else "search/collect_single")
 
