@@ -29,6 +29,7 @@ SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 SCHEMA_VERSION = "1"
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_PLAN_COST: dict[str, float] = {}  # statement text -> seconds DuckDB takes to plan it
 
 
 def sql_text(name: str) -> str:
@@ -134,13 +135,14 @@ class Database:
             if not part:
                 continue
             wanted = list(dict.fromkeys(_PARAM.findall(part)))
-            start = time.perf_counter()
-            try:  # the statement may read work tables that are empty now: only its plan matters
-                self.con.execute(f"EXPLAIN {part}", {p: 0 for p in wanted} or None).fetchall()
-                plan_s = time.perf_counter() - start
-            except duckdb.Error:
-                plan_s = 0.0
-            statements.append((part, wanted, plan_s))
+            if part not in _PLAN_COST:  # measured once per process: it depends on the SQL text
+                start = time.perf_counter()
+                try:  # the work tables may be empty now: only the plan matters
+                    self.con.execute(f"EXPLAIN {part}", {p: 0 for p in wanted} or None).fetchall()
+                    _PLAN_COST[part] = time.perf_counter() - start
+                except duckdb.Error:
+                    _PLAN_COST[part] = 0.0
+            statements.append((part, wanted, _PLAN_COST[part]))
         self._statements[name] = statements
         return statements
 

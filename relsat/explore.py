@@ -205,9 +205,9 @@ class _Runner:
         self.search(multi=multi, since=self.since[multi])
         self.since[multi] = self.epoch
         t1 = time.perf_counter()
-        ((pending, height),) = db.run("apply/pending_height")
+        ((pending, height, guarded),) = db.run("apply/pending_height")
         if pending:
-            if self.program.rguard.num_rows:
+            if guarded:
                 db.run("apply/check_guards")
             for h in range(height + 1):
                 db.run("apply/instantiate_level", h=h)

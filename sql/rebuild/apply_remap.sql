@@ -16,9 +16,8 @@ UPDATE enode SET
     c6 = coalesce(m.mp[c6], c6), c7 = coalesce(m.mp[c7], c7),
     stamp = $epoch
 FROM (SELECT map(list(old), list(new)) AS mp FROM remap) m
-WHERE enode.class IN (SELECT old FROM remap)
-   OR enode.c0 IN (SELECT old FROM remap) OR enode.c1 IN (SELECT old FROM remap)
-   OR enode.c2 IN (SELECT old FROM remap) OR enode.c3 IN (SELECT old FROM remap)
-   OR enode.c4 IN (SELECT old FROM remap) OR enode.c5 IN (SELECT old FROM remap)
-   OR enode.c6 IN (SELECT old FROM remap) OR enode.c7 IN (SELECT old FROM remap);
+WHERE enode.id IN (
+    SELECT t.id
+    FROM (SELECT id, unnest([class, c0, c1, c2, c3, c4, c5, c6, c7]) AS k FROM enode) t
+    JOIN remap r ON r.old = t.k);
 UPDATE output SET class = r.new FROM remap r WHERE output.class = r.old
