@@ -1,0 +1,57 @@
+"""Rules → SQL: the per-rule queries (snapshots) and the rule program."""
+
+from __future__ import annotations
+
+import pytest
+
+from relsat.compile import MAX_VARS, compile_rules, rule_sql
+from relsat.errors import RuleError
+from relsat.rulefile import load_rules, parse_rules
+
+RULES = load_rules()
+
+
+@pytest.mark.parametrize("name", [r.name for r in RULES])
+def test_rule_sql(name: str, snapshot) -> None:  # type: ignore[no-untyped-def]
+    assert rule_sql(RULES[name]) == snapshot
+
+
+def test_multi_pattern_rule_is_one_join_on_shared_variables() -> None:
+    sql = rule_sql(RULES["matmul-pair-shared-lhs-to-concat"])
+    assert sql.count("FROM enode") == 1 and sql.count("JOIN enode") == 1
+    assert "n1.c0 = n0.c0" in sql  # the shared ?x
+    assert "n0.class < n1.class" in sql  # symmetric: each unordered pair once
+    cross = rule_sql(RULES["relu-pair-to-relu-of-concat-cols"])
+    assert "CROSS JOIN enode n1" in cross
+    enlarge = rule_sql(RULES["conv-pair-shared-input-enlarge-merge"])
+    assert "n0.class <> n1.class" in enlarge  # not symmetric: ordered pairs, never self-pairs
+
+
+def test_program_tables() -> None:
+    program = compile_rules(RULES)
+    assert program.rule_info.num_rows == len(RULES) == 135
+    assert program.lhs_height == 2 and program.rhs_height == 4
+    info = program.rule_info.to_pylist()
+    assert sum(r["multi"] for r in info) == 15
+    # 13 rules are marked symmetric; pairs are halved for the 8 whose two sources are equal up to
+    # renaming (TENSAT's condition), e.g. not for matmul(matmul(a,b),a) / matmul(b,matmul(a,b))
+    assert sum(r.symmetric for r in RULES) == 13
+    assert sum(r["symmetric_pairs"] for r in info) == 8
+    # a split's cut comes from the first concat operand: dim 1 of ?w1 for the matmul pair
+    rid = next(r["rule"] for r in info if r["name"] == "matmul-pair-shared-lhs-to-concat")
+    (split,) = [t for t in program.tnode.to_pylist() if t["rule"] == rid and t["op"] == "split"]
+    assert (split["p0"], split["cut_slot"], split["cut_dim"]) == (1, 1, 1)
+    # shared sub-terms of the two right-hand sides are one template
+    assert sum(t["rule"] == rid for t in program.tnode.to_pylist()) == 6
+    assert compile_rules(RULES, guards=False).rguard.num_rows == 0
+    assert compile_rules(RULES).rguard.num_rows > 30
+
+
+def test_rules_the_engine_cannot_run_are_refused() -> None:
+    many = parse_rules("# name: many\n(ewadd (ewadd ?a ?b) (ewadd ?c (ewadd ?d ?e))) => "
+                       "(ewadd ?a ?b)\n")
+    with pytest.raises(RuleError, match=f"5 variables; the engine supports {MAX_VARS}"):
+        compile_rules(many)
+    lost = parse_rules("# name: lost-split\n(relu ?x) => (split_0 (split 1 (relu ?x)))\n")
+    with pytest.raises(RuleError, match="cannot tell where"):
+        compile_rules(lost)
