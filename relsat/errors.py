@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "AuditError",
     "DatabaseError",
     "ExecutionError",
     "GraphError",
@@ -187,3 +188,12 @@ class DatabaseError(RelsatError):
         self.reason = message
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class AuditError(RelsatError):
+    """An e-graph invariant does not hold (``violations``: check name → violating row count)."""
+
+    def __init__(self, violations: dict[str, int], *, where: str = "") -> None:
+        self.violations = violations
+        bad = ", ".join(f"{k} ({v} rows)" for k, v in violations.items() if v)
+        super().__init__(f"e-graph invariants violated{' ' + where if where else ''}: {bad}")

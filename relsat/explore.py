@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from relsat.compile import Program, compile_rules
 from relsat.egraph import EGraph
+from relsat.errors import AuditError
 from relsat.rebuild import rebuild
 from relsat.rules import Rule
 from relsat.shapecheck import check_level
@@ -114,11 +115,14 @@ def explore(
     k_multi: int = 1,
     limits: Limits | None = None,
     guards: bool = True,
+    audit: bool = False,
 ) -> Exploration:
     """Saturate ``egraph`` with ``rules`` (default: the shipped rule set).
 
     ``guards=False`` ignores the rules' ``where`` guards, as TENSAT does (some rules are then
     unsound for grouped convolutions and broadcasting; ``reference/SEMANTICS.md`` §7).
+    ``audit=True`` runs the invariant checks (:meth:`EGraph.audit`) after every phase and raises
+    :class:`~relsat.errors.AuditError` (rolling the iteration back) when one fails.
     """
     from relsat.rulefile import load_rules
 
@@ -137,9 +141,16 @@ def explore(
             break
         with egraph.db.transaction():
             done = []
-            if iteration < k_multi and program.rule_info.num_rows:
-                done.append(runner.phase(iteration, multi=True))
-            done.append(runner.phase(iteration, multi=False))
+            for multi in (True, False):
+                if multi and iteration >= k_multi:
+                    continue
+                done.append(runner.phase(iteration, multi=multi))
+                violations = egraph.audit() if audit else {}
+                if any(violations.values()):
+                    raise AuditError(
+                        violations,
+                        where=f"after iteration {iteration} ({'multi' if multi else 'single'})",
+                    )
         stats.extend(done)
         if not any(s.changed for s in done) and iteration >= k_multi - 1:
             stop = StopReason.SATURATED

@@ -141,3 +141,30 @@ def test_read_only_database_can_be_inspected_not_changed(tmp_path: Path) -> None
     with pytest.raises(DatabaseError, match="read-only"):
         explore(eg)
     assert eg.counts() == (70, 70)
+
+
+def test_locked_database_is_a_typed_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "locked.duckdb"
+    EGraph.from_graph(models.load("vgg19"), path).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+            "print('ready', flush=True); time.sleep(30)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with pytest.raises(DatabaseError, match="lock") as info:
+            EGraph(path)
+        assert info.value.path == str(path)
+    finally:
+        holder.kill()
+        holder.wait()

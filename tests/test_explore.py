@@ -7,7 +7,7 @@ import pytest
 from relsat import GraphBuilder, compare, models
 from relsat.decode import decode, random_choice
 from relsat.egraph import EGraph
-from relsat.errors import DatabaseError
+from relsat.errors import AuditError, DatabaseError
 from relsat.explore import Limits, StopReason, explore
 from relsat.rulefile import load_rules
 
@@ -97,7 +97,7 @@ def test_everything_added_is_equivalent(name: str) -> None:
     """Any acyclic choice of e-nodes computes what the input graph computes."""
     graph = models.load(name)
     eg = EGraph.from_graph(graph)
-    result = explore(eg, RULES, limits=Limits(iterations=3))
+    result = explore(eg, RULES, limits=Limits(iterations=3), audit=True)
     assert result.enodes > len(graph)
     assert not any(eg.audit().values())
     for seed in range(1 if name == "bert" else 2):
@@ -128,7 +128,7 @@ def test_saturation_and_semi_naive_search() -> None:
 )
 def test_limits_end_with_a_stop_reason(limits: Limits, stop: StopReason) -> None:
     eg = EGraph.from_graph(models.load("nasrnn"))
-    result = explore(eg, RULES, limits=limits)
+    result = explore(eg, RULES, limits=limits, audit=True)
     assert result.stop is stop
     assert not any(eg.audit().values())
 
@@ -173,3 +173,12 @@ def test_statements_per_phase_do_not_grow_with_rules() -> None:
         counts[label] = max(s.statements for s in result.iterations)
     assert len(RULES) == 135
     assert counts["all"] <= counts["ten"] + 8  # only the number of rebuild rounds may differ
+
+
+def test_audit_failure_is_reported_and_rolled_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    eg = figure2()
+    before = eg.counts()
+    monkeypatch.setattr(EGraph, "audit", lambda self: {"dangling_ids": 2})
+    with pytest.raises(AuditError, match=r"after iteration 0 \(multi\): dangling_ids \(2 rows\)"):
+        explore(eg, RULES, audit=True)
+    assert eg.counts() == before
