@@ -6,7 +6,7 @@ import csv
 import os
 import platform
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def markdown(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A Markdown table; floats with 3 decimals."""
+
     def cell(v: Any) -> str:
         return f"{v:.3f}" if isinstance(v, float) else str(v)
 
@@ -28,7 +29,7 @@ def append_csv(name: str, headers: Sequence[str], rows: Sequence[Sequence[Any]])
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.csv"
     new = not path.exists()
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
     machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus"
     with path.open("a", newline="") as f:
         w = csv.writer(f)

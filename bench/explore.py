@@ -16,16 +16,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import append_csv, markdown  # noqa: E402
+from common import append_csv, markdown
 
-from relsat import models  # noqa: E402
-from relsat.egraph import EGraph  # noqa: E402
-from relsat.explore import Exploration, Limits, explore  # noqa: E402
-from relsat.rulefile import load_rules  # noqa: E402
+from relsat import models
+from relsat.egraph import EGraph
+from relsat.explore import Exploration, Limits, explore
+from relsat.rulefile import load_rules
 
 #: TENSAT exploration seconds (MLSys 2021 Table 3; 16-core CPU + T4, k_multi = 1).
-TENSAT_SECONDS = {"nasrnn": 0.10, "bert": 0.83, "resnext50": 0.68, "nasneta": 8.81,
-                  "squeezenet": 0.16, "vgg19": 0.42, "inceptionv3": 4.38}
+TENSAT_SECONDS = {
+    "nasrnn": 0.10,
+    "bert": 0.83,
+    "resnext50": 0.68,
+    "nasneta": 8.81,
+    "squeezenet": 0.16,
+    "vgg19": 0.42,
+    "inceptionv3": 4.38,
+}
 #: TENSAT's final e-graph sizes (historical runs, reference/MODELS.md §3; leaves included).
 TENSAT_ENODES = {"nasrnn": 1990, "bert": 1569, "resnext50": 371, "nasneta": 7215}
 
@@ -44,9 +51,22 @@ def main() -> None:
     args = ap.parse_args()
     guards = not args.no_guards
 
-    headers = ["model", "stop", "iters", "e-nodes", "e-classes", "search s", "apply s",
-               "rebuild s", "explore s", "stmts/phase", "plan %", "TENSAT s", "ratio",
-               "TENSAT e-nodes"]
+    headers = [
+        "model",
+        "stop",
+        "iters",
+        "e-nodes",
+        "e-classes",
+        "search s",
+        "apply s",
+        "rebuild s",
+        "explore s",
+        "stmts/phase",
+        "plan %",
+        "TENSAT s",
+        "ratio",
+        "TENSAT e-nodes",
+    ]
     rows = []
     for name in args.models:
         runs = [run(name, args.k_multi, guards) for _ in range(args.repeat)]
@@ -55,36 +75,64 @@ def main() -> None:
         plan = sum(s.plan_s for s in it)
         sql = plan + sum(s.exec_s for s in it)
         seconds = statistics.median(x.seconds for x in runs)
-        rows.append([name, r.stop.value, len({s.iteration for s in it}), r.enodes, r.eclasses,
-                     sum(s.search_s for s in it), sum(s.apply_s for s in it),
-                     sum(s.rebuild_s for s in it), seconds,
-                     round(statistics.mean(s.statements for s in it), 1),
-                     round(100 * plan / sql, 1) if sql else 0.0, TENSAT_SECONDS[name],
-                     round(seconds / TENSAT_SECONDS[name], 2), TENSAT_ENODES.get(name, "–")])
+        rows.append(
+            [
+                name,
+                r.stop.value,
+                len({s.iteration for s in it}),
+                r.enodes,
+                r.eclasses,
+                sum(s.search_s for s in it),
+                sum(s.apply_s for s in it),
+                sum(s.rebuild_s for s in it),
+                seconds,
+                round(statistics.mean(s.statements for s in it), 1),
+                round(100 * plan / sql, 1) if sql else 0.0,
+                TENSAT_SECONDS[name],
+                round(seconds / TENSAT_SECONDS[name], 2),
+                TENSAT_ENODES.get(name, "–"),
+            ]
+        )
         print(f"  {name}: {seconds:.2f} s", file=sys.stderr)
     title = f"Exploration, k_multi = {args.k_multi}, guards {'on' if guards else 'off'}"
     print(f"### {title}\n\n{markdown(headers, rows)}\n")
-    append_csv("explore", ["k_multi", "guards", *headers],
-               [[args.k_multi, guards, *row] for row in rows])
+    append_csv(
+        "explore", ["k_multi", "guards", *headers], [[args.k_multi, guards, *row] for row in rows]
+    )
 
     # Batching: statements per phase with all rules vs the ten busiest, on BERT.
     rules = load_rules()
     probe = EGraph.from_graph(models.load("bert"))
     explore(probe, rules, limits=Limits(iterations=3))
-    busy = [r[0] for r in probe.db.execute(
-        "SELECT rule FROM rule_stats GROUP BY rule ORDER BY sum(matches) DESC, rule LIMIT 10")]
+    busy = [
+        r[0]
+        for r in probe.db.execute(
+            "SELECT rule FROM rule_stats GROUP BY rule ORDER BY sum(matches) DESC, rule LIMIT 10"
+        )
+    ]
     scale = []
-    for label, subset in (("10 rules", [rules[n] for n in busy]), (f"{len(rules)} rules",
-                                                                   list(rules))):
+    for label, subset in (
+        ("10 rules", [rules[n] for n in busy]),
+        (f"{len(rules)} rules", list(rules)),
+    ):
         eg = EGraph.from_graph(models.load("bert"))
         r = explore(eg, subset, limits=Limits(iterations=3))
         for s in r.iterations:
-            scale.append([label, s.iteration, s.phase, s.matches, s.statements,
-                          round(s.plan_s + s.exec_s, 3), round(100 * s.plan_s /
-                                                               (s.plan_s + s.exec_s), 1)])
+            scale.append(
+                [
+                    label,
+                    s.iteration,
+                    s.phase,
+                    s.matches,
+                    s.statements,
+                    round(s.plan_s + s.exec_s, 3),
+                    round(100 * s.plan_s / (s.plan_s + s.exec_s), 1),
+                ]
+            )
     print("### Statements per phase do not grow with the rule count (BERT, 3 iterations)\n")
-    print(markdown(["rules", "iteration", "phase", "matches", "statements", "SQL s", "plan %"],
-                   scale))
+    print(
+        markdown(["rules", "iteration", "phase", "matches", "statements", "SQL s", "plan %"], scale)
+    )
 
 
 if __name__ == "__main__":
