@@ -97,9 +97,9 @@ class Database:
         rows: list[tuple] = self._exec(sql, params, "rows")
         return rows
 
-    def run(self, name: str, **params: Any) -> list[tuple]:
+    def run(self, name: str, *, columns: bool = False, **params: Any) -> list[Any]:
         """Execute the named statement(s) of ``sql/<name>.sql`` with ``$`` parameters bound;
-        returns the rows of the last one.
+        returns the rows of the last one (as dicts with ``columns=True``).
 
         DuckDB plans a statement anew on every execution (prepared statements included, as
         measured with DuckDB 2.0), so planning time cannot be read off the execution. The first
@@ -109,14 +109,18 @@ class Database:
         statements = self._statements.get(name)
         if statements is None:
             statements = self._load(name)
-        rows: list[tuple] = []
+        rows: list[Any] = []
         for sql, wanted, plan_s in statements:
             missing = [p for p in wanted if p not in params]
             if missing:
                 raise DatabaseError(f"sql/{name}.sql needs parameters {missing}")
             start = time.perf_counter()
             try:
-                rows = self.con.execute(sql, {p: params[p] for p in wanted} or None).fetchall()
+                cursor = self.con.execute(sql, {p: params[p] for p in wanted} or None)
+                rows = cursor.fetchall()
+                if columns and cursor.description:
+                    names = [d[0] for d in cursor.description]
+                    rows = [dict(zip(names, row, strict=True)) for row in rows]
             except duckdb.Error as exc:
                 raise DatabaseError(
                     f"sql/{name}.sql: {type(exc).__name__}: {exc}", path=self.path

@@ -19,21 +19,14 @@ from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer
 
 __all__ = ["check_level", "infer_enode"]
 
-_NEWNODE = pa.schema(
+_SIGTYPE = pa.schema(
     [
-        ("class", pa.int64()),
-        ("op", pa.string()),
-        *[(f"p{i}", pa.int32()) for i in range(6)],
-        ("arity", pa.int32()),
-        ("c0", pa.int64()),
-        ("c1", pa.int64()),
+        ("sig", pa.int64()),
         ("kind", pa.string()),
         ("shape", pa.list_(pa.int32())),
         ("shape2", pa.list_(pa.int32())),
         ("splits", pa.list_(pa.list_(pa.int32()))),
-        ("all_weights", pa.bool_()),
         ("valid", pa.bool_()),
-        ("rule", pa.int32()),
     ]
 )
 
@@ -91,47 +84,41 @@ def _type(shape: list[int] | None, splits: list[list[int]] | None) -> TensorType
 
 
 def check_level(db: Database, h: int) -> int:
-    """Shape-check the new e-nodes of right-hand-side height ``h``; returns how many."""
-    rows = db.arrow(sql_text("apply/fresh_level"), {"h": h}).to_pylist()
+    """Shape-check the new e-nodes of right-hand-side height ``h``, once per distinct type
+    signature (op, parameters, child types); returns the number of signatures."""
     out: list[dict[str, Any]] = []
-    for r in rows:
+    for r in db.run("apply/fresh_level", h=h, columns=True):
         p = [r[f"p{i}"] for i in range(6)]
-        children = []
-        valid = True
-        for side in ("a", "b")[: r["arity"]]:
-            if not r[f"{side}_valid"] or r[f"{side}_shape"] is None:
-                valid = False
-                break
-            children.append(
+        kind = shape = shape2 = splits = None
+        valid = all(r[f"{side}_valid"] for side in ("a", "b")[: r["arity"]])
+        if valid:
+            children = [
                 (
                     r[f"{side}_kind"],
                     _type(r[f"{side}_shape"], r[f"{side}_splits"]),
                     _type(r[f"{side}_shape2"], None),
                 )
-            )
-        kind = shape = shape2 = splits = None
-        if valid:
+                for side in ("a", "b")[: r["arity"]]
+            ]
             try:
                 kind, t, t2 = infer_enode(r["op"], p, children)  # type: ignore[arg-type]
                 shape, splits = list(t.shape), [list(s) for s in t.splits]
                 shape2 = list(t2.shape) if t2 is not None else None
             except OpError:
                 valid = False
-        weights = all(r[f"{side}_weights"] for side in ("a", "b")[: r["arity"]])
         out.append(
             {
-                **{k: r[k] for k in ("class", "op", "arity", "c0", "c1", "rule")},
-                **{f"p{i}": p[i] for i in range(6)},
+                "sig": r["sig"],
                 "kind": kind,
                 "shape": shape,
                 "shape2": shape2,
                 "splits": splits,
-                "all_weights": bool(weights),
                 "valid": valid,
             }
         )
     if out:
-        db.insert_arrow("newnode", pa.Table.from_pylist(out, schema=_NEWNODE))
+        db.insert_arrow("sigtype", pa.Table.from_pylist(out, schema=_SIGTYPE))
+        db.run("apply/typed_level")
     return len(out)
 
 
