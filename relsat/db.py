@@ -30,9 +30,11 @@ SCHEMA_VERSION = "1"
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PLAN_COST: dict[str, float] = {}
-_SKIPPED_OPTIMIZERS = ("compressed_materialization,statistics_propagation,common_subexpressions,"
-                       "late_materialization,common_subplan,partitioned_execution,"
-                       "join_filter_pushdown")  # statement text -> seconds DuckDB takes to plan it
+_SKIPPED_OPTIMIZERS = (
+    "compressed_materialization,statistics_propagation,common_subexpressions,"
+    "late_materialization,common_subplan,partitioned_execution,"
+    "join_filter_pushdown"
+)  # statement text -> seconds DuckDB takes to plan it
 
 
 def sql_text(name: str) -> str:

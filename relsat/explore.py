@@ -27,7 +27,7 @@ from relsat.egraph import EGraph
 from relsat.errors import AuditError
 from relsat.rebuild import rebuild
 from relsat.rules import Rule
-from relsat.shapecheck import check_level
+from relsat.shapecheck import check_new
 
 __all__ = ["Exploration", "IterationStats", "Limits", "StopReason", "explore", "find_matches"]
 
@@ -222,7 +222,7 @@ class _Runner:
                 db.run("apply/check_guards")
             for h in range(height + 1):
                 db.run("apply/instantiate_level", h=h)
-                check_level(db, h)
+            check_new(db)
             db.run("apply/insert_new", epoch=self.epoch)
         t2 = time.perf_counter()
         ((matches, applied, new_enodes),) = db.run("stats/phase_counts")

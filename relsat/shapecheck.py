@@ -5,7 +5,7 @@ children's classes (SEMANTICS.md §5.1). The check reuses the graph layer's own 
 (:func:`relsat.ops.infer`), so the e-graph and the graph builder can never disagree about what is
 valid, plus TENSAT's two rule-specific conditions: a rule-built ``concat`` needs both inputs of
 rank ``ndim``, and a ``split`` must cut strictly inside its axis. New nodes are checked one level
-of the right-hand sides at a time, over Arrow: one query in, one batch out.
+of the phase at once, over Arrow: one query in, one batch out.
 """
 
 from __future__ import annotations
@@ -17,16 +17,23 @@ import pyarrow as pa
 from relsat.db import Database, sql_text
 from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer
 
-__all__ = ["check_level", "infer_enode"]
+__all__ = ["check_new", "infer_enode", "shape_disagreements"]
 
-_SIGTYPE = pa.schema(
+_NEWNODE = pa.schema(
     [
-        ("sig", pa.int64()),
+        ("class", pa.int64()),
+        ("op", pa.string()),
+        *[(f"p{i}", pa.int32()) for i in range(6)],
+        ("arity", pa.int32()),
+        ("c0", pa.int64()),
+        ("c1", pa.int64()),
         ("kind", pa.string()),
         ("shape", pa.list_(pa.int32())),
         ("shape2", pa.list_(pa.int32())),
         ("splits", pa.list_(pa.list_(pa.int32()))),
+        ("all_weights", pa.bool_()),
         ("valid", pa.bool_()),
+        ("rule", pa.int32()),
     ]
 )
 
@@ -83,43 +90,69 @@ def _type(shape: list[int] | None, splits: list[list[int]] | None) -> TensorType
     return TensorType(tuple(shape), tuple(tuple(s) for s in splits) if splits else ())
 
 
-def check_level(db: Database, h: int) -> int:
-    """Shape-check the new e-nodes of right-hand-side height ``h``, once per distinct type
-    signature (op, parameters, child types); returns the number of signatures."""
+_Analysis = tuple[str | None, TensorType | None, TensorType | None, bool, bool]
+
+
+def check_new(db: Database) -> int:
+    """Shape-check every e-node the phase's right-hand sides would create, lowest height first,
+    and store the results in ``newnode``; returns how many. Nodes with the same op, parameters and
+    child types are checked once."""
+    rows = db.run("apply/fresh", columns=True)
+    new: dict[int, _Analysis] = {}  # class -> kind, type, type of piece 1, all_weights, valid
+    memo: dict[tuple, tuple[str | None, TensorType | None, TensorType | None, bool]] = {}
     out: list[dict[str, Any]] = []
-    for r in db.run("apply/fresh_level", h=h, columns=True):
-        p = [r[f"p{i}"] for i in range(6)]
-        kind = shape = shape2 = splits = None
-        valid = all(r[f"{side}_valid"] for side in ("a", "b")[: r["arity"]])
-        if valid:
-            children = [
-                (
-                    r[f"{side}_kind"],
-                    _type(r[f"{side}_shape"], r[f"{side}_splits"]),
-                    _type(r[f"{side}_shape2"], None),
+    for r in rows:
+        children: list[_Analysis] = []
+        for side, col in (("a", "c0"), ("b", "c1"))[: r["arity"]]:
+            if r[col] in new:
+                children.append(new[r[col]])
+            else:
+                children.append(
+                    (
+                        r[f"{side}_kind"],
+                        _type(r[f"{side}_shape"], r[f"{side}_splits"]),
+                        _type(r[f"{side}_shape2"], None),
+                        bool(r[f"{side}_weights"]),
+                        True,
+                    )
                 )
-                for side in ("a", "b")[: r["arity"]]
-            ]
-            try:
-                kind, t, t2 = infer_enode(r["op"], p, children)  # type: ignore[arg-type]
-                shape, splits = list(t.shape), [list(s) for s in t.splits]
-                shape2 = list(t2.shape) if t2 is not None else None
-            except OpError:
-                valid = False
+        p = [r[f"p{i}"] for i in range(6)]
+        key = (r["op"], *p, *[(k, t, t2, ok) for k, t, t2, _, ok in children])
+        if key not in memo:
+            memo[key] = _check(r["op"], p, children)
+        kind, t, t2, valid = memo[key]
+        weights = all(c[3] for c in children)
+        new[r["class"]] = (kind, t, t2, weights, valid)
         out.append(
             {
-                "sig": r["sig"],
+                **{k: r[k] for k in ("class", "op", "arity", "c0", "c1", "rule")},
+                **{f"p{i}": p[i] for i in range(6)},
                 "kind": kind,
-                "shape": shape,
-                "shape2": shape2,
-                "splits": splits,
+                "shape": None if t is None else list(t.shape),
+                "shape2": None if t2 is None else list(t2.shape),
+                "splits": None if t is None else [list(x) for x in t.splits],
+                "all_weights": weights,
                 "valid": valid,
             }
         )
     if out:
-        db.insert_arrow("sigtype", pa.Table.from_pylist(out, schema=_SIGTYPE))
-        db.run("apply/typed_level")
+        db.insert_arrow("newnode", pa.Table.from_pylist(out, schema=_NEWNODE))
     return len(out)
+
+
+def _check(
+    op: str,
+    p: list[int],
+    children: list[_Analysis],
+) -> tuple[str | None, TensorType | None, TensorType | None, bool]:
+    """The analysis of one new e-node: kind, type, type of piece 1, valid."""
+    if not all(ok and t is not None for _, t, _, _, ok in children):
+        return None, None, None, False
+    try:
+        kind, t, t2 = infer_enode(op, p, [(k, t, t2) for k, t, t2, _, _ in children])  # type: ignore[misc]
+    except OpError:
+        return None, None, None, False
+    return kind, t, t2, True
 
 
 def shape_disagreements(db: Database) -> list[tuple[int, str, str]]:

@@ -140,15 +140,15 @@ def test_failed_iteration_rolls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
     import relsat.explore as ex
 
-    real = ex.check_level
+    real = ex.check_new
 
-    def failing(db, h):  # type: ignore[no-untyped-def]
+    def failing(db):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] == 2:
             raise DatabaseError("disk full (simulated)")
-        return real(db, h)
+        return real(db)
 
-    monkeypatch.setattr(ex, "check_level", failing)
+    monkeypatch.setattr(ex, "check_new", failing)
     with pytest.raises(DatabaseError, match="simulated"):
         explore(eg, RULES, limits=Limits(iterations=3))
     after = eg.sql("SELECT * FROM enode ORDER BY id"), eg.sql("SELECT * FROM eclass ORDER BY id")

@@ -34,24 +34,6 @@ CREATE TABLE IF NOT EXISTS newnode (
     rule INTEGER NOT NULL      -- the first rule (lowest match id) that built it
 );
 
--- The new e-nodes of one right-hand-side level with their children's analysis, and the result of
--- the shape check per type signature (see apply/fresh_level.sql).
-CREATE TABLE IF NOT EXISTS fresh (
-    class BIGINT NOT NULL, op VARCHAR NOT NULL,
-    p0 INTEGER NOT NULL, p1 INTEGER NOT NULL, p2 INTEGER NOT NULL, p3 INTEGER NOT NULL,
-    p4 INTEGER NOT NULL, p5 INTEGER NOT NULL, arity INTEGER NOT NULL,
-    c0 BIGINT NOT NULL, c1 BIGINT NOT NULL, rule INTEGER NOT NULL,
-    a_kind VARCHAR, a_shape INTEGER[], a_shape2 INTEGER[], a_splits INTEGER[][],
-    a_weights BOOLEAN NOT NULL, a_valid BOOLEAN NOT NULL,
-    b_kind VARCHAR, b_shape INTEGER[], b_shape2 INTEGER[], b_splits INTEGER[][],
-    b_weights BOOLEAN NOT NULL, b_valid BOOLEAN NOT NULL,
-    sig BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sigtype (
-    sig BIGINT NOT NULL, kind VARCHAR, shape INTEGER[], shape2 INTEGER[], splits INTEGER[][],
-    valid BOOLEAN NOT NULL
-);
-
 -- The new classes that the accepted matches use (inserted into the e-graph).
 CREATE TABLE IF NOT EXISTS used (class BIGINT NOT NULL);
 

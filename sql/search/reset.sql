@@ -4,6 +4,4 @@ DELETE FROM match;
 DELETE FROM cand;
 DELETE FROM newnode;
 DELETE FROM used;
-DELETE FROM fresh;
-DELETE FROM sigtype;
 DELETE FROM pending

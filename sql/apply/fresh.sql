@@ -1,0 +1,23 @@
+-- The e-nodes the phase's right-hand sides would create (one row per new class, attributed to the
+-- lowest match id that builds it), lowest height first, with the analysis of those child classes
+-- that already exist (a child created in the same phase has no eclass row yet: the shape check in
+-- relsat/shapecheck.py takes it from the lower level). No parameters.
+WITH f AS (
+    SELECT c.class, any_value(c.height) AS height, any_value(c.op) AS op,
+           any_value(c.p0) AS p0, any_value(c.p1) AS p1, any_value(c.p2) AS p2,
+           any_value(c.p3) AS p3, any_value(c.p4) AS p4, any_value(c.p5) AS p5,
+           any_value(c.arity) AS arity, any_value(c.c0) AS c0, any_value(c.c1) AS c1,
+           arg_min(m.rule, m.mid) AS rule
+    FROM cand c JOIN match m ON m.mid = c.mid
+    WHERE c.fresh
+    GROUP BY c.class
+)
+SELECT f.*,
+       a.kind AS a_kind, a.shape AS a_shape, a.shape2 AS a_shape2, a.splits AS a_splits,
+       a.all_weights AS a_weights,
+       b.kind AS b_kind, b.shape AS b_shape, b.shape2 AS b_shape2, b.splits AS b_splits,
+       b.all_weights AS b_weights
+FROM f
+LEFT JOIN eclass a ON a.id = f.c0
+LEFT JOIN eclass b ON b.id = f.c1
+ORDER BY f.height, f.class
