@@ -426,15 +426,8 @@ class GraphBuilder:
         activation: str | int = "NONE",
         name: str | None = None,
     ) -> Tensor:
-        return self._one(
-            "poolmax",
-            [x],
-            name,
-            kernel=_pair(kernel),
-            stride=_pair(stride),
-            padding=_padding(padding),
-            activation=_activation(activation),
-        )
+        """2-D max pooling (TENSAT's ``poolmax``)."""
+        return self._pool("poolmax", x, kernel, stride, padding, activation, name)
 
     def avgpool2d(
         self,
@@ -445,8 +438,21 @@ class GraphBuilder:
         activation: str | int = "NONE",
         name: str | None = None,
     ) -> Tensor:
+        """2-D average pooling, padding excluded from the divisor (TENSAT's ``poolavg``)."""
+        return self._pool("poolavg", x, kernel, stride, padding, activation, name)
+
+    def _pool(
+        self,
+        op: str,
+        x: Tensor,
+        kernel: int | Sequence[int],
+        stride: int | Sequence[int],
+        padding: str | int,
+        activation: str | int,
+        name: str | None,
+    ) -> Tensor:
         return self._one(
-            "poolavg",
+            op,
             [x],
             name,
             kernel=_pair(kernel),
