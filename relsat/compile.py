@@ -75,8 +75,8 @@ def rule_sql(rule: Rule) -> str:
     SELECT DISTINCT n0.class AS root0, n1.c0 AS v0
     FROM enode n0
     JOIN enode n1 ON n1.class = n0.c0
-    WHERE n0.op = 'relu' AND n0.arity = 1
-      AND n1.op = 'relu' AND n1.arity = 1
+    WHERE n0.op = 'relu' AND n0.arity = 1 AND NOT n0.filtered
+      AND n1.op = 'relu' AND n1.arity = 1 AND NOT n1.filtered
     """
     slots = _slots(rule)
     aliases: list[tuple[str, Pattern, str | None]] = []  # alias, pattern, join condition
@@ -90,6 +90,7 @@ def rule_sql(rule: Rule) -> str:
         conds = [f"{alias}.op = '{p.op}'"]
         conds += [f"{alias}.p{i} = {v}" for i, v in enumerate(ints)]
         conds.append(f"{alias}.arity = {len(tensors)}")
+        conds.append(f"NOT {alias}.filtered")
         where.append(" AND ".join(conds))
         for pos, arg in enumerate(tensors):
             col = f"{alias}.c{pos}"

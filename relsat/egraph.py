@@ -145,6 +145,7 @@ class EGraph:
                     "class": cid,
                     "born": 0,
                     "stamp": 0,
+                    "filtered": False,
                     "rule": None,
                 }
             )

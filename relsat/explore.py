@@ -23,6 +23,7 @@ from datetime import datetime
 import pyarrow as pa
 
 from relsat.compile import Program, compile_rules
+from relsat.cycles import MODES, prefilter, remove_cycles
 from relsat.egraph import EGraph
 from relsat.errors import AuditError
 from relsat.rebuild import rebuild
@@ -62,6 +63,8 @@ class IterationStats:
     matches: int
     applied: int
     rejected: int
+    rejected_cycle: int
+    filtered: int
     new_enodes: int
     new_eclasses: int
     unions: int
@@ -70,13 +73,14 @@ class IterationStats:
     search_s: float
     apply_s: float
     rebuild_s: float
+    cycle_s: float
     statements: int
     plan_s: float
     exec_s: float
 
     @property
     def changed(self) -> bool:
-        return self.new_enodes > 0 or self.unions > 0
+        return self.new_enodes > 0 or self.unions > 0 or self.filtered > 0
 
 
 @dataclass(frozen=True)
@@ -115,20 +119,27 @@ def explore(
     k_multi: int = 1,
     limits: Limits | None = None,
     guards: bool = True,
+    cycle_filter: str = "efficient",
     audit: bool = False,
 ) -> Exploration:
     """Saturate ``egraph`` with ``rules`` (default: the shipped rule set).
 
     ``guards=False`` ignores the rules' ``where`` guards, as TENSAT does (some rules are then
     unsound for grouped convolutions and broadcasting; ``reference/SEMANTICS.md`` §7).
+    ``cycle_filter``: ``"efficient"`` (TENSAT's Algorithm 2: rank-pruned pre-filter of
+    multi-pattern matches, then a post-pass after every phase that filters the newest e-node of
+    each remaining cycle), ``"vanilla"`` (per-match descendant sets, no post-pass: the paper's
+    Table 6 ablation) or ``"off"``.
     ``audit=True`` runs the invariant checks (:meth:`EGraph.audit`) after every phase and raises
     :class:`~relsat.errors.AuditError` (rolling the iteration back) when one fails.
     """
     from relsat.rulefile import load_rules
 
     limits = limits or Limits()
+    if cycle_filter not in MODES:
+        raise ValueError(f"cycle_filter must be one of {MODES}, not {cycle_filter!r}")
     program = compile_rules(load_rules() if rules is None else rules, guards=guards)
-    runner = _Runner(egraph, program, k_multi)
+    runner = _Runner(egraph, program, k_multi, cycle_filter)
     start = time.perf_counter()
     stats: list[IterationStats] = []
     stop = StopReason.ITERATION_LIMIT
@@ -191,9 +202,12 @@ def find_matches(egraph: EGraph, rules: Iterable[Rule], *, multi: bool) -> pa.Ta
 class _Runner:
     """Runs the phases of one exploration over one rule program."""
 
-    def __init__(self, egraph: EGraph, program: Program, k_multi: int) -> None:
+    def __init__(
+        self, egraph: EGraph, program: Program, k_multi: int, cycle_filter: str = "off"
+    ) -> None:
         self.eg, self.db, self.program = egraph, egraph.db, program
         self.k_multi = k_multi
+        self.cycle_filter = cycle_filter
         self.epoch = int(self.db.scalar("SELECT coalesce(max(stamp), 0) FROM enode"))
         self.since = {True: 0, False: 0}
         for table in ("rule_info", "pnode", "tnode", "rguard"):
@@ -216,6 +230,10 @@ class _Runner:
         self.search(multi=multi, since=self.since[multi])
         self.since[multi] = self.epoch
         t1 = time.perf_counter()
+        if multi and self.cycle_filter != "off":
+            prefilter(db, self.cycle_filter)
+        t1b = time.perf_counter()
+        cycle_s = t1b - t1
         ((pending, height, guarded),) = db.run("apply/pending_height")
         if pending:
             if guarded:
@@ -225,10 +243,12 @@ class _Runner:
             check_new(db)
             db.run("apply/insert_new", epoch=self.epoch)
         t2 = time.perf_counter()
-        ((matches, applied, new_enodes),) = db.run("stats/phase_counts")
+        ((matches, applied, rejected_cycle, new_enodes),) = db.run("stats/phase_counts")
         db.run("stats/rule_counts", iteration=iteration)
         unions = rebuild(db, self.epoch)
         t3 = time.perf_counter()
+        filtered = remove_cycles(db) if self.cycle_filter == "efficient" else 0
+        cycle_s += time.perf_counter() - t3
         enodes, eclasses = self.eg.counts()
         used = db.counters.since(before)
         stats = IterationStats(
@@ -236,15 +256,18 @@ class _Runner:
             "multi" if multi else "single",
             matches,
             applied,
-            matches - applied,
+            matches - applied - rejected_cycle,
+            rejected_cycle,
+            filtered,
             new_enodes,
             new_enodes,
             unions,
             enodes,
             eclasses,
             t1 - t0,
-            t2 - t1,
+            t2 - t1b,
             t3 - t2,
+            cycle_s,
             used.statements,
             used.plan_s,
             used.exec_s,

@@ -88,7 +88,7 @@ def test_stats_rows(snapshot) -> None:  # type: ignore[no-untyped-def]
         assert total[row["iteration"]] == (row["m"], row["a"], row["n"])
     for s in result.iterations:
         assert s.statements > 0 and s.exec_s > 0 and s.plan_s >= 0
-        assert s.matches == s.applied + s.rejected
+        assert s.matches == s.applied + s.rejected + s.rejected_cycle
     assert eg.db.scalar("SELECT stop FROM run") == result.stop.value
 
 

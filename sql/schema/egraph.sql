@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS enode (
     class  BIGINT  NOT NULL,      -- the e-class this e-node belongs to (canonical after rebuild)
     born   INTEGER NOT NULL,      -- iteration that created it (0 = input graph)
     stamp  INTEGER NOT NULL,      -- last iteration that created or re-canonicalized it (semi-naive)
-    rule   VARCHAR               -- the rule whose application created it (NULL for the input graph)
+    rule   VARCHAR,              -- the rule whose application created it (NULL for the input graph)
+    filtered BOOLEAN NOT NULL     -- on the cycle filter list: ignored by searches, never extracted
 );
 
 CREATE TABLE IF NOT EXISTS eclass (

@@ -6,6 +6,8 @@ CREATE TABLE IF NOT EXISTS iteration_stats (
     matches       BIGINT  NOT NULL,  -- new matches found (semi-naive)
     applied       BIGINT  NOT NULL,  -- matches whose right-hand side was inserted
     rejected      BIGINT  NOT NULL,  -- matches refused by the shape check or a guard
+    rejected_cycle BIGINT NOT NULL,  -- matches refused by the cycle pre-filter
+    filtered      BIGINT  NOT NULL,  -- e-nodes put on the cycle filter list by the post-pass
     new_enodes    BIGINT  NOT NULL,
     new_eclasses  BIGINT  NOT NULL,
     unions        BIGINT  NOT NULL,  -- classes merged away (including congruence)
@@ -14,6 +16,7 @@ CREATE TABLE IF NOT EXISTS iteration_stats (
     search_s      DOUBLE  NOT NULL,
     apply_s       DOUBLE  NOT NULL,
     rebuild_s     DOUBLE  NOT NULL,
+    cycle_s       DOUBLE  NOT NULL,  -- cycle filtering (pre-filter and post-pass)
     statements    INTEGER NOT NULL,  -- SQL statements issued in the phase
     plan_s        DOUBLE  NOT NULL,  -- DuckDB planning (PREPARE) time in the phase
     exec_s        DOUBLE  NOT NULL   -- DuckDB execution (EXECUTE) time in the phase
@@ -25,6 +28,7 @@ CREATE TABLE IF NOT EXISTS rule_stats (
     matches    BIGINT  NOT NULL,
     applied    BIGINT  NOT NULL,
     rejected   BIGINT  NOT NULL,  -- by the shape check or a guard
+    rejected_cycle BIGINT NOT NULL,  -- by the cycle pre-filter
     new_enodes BIGINT  NOT NULL
 );
 

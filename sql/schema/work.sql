@@ -10,7 +10,8 @@ CREATE TABLE IF NOT EXISTS sub (
 -- Matches of whole rules: one row per (rule, roots, bindings).
 CREATE TABLE IF NOT EXISTS match (
     mid BIGINT NOT NULL, rule INTEGER NOT NULL, root0 BIGINT NOT NULL, root1 BIGINT NOT NULL,
-    v BIGINT[] NOT NULL, ok BOOLEAN NOT NULL
+    v BIGINT[] NOT NULL, ok BOOLEAN NOT NULL,
+    cycle BOOLEAN NOT NULL     -- refused by the cycle pre-filter
 );
 
 -- Instantiated right-hand-side nodes: per match and template, the node and its class.
@@ -36,6 +37,11 @@ CREATE TABLE IF NOT EXISTS newnode (
 
 -- The new classes that the accepted matches use (inserted into the e-graph).
 CREATE TABLE IF NOT EXISTS used (class BIGINT NOT NULL);
+
+-- The class graph (e-nodes not filtered) and each class's rank (longest path to a leaf), for
+-- the cycle pre-filter (relsat/cycles.py).
+CREATE TABLE IF NOT EXISTS cedge (class BIGINT NOT NULL, child BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS crank (class BIGINT NOT NULL, rank BIGINT NOT NULL);
 
 -- Pending unions (class pairs), and one round's canonical mapping old -> new.
 CREATE TABLE IF NOT EXISTS pending (a BIGINT NOT NULL, b BIGINT NOT NULL);

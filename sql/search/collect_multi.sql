@@ -18,5 +18,6 @@ WITH pairs AS (
       AND (a.v2 IS NULL OR b.v2 IS NULL OR a.v2 = b.v2)
       AND (a.v3 IS NULL OR b.v3 IS NULL OR a.v3 = b.v3)
 )
-SELECT row_number() OVER (ORDER BY rule, root0, root1, v) AS mid, rule, root0, root1, v, true
+SELECT row_number() OVER (ORDER BY rule, root0, root1, v) AS mid, rule, root0, root1, v, true,
+       false
 FROM pairs

@@ -19,7 +19,7 @@ WITH m AS (
      AND e.arity = p.arity
     JOIN sub a ON a.pid = p.sub0 AND a.root = CASE p.sub0_pos WHEN 0 THEN e.c0 ELSE e.c1 END
     LEFT JOIN sub b ON b.pid = p.sub1 AND b.root = e.c1
-    WHERE p.height = $h AND p.multi = $multi
+    WHERE p.height = $h AND p.multi = $multi AND NOT e.filtered
       AND (p.sub1 < 0 OR b.pid IS NOT NULL)
       AND (p.x0 < 0 OR p.x0 <> p.x1 OR e.c0 = e.c1)
 ), merged AS (

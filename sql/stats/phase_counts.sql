@@ -1,5 +1,6 @@
--- Totals of the phase just applied: matches found, matches applied, new e-nodes.
--- No parameters.
+-- Totals of the phase just applied: matches found, applied, refused by the cycle pre-filter, and
+-- new e-nodes. No parameters.
 SELECT (SELECT count(*) FROM match),
        (SELECT count(*) FROM match WHERE ok),
+       (SELECT count(*) FROM match WHERE cycle),
        (SELECT count(*) FROM used)

@@ -1,8 +1,9 @@
 -- One rule_stats row per rule that matched in the phase just applied: matches, applied,
--- rejected (shape check or guard), and the new e-nodes it was first to build.
--- Parameters: $iteration.
+-- rejected by the shape check or a guard, rejected by the cycle pre-filter, and the new e-nodes
+-- it was first to build. Parameters: $iteration.
 INSERT INTO rule_stats
-SELECT $iteration, r.name, count(*), count(*) FILTER (WHERE m.ok), count(*) FILTER (WHERE NOT m.ok),
+SELECT $iteration, r.name, count(*), count(*) FILTER (WHERE m.ok),
+       count(*) FILTER (WHERE NOT m.ok AND NOT m.cycle), count(*) FILTER (WHERE m.cycle),
        coalesce(any_value(n.built), 0)
 FROM match m
 JOIN rule_info r ON r.rule = m.rule

@@ -1,0 +1,29 @@
+-- Every e-node with its operator signature: op, params, s, its children's shapes in argument
+-- order, its output shape (its e-class's; piece 0 for a split's pair), and whether all its
+-- children are weight-only. Identical signatures share a `sig` number (0-based, dense).
+-- A split_0/split_1 child is a pair class: its shape is piece 0 (irrelevant, they cost 0).
+-- No parameters.
+WITH child AS (
+    SELECT id AS enode,
+           unnest(range(arity)) AS pos,
+           unnest([c0, c1, c2, c3, c4, c5, c6, c7][1:arity]) AS class
+    FROM enode
+), args AS (
+    SELECT c.enode,
+           list(k.shape ORDER BY c.pos) AS inputs,
+           bool_and(k.all_weights) AS all_weights
+    FROM child c JOIN eclass k ON k.id = c.class
+    GROUP BY c.enode
+), sig AS (
+    SELECT e.id AS enode, e.op, e.p0, e.p1, e.p2, e.p3, e.p4, e.p5, e.s,
+           coalesce(a.inputs, []::INTEGER[][]) AS inputs,
+           o.shape AS output,
+           coalesce(a.all_weights, false) AS all_weights
+    FROM enode e
+    JOIN eclass o ON o.id = e.class
+    LEFT JOIN args a ON a.enode = e.id
+)
+SELECT *,
+       dense_rank() OVER (ORDER BY op, p0, p1, p2, p3, p4, p5, s, inputs, output) - 1 AS sig
+FROM sig
+ORDER BY enode

@@ -1,0 +1,92 @@
+"""Cycle filtering: the pre-filter of multi-pattern matches and the post-pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from relsat import GraphBuilder, models
+from relsat.compile import compile_rules
+from relsat.cycles import _cycle_nodes, prefilter, remove_cycles
+from relsat.egraph import EGraph
+from relsat.explore import Limits, _Runner, explore
+from relsat.rulefile import load_rules
+
+RULES = load_rules()
+
+
+def cycles_left(eg: EGraph) -> set[int]:
+    rows = eg.sql(
+        "SELECT e.id, e.class, t.child, e.born FROM enode e, "
+        "unnest([e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7]) AS t(child) "
+        "WHERE NOT e.filtered AND t.child >= 0"
+    )
+    outputs = [r[0] for r in eg.db.execute("SELECT class FROM output")]
+    return _cycle_nodes(
+        rows["id"].to_numpy(),
+        rows["class"].to_numpy(),
+        rows["child"].to_numpy(),
+        rows["born"].to_numpy(),
+        outputs,
+        set(),
+    )
+
+
+@pytest.mark.parametrize("k_multi", [1, 2])
+def test_efficient_filtering_leaves_no_cycle(k_multi: int) -> None:
+    eg = EGraph.from_graph(models.load("nasrnn"))
+    result = explore(eg, RULES, k_multi=k_multi, limits=Limits(iterations=4), audit=True)
+    assert not cycles_left(eg)
+    multi = [s for s in result.iterations if s.phase == "multi"]
+    assert multi[0].rejected_cycle > 0  # ReLU pairs across time steps would close cycles
+    assert eg.db.scalar("SELECT sum(rejected_cycle) FROM rule_stats") == sum(
+        s.rejected_cycle for s in result.iterations
+    )
+
+
+def test_without_filtering_cycles_appear() -> None:
+    eg = EGraph.from_graph(models.load("nasrnn"))
+    explore(eg, RULES, cycle_filter="off", limits=Limits(iterations=2))
+    assert cycles_left(eg)
+
+
+def test_vanilla_and_efficient_refuse_the_same_matches() -> None:
+    verdicts = {}
+    for mode in ("efficient", "vanilla"):
+        eg = EGraph.from_graph(models.load("nasrnn"))
+        runner = _Runner(eg, compile_rules(RULES), 1, mode)
+        runner.search(multi=True, since=0)
+        prefilter(eg.db, mode)
+        verdicts[mode] = eg.sql("SELECT mid, cycle FROM match ORDER BY mid").to_pylist()
+    assert verdicts["efficient"] == verdicts["vanilla"]
+    assert any(r["cycle"] for r in verdicts["efficient"])
+    assert not all(r["cycle"] for r in verdicts["efficient"])
+
+
+def _two_relus() -> EGraph:
+    b = GraphBuilder()
+    x = b.input([2, 2], name="x")
+    return EGraph.from_graph(b.build(b.relu(b.relu(x))))
+
+
+def test_post_pass_filters_self_loops_and_the_newest_node() -> None:
+    eg = _two_relus()  # classes: 0 x, 1 relu(x), 2 relu(relu(x))
+    # a rule-made self-loop (born 1) in class 2, and a 2-cycle 1 -> 2 -> 1 through two new nodes
+    eg.db.execute(
+        "INSERT INTO enode SELECT 10, 'tanh', -1, -1, -1, -1, -1, -1, '', 1, 2, -1, -1, "
+        "-1, -1, -1, -1, -1, 2, 1, 1, 'test', false"
+    )
+    eg.db.execute(
+        "INSERT INTO enode SELECT 11, 'sigmoid', -1, -1, -1, -1, -1, -1, '', 1, 2, -1, "
+        "-1, -1, -1, -1, -1, -1, 1, 2, 2, 'test', false"
+    )
+    assert cycles_left(eg)
+    assert remove_cycles(eg.db) == 2
+    filtered = [r[0] for r in eg.db.execute("SELECT id FROM enode WHERE filtered ORDER BY id")]
+    assert filtered == [10, 11]  # the self-loop, and the newest node of 1 -> 2 -> 1
+    assert not cycles_left(eg)
+
+
+def test_input_graph_nodes_are_never_filtered() -> None:
+    eg = EGraph.from_graph(models.load("squeezenet"))
+    explore(eg, RULES, limits=Limits(iterations=3))
+    assert eg.db.scalar("SELECT count(*) FROM enode WHERE filtered AND born = 0") == 0
