@@ -18,6 +18,7 @@ from relsat.errors import (
 from relsat.execute import Comparison, allclose, compare, random_values, run
 from relsat.graph import Graph, GraphBuilder, Node, Ref, Tensor
 from relsat.ops import TensorType
+from relsat.pipeline import Limits, Result, VerificationError, optimize
 from relsat.rulefile import load_rules, load_tensat, parse_rules
 from relsat.rules import Rule, RuleSet
 
@@ -28,10 +29,12 @@ __all__ = [
     "GraphBuilder",
     "GraphError",
     "GraphFormatError",
+    "Limits",
     "ModelFormatError",
     "Node",
     "Ref",
     "RelsatError",
+    "Result",
     "Rule",
     "RuleError",
     "RuleSet",
@@ -39,10 +42,12 @@ __all__ = [
     "Tensor",
     "TensorType",
     "UnknownModelError",
+    "VerificationError",
     "allclose",
     "compare",
     "load_rules",
     "load_tensat",
+    "optimize",
     "parse_rules",
     "random_values",
     "run",

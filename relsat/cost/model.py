@@ -1,0 +1,190 @@
+"""What a cost model is: the price in milliseconds of one operator instance, by its signature.
+
+An :class:`OpSignature` is everything that determines an operator's run time (TASO's cost-cache
+key, ``reference/SEMANTICS.md`` §6.1): the op, its integer parameters ``p0…p5`` and string
+parameter ``s`` in the e-node encoding (:func:`relsat.egraph.encode_node`), its input shapes in
+argument order and its output shape. A :class:`CostModel` prices signatures; backends (analytic
+roofline, a table of measurements, a GPU timing itself) all implement the same attributes
+(``name``, ``device``, ``source``) and ``cost``.
+
+Whether a concat is copied or an all-weights operator is folded away is *not* part of the
+signature (it depends on where the operator sits, not on what it is): :class:`Pricing` applies
+those policies on top of any model.
+
+>>> sig = OpSignature("relu", (), "", ((1, 4),), (1, 4))
+>>> sig.params, sig.key
+((-1, -1, -1, -1, -1, -1), '["relu",[-1,-1,-1,-1,-1,-1],"",[[1,4]],[1,4]]')
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from relsat.errors import RelsatError
+
+__all__ = [
+    "ZERO_COST",
+    "CostError",
+    "CostModel",
+    "OpSignature",
+    "Pricing",
+]
+
+Shape = tuple[int, ...]
+
+#: Operators that cost nothing (TENSAT's zero-cost list plus those TASO prices at 0, §6.1): they
+#: alias or relabel a buffer, exist only at weight-preparation time, or are no operator at all.
+ZERO_COST = frozenset(
+    {
+        "input",
+        "weight",
+        "split",
+        "split_0",
+        "split_1",
+        "reshape",
+        "transpose",
+        "merge",
+        "enlarge",
+        "noop",
+        "dropout",
+    }
+)
+
+
+class CostError(RelsatError, ValueError):
+    """A cost model cannot price an operator: unknown op, or shapes the op cannot take.
+
+    ``op``, ``inputs`` (input shapes) and ``output`` name the signature, ``model`` the model that
+    refused it; ``reason`` is the message without them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        op: str,
+        inputs: Sequence[Sequence[int]] = (),
+        output: Sequence[int] = (),
+        model: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.op = op
+        self.inputs = [list(s) for s in inputs]
+        self.output = list(output)
+        self.model = model
+        shapes = ", ".join(_fmt(s) for s in self.inputs)
+        by = f" ({model})" if model else ""
+        super().__init__(
+            f"cannot price {op}({shapes}) -> {_fmt(self.output)}{by}: {message}",
+        )
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+@dataclass(frozen=True)
+class OpSignature:
+    """One operator instance as far as its run time goes; hashable, with a stable text ``key``.
+
+    ``params`` is always six integers (absent ones -1), shapes are tuples of ints.
+    """
+
+    op: str
+    params: tuple[int, ...]
+    s: str
+    inputs: tuple[Shape, ...]
+    output: Shape
+
+    def __post_init__(self) -> None:
+        params = tuple(int(p) for p in self.params)
+        if len(params) > 6:
+            raise CostError(
+                f"{len(params)} integer parameters, at most 6",
+                op=self.op,
+                inputs=self.inputs,
+                output=self.output,
+            )
+        object.__setattr__(self, "params", params + (-1,) * (6 - len(params)))
+        object.__setattr__(self, "inputs", tuple(tuple(int(d) for d in s) for s in self.inputs))
+        object.__setattr__(self, "output", tuple(int(d) for d in self.output))
+
+    @property
+    def key(self) -> str:
+        """A stable text key (compact JSON of all fields), the cost table's primary key."""
+        return json.dumps(
+            [self.op, list(self.params), self.s, [list(s) for s in self.inputs], list(self.output)],
+            separators=(",", ":"),
+        )
+
+    def error(self, message: str, model: str | None = None) -> CostError:
+        """A :class:`CostError` naming this signature."""
+        return CostError(message, op=self.op, inputs=self.inputs, output=self.output, model=model)
+
+
+class CostModel(ABC):
+    """Prices operator signatures in milliseconds on one device.
+
+    ``name`` says which model (``"analytic"``), ``device`` which device its numbers are for (the
+    cost table's ``device`` column), ``source`` what is recorded as the ``source`` of the rows it
+    prices (``"analytic"``, ``"measured:cudnn"``, …). Subclasses implement :meth:`cost`; a backend
+    that prices many signatures faster at once overrides :meth:`costs`.
+    """
+
+    name: str
+    device: str
+
+    @property
+    def source(self) -> str:
+        return self.name
+
+    @abstractmethod
+    def cost(self, sig: OpSignature) -> float:
+        """Milliseconds for one run of ``sig``; raises :class:`CostError` when it cannot tell."""
+
+    def costs(self, sigs: Sequence[OpSignature]) -> np.ndarray:
+        """:meth:`cost` of each signature, as a float64 array."""
+        return np.fromiter((self.cost(s) for s in sigs), dtype=np.float64, count=len(sigs))
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """Where-dependent policies applied on top of a model's per-signature cost (§6.3).
+
+    ``concat="copy"`` charges every concat its copy unless all its inputs are weight-only (TENSAT's
+    ``--all_weight_only``, its main experiments); ``"free"`` makes every concat free (TASO's
+    convention for rule-made concats, and TENSAT without the flag).
+
+    ``precompute_weights=True`` prices every operator whose inputs are all weight-only at 0: it
+    can be evaluated once before inference (TASO's ``preprocess_weights``, which the published
+    "optimized" runtimes include). Default False, as in TENSAT's extraction, which charges
+    weight-only work in full: charging it 0 made the ILP behave badly (§6.3).
+
+    >>> Pricing().adjust("concat", 0.01, all_weights=True), Pricing().adjust("concat", 0.01, False)
+    (0.0, 0.01)
+    """
+
+    concat: Literal["copy", "free"] = "copy"
+    precompute_weights: bool = False
+
+    def __post_init__(self) -> None:
+        if self.concat not in ("copy", "free"):
+            raise ValueError(f"concat policy must be 'copy' or 'free', got {self.concat!r}")
+
+    def adjust(self, op: str, ms: float, all_weights: bool) -> float:
+        """The cost of one operator of cost ``ms`` whose inputs are all weight-only or not."""
+        return 0.0 if self.free(np.array([op]), np.array([all_weights]))[0] else float(ms)
+
+    def free(self, ops: np.ndarray, all_weights: np.ndarray) -> np.ndarray:
+        """Which operators the policies make free (vectorized: op names, inputs-all-weights)."""
+        concat = ops == "concat"
+        free = concat & all_weights if self.concat == "copy" else concat
+        if self.precompute_weights:
+            free = free | all_weights
+        return np.asarray(free, dtype=bool)

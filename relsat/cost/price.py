@@ -1,0 +1,108 @@
+"""Pricing every e-node of an e-graph, set-at-a-time.
+
+One query lists each e-node's operator signature (``sql/cost/enode_signatures.sql``, identical
+signatures numbered alike); each *distinct* signature is priced once, through the cost table
+(signatures it already holds for the model's device are not recomputed); the where-dependent
+policies (:class:`~relsat.cost.model.Pricing`) are applied per e-node with NumPy; the result is
+written to ``enode_cost(enode, ms)`` in one statement and returned.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from relsat.cost.model import CostModel, OpSignature, Pricing
+from relsat.cost.table import CostTable, TableModel
+from relsat.db import sql_text
+from relsat.egraph import EGraph
+
+__all__ = ["ENODE_COST_SCHEMA", "enode_signatures", "price_egraph"]
+
+ENODE_COST_SCHEMA = pa.schema([("enode", pa.int64()), ("ms", pa.float64())])
+
+
+def enode_signatures(egraph: EGraph) -> tuple[pa.Table, list[OpSignature]]:
+    """Every e-node's row of ``sql/cost/enode_signatures.sql`` (columns enode, op, p0…p5, s,
+    inputs, output, all_weights, sig), and the distinct signatures indexed by ``sig``."""
+    db = egraph.db
+    db.script("cost/schema")
+    rows = db.arrow(sql_text("cost/enode_signatures"))
+    # one representative row per signature (sig is dense from 0), in signature order
+    _, first = np.unique(rows["sig"].to_numpy(), return_index=True)
+    reps = rows.take(pa.array(first, pa.int64()))
+    cols = reps.to_pydict()
+    sigs = [
+        OpSignature(
+            op=cols["op"][i],
+            params=tuple(cols[f"p{j}"][i] for j in range(6)),
+            s=cols["s"][i],
+            inputs=tuple(tuple(x) for x in cols["inputs"][i]),
+            output=tuple(cols["output"][i]),
+        )
+        for i in range(reps.num_rows)
+    ]
+    return rows, sigs
+
+
+def price_egraph(
+    egraph: EGraph,
+    model: CostModel,
+    *,
+    concat: Literal["copy", "free"] = "copy",
+    precompute_weights: bool = False,
+    table: CostTable | None = None,
+    cache: bool = True,
+) -> pa.Table:
+    """Price every e-node with ``model``; writes and returns ``enode_cost(enode, ms)``.
+
+    ``concat`` and ``precompute_weights`` are the policies of :class:`Pricing`. ``table`` caches
+    signature costs (default: a :class:`TableModel`'s own table, else the e-graph database's
+    ``cost`` table); with ``cache=False`` it is neither read nor written.
+
+    >>> from relsat.graph import GraphBuilder
+    >>> from relsat.cost import AnalyticModel
+    >>> b = GraphBuilder(); x = b.input([1, 64])
+    >>> eg = EGraph.from_graph(b.build(b.relu(b.relu(x))))
+    >>> price_egraph(eg, AnalyticModel("t4"))["ms"].to_pylist()
+    [0.0, 0.005002, 0.005002]
+    """
+    pricing = Pricing(concat=concat, precompute_weights=precompute_weights)
+    rows, sigs = enode_signatures(egraph)
+    sig_ms = _price_signatures(egraph, model, sigs, table, cache)
+    ms = sig_ms[rows["sig"].to_numpy()]
+    free = pricing.free(
+        rows["op"].to_numpy(zero_copy_only=False),
+        rows["all_weights"].to_numpy(zero_copy_only=False),
+    )
+    ms = np.where(free, 0.0, ms)
+    result = pa.table({"enode": rows["enode"], "ms": pa.array(ms, pa.float64())})
+    result = result.cast(ENODE_COST_SCHEMA)
+    with egraph.db.transaction():
+        egraph.db.run("cost/clear_enode_cost")
+        egraph.db.insert_arrow("enode_cost", result)
+    return result
+
+
+def _price_signatures(
+    egraph: EGraph,
+    model: CostModel,
+    sigs: list[OpSignature],
+    table: CostTable | None,
+    cache: bool,
+) -> np.ndarray:
+    """The cost of each distinct signature: from the cache table where it has one, else from
+    the model (and then stored in the table)."""
+    if not cache:
+        return model.costs(sigs) if sigs else np.zeros(0)
+    if table is None:
+        table = model.table if isinstance(model, TableModel) else CostTable(egraph.db)
+    known = table.lookup(model.device, sigs)
+    missing = [s for s in sigs if s not in known]
+    if missing:
+        fresh = model.costs(missing)
+        table.insert(model.device, missing, fresh, model.source)
+        known.update(zip(missing, fresh.tolist(), strict=True))
+    return np.array([known[s] for s in sigs], dtype=np.float64)

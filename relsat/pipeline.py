@@ -1,0 +1,214 @@
+"""The whole pipeline, ``relsat.optimize``: explore, price, extract, decode and verify.
+
+>>> from relsat import Limits, models, optimize
+>>> result = optimize(models.load("nasrnn"), limits=Limits(iterations=2))
+>>> result.cost_after < result.cost_before and result.verified
+True
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relsat.cost import AnalyticModel, CostModel, price_egraph
+from relsat.db import Database
+from relsat.decode import decode
+from relsat.egraph import EGraph
+from relsat.errors import RelsatError
+from relsat.execute import Comparison, compare
+from relsat.explore import Exploration, IterationStats, Limits, StopReason, explore
+from relsat.extract import Extraction, Problem, dag_cost, extract
+from relsat.graph import Graph
+from relsat.rules import Rule
+
+__all__ = ["Limits", "Result", "VerificationError", "egraph_problem", "optimize"]
+
+
+class VerificationError(RelsatError):
+    """The optimized graph does not compute what the original computes (``comparison`` says how)."""
+
+    def __init__(self, comparison: Comparison) -> None:
+        self.comparison = comparison
+        super().__init__("the optimized graph differs from the original: " + comparison.report())
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`optimize` returns. ``egraph`` keeps the DuckDB e-graph for SQL inspection."""
+
+    original: Graph
+    graph: Graph
+    cost_before: float
+    cost_after: float
+    stop: StopReason
+    iterations: tuple[IterationStats, ...]
+    extraction: Extraction
+    verified: bool
+    seconds: dict[str, float]
+    egraph: EGraph = field(repr=False)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reduction(self) -> float:
+        """Relative cost reduction, ``1 - after / before``."""
+        return 1.0 - self.cost_after / self.cost_before if self.cost_before else 0.0
+
+    @property
+    def db(self) -> Database:
+        """The DuckDB database holding the e-graph (``result.db.con`` for raw SQL)."""
+        return self.egraph.db
+
+    def report(self) -> str:
+        ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
+        changed = sorted(set(ops_before) | set(ops_after))
+        enodes, eclasses = self.egraph.counts()
+        lines = [
+            f"cost     {self.cost_before:.4f} -> {self.cost_after:.4f} ms "
+            f"({100 * self.reduction:.1f} % less, {self.settings.get('cost_model', '')})",
+            f"explore  {self.stop.value} after {len({s.iteration for s in self.iterations})} "
+            f"iterations, {enodes} e-nodes, {eclasses} e-classes, {self.seconds['explore']:.3f} s",
+            f"extract  {self.extraction.method}: {self.extraction.status}"
+            + (f", gap {self.extraction.gap:.2%}" if self.extraction.gap else "")
+            + f", {self.seconds['extract']:.3f} s",
+            f"verify   {'passed' if self.verified else 'skipped'}",
+            "ops      "
+            + ", ".join(
+                f"{op} {ops_before.get(op, 0)}->{ops_after.get(op, 0)}"
+                for op in changed
+                if ops_before.get(op) != ops_after.get(op)
+            ),
+        ]
+        return "\n".join(lines)
+
+
+def egraph_problem(egraph: EGraph) -> tuple[Problem, np.ndarray, np.ndarray]:
+    """The extraction problem of a priced e-graph (``enode_cost`` filled), with the e-node id of
+    each problem node and the e-class id of each problem class."""
+    rows = egraph.sql(
+        "SELECT e.id, e.class, e.filtered, c.ms, "
+        "list_filter([e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7], lambda k: k >= 0) AS kids "
+        "FROM enode e JOIN enode_cost c ON c.enode = e.id ORDER BY e.id"
+    )
+    class_ids = egraph.sql("SELECT id FROM eclass ORDER BY id")["id"].to_numpy()
+    lookup = {int(c): i for i, c in enumerate(class_ids)}
+    kids = rows["kids"].to_pylist()
+    ptr = np.zeros(len(kids) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(k) for k in kids])
+    flat = np.array([lookup[c] for k in kids for c in k], dtype=np.int64)
+    outputs = [lookup[r[0]] for r in egraph.db.execute("SELECT class FROM output ORDER BY pos")]
+    problem = Problem(
+        node_class=np.array([lookup[c] for c in rows["class"].to_pylist()], dtype=np.int64),
+        node_cost=rows["ms"].to_numpy(zero_copy_only=False),
+        child_ptr=ptr,
+        child_idx=flat,
+        roots=np.array(outputs, dtype=np.int64),
+        forbidden=rows["filtered"].to_numpy(zero_copy_only=False),
+    )
+    return problem, rows["id"].to_numpy(), class_ids
+
+
+def _cost_model(cost_model: str | CostModel) -> CostModel:
+    if isinstance(cost_model, CostModel):
+        return cost_model
+    if cost_model in ("analytic", "h100"):
+        return AnalyticModel("h100")
+    if cost_model == "t4":
+        return AnalyticModel("t4")
+    raise RelsatError(
+        f"unknown cost model {cost_model!r}: use 'analytic', 'h100', 't4' or a CostModel"
+    )
+
+
+def optimize(
+    graph: Graph,
+    *,
+    rules: list[Rule] | None = None,
+    k_multi: int = 1,
+    limits: Limits | None = None,
+    cost_model: str | CostModel = "analytic",
+    extractor: str = "ilp",
+    db: str | Path | None = None,
+    verify: bool = True,
+    guards: bool = True,
+    cycle_filter: str = "efficient",
+    time_limit: float = 60.0,
+    mip_gap: float = 0.0,
+    order: str | None = None,
+    concat: str = "copy",
+    precompute_weights: bool = False,
+) -> Result:
+    """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
+    it in that file), prices from ``cost_model``, extraction (``"ilp"`` with HiGHS, ``"greedy"``,
+    ``"greedy-dag"``), and — with ``verify`` — a NumPy check that the optimized graph computes
+    what ``graph`` computes (:class:`VerificationError` otherwise)."""
+    model = _cost_model(cost_model)
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    egraph = EGraph.from_graph(graph, db)
+    exploration: Exploration = explore(
+        egraph, rules, k_multi=k_multi, limits=limits, guards=guards, cycle_filter=cycle_filter
+    )
+    seconds["explore"] = time.perf_counter() - t
+    t = time.perf_counter()
+    price_egraph(
+        egraph,
+        model,
+        concat=concat,  # type: ignore[arg-type]
+        precompute_weights=precompute_weights,
+    )
+    problem, enode_ids, class_ids = egraph_problem(egraph)
+    seconds["price"] = time.perf_counter() - t
+    kw: dict[str, Any] = (
+        {"time_limit": time_limit, "mip_gap": mip_gap, "order": order} if extractor == "ilp" else {}
+    )
+    extraction = extract(problem, method=extractor, **kw)
+    seconds["extract"] = extraction.seconds or 0.0
+    t = time.perf_counter()
+    choice = {int(class_ids[c]): int(enode_ids[n]) for c, n in extraction.choice.items()}
+    optimized = decode(egraph, choice, values=graph.values)
+    original = _original_choice(egraph, problem, enode_ids)
+    cost_before = dag_cost(problem, original)
+    seconds["decode"] = time.perf_counter() - t
+    verified = False
+    if verify:
+        t = time.perf_counter()
+        comparison = compare(graph, optimized)
+        if not comparison.ok:
+            raise VerificationError(comparison)
+        verified = True
+        seconds["verify"] = time.perf_counter() - t
+    settings = {
+        "k_multi": k_multi,
+        "cost_model": f"{model.name}",
+        "extractor": extractor,
+        "guards": guards,
+        "cycle_filter": cycle_filter,
+    }
+    return Result(
+        graph,
+        optimized,
+        cost_before,
+        extraction.cost,
+        exploration.stop,
+        exploration.iterations,
+        extraction,
+        verified,
+        seconds,
+        egraph,
+        settings,
+    )
+
+
+def _original_choice(egraph: EGraph, problem: Problem, enode_ids: np.ndarray) -> dict[int, int]:
+    """The input graph as a choice: every class's input-graph e-node (born 0)."""
+    born0 = {int(r[0]) for r in egraph.db.execute("SELECT id FROM enode WHERE born = 0")}
+    choice: dict[int, int] = {}
+    for i, e in enumerate(enode_ids.tolist()):
+        if e in born0:
+            choice.setdefault(int(problem.node_class[i]), i)
+    return choice

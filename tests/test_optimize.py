@@ -1,0 +1,68 @@
+"""relsat.optimize end to end: explore, price, extract, decode, verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relsat import GraphBuilder, models
+from relsat.egraph import EGraph
+from relsat.errors import RelsatError
+from relsat.pipeline import Limits, VerificationError, optimize
+
+
+def depthwise_pair():  # type: ignore[no-untyped-def]
+    """Two depthwise convs of one input, concatenated: TENSAT's unguarded shared-input merge
+    rewrites this into one wrong grouped conv (SEMANTICS.md §7 item 3)."""
+    b = GraphBuilder()
+    x = b.input([1, 8, 12, 12], name="x")
+    y1 = b.conv2d(x, b.weight([8, 1, 3, 3], name="w1"), padding="SAME")
+    y2 = b.conv2d(x, b.weight([8, 1, 3, 3], name="w2"), padding="SAME")
+    return b.build(b.concat(1, [y1, y2]))
+
+
+def test_optimize_nasrnn() -> None:
+    result = optimize(models.load("nasrnn"), limits=Limits(iterations=3))
+    assert result.verified
+    assert result.cost_after < result.cost_before
+    assert result.reduction > 0.25  # fused gate matmuls; TENSAT's historical run: 33 %
+    assert result.extraction.status == "optimal"
+    assert result.graph.op_counts()["matmul"] < result.original.op_counts()["matmul"]
+    report = result.report()
+    assert "cost" in report and "verify   passed" in report
+    assert set(result.seconds) >= {"explore", "price", "extract", "verify"}
+
+
+@pytest.mark.parametrize("extractor", ["greedy", "greedy-dag", "ilp"])
+def test_extractors(extractor: str) -> None:
+    result = optimize(models.load("squeezenet"), extractor=extractor)
+    assert result.verified and result.cost_after <= result.cost_before
+    assert result.graph.op_counts()["relu"] < 26  # ReLUs fused into the convs
+
+
+def test_unguarded_rules_are_caught_by_verification() -> None:
+    graph = depthwise_pair()
+    with pytest.raises(VerificationError) as info:
+        optimize(graph, guards=False)
+    assert not info.value.comparison.ok
+    result = optimize(graph)  # guarded: the merge is refused, the result is right
+    assert result.verified
+
+
+def test_egraph_kept_in_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "nasrnn.duckdb"
+    result = optimize(models.load("nasrnn"), db=path, limits=Limits(iterations=2), verify=False)
+    counts = result.egraph.counts()
+    result.egraph.close()
+    again = EGraph(path)
+    assert again.counts() == counts
+    assert again.db.scalar("SELECT count(*) FROM enode_cost") == counts[0]
+    assert again.db.scalar("SELECT count(*) FROM run") == 1
+
+
+def test_bad_options_are_typed_errors() -> None:
+    with pytest.raises(RelsatError, match="unknown cost model"):
+        optimize(models.load("vgg19"), cost_model="tpu")
+    with pytest.raises(RelsatError):
+        optimize(models.load("vgg19"), extractor="annealing")
