@@ -6,7 +6,10 @@ The public surface is chosen here; everything else is internal.
 from __future__ import annotations
 
 from relsat.errors import (
+    CostError,
+    EGraphFormatError,
     ExecutionError,
+    ExtractionError,
     GraphError,
     GraphFormatError,
     ModelFormatError,
@@ -24,7 +27,10 @@ from relsat.rules import Rule, RuleSet
 
 __all__ = [
     "Comparison",
+    "CostError",
+    "EGraphFormatError",
     "ExecutionError",
+    "ExtractionError",
     "Graph",
     "GraphBuilder",
     "GraphError",

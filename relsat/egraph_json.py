@@ -24,38 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from relsat.errors import RelsatError
+from relsat.errors import EGraphFormatError
 from relsat.extract import Problem
 
 __all__ = ["EGraphFormatError", "dumps", "load", "loads", "save"]
-
-
-class EGraphFormatError(RelsatError, ValueError):
-    """An egraph-serialize file that cannot be read.
-
-    ``path``, ``line`` and ``column`` (1-based, for JSON syntax errors) name the place in the file,
-    ``node`` the node id and ``field`` the field at fault; any may be None.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | None = None,
-        line: int | None = None,
-        column: int | None = None,
-        node: str | None = None,
-        field: str | None = None,
-    ) -> None:
-        self.reason = message
-        self.path = path
-        self.line = line
-        self.column = column
-        self.node = node
-        self.field = field
-        loc = ":".join(str(p) for p in (path, line, column) if p is not None)
-        what = f"node {node!r}: " if node is not None else ""
-        super().__init__(f"{loc}: {what}{message}" if loc else f"{what}{message}")
 
 
 def load(path: str | Path) -> Problem:

@@ -12,8 +12,11 @@ from typing import Any
 
 __all__ = [
     "AuditError",
+    "CostError",
     "DatabaseError",
+    "EGraphFormatError",
     "ExecutionError",
+    "ExtractionError",
     "GraphError",
     "GraphFormatError",
     "ModelFormatError",
@@ -197,3 +200,88 @@ class AuditError(RelsatError):
         self.violations = violations
         bad = ", ".join(f"{k} ({v} rows)" for k, v in violations.items() if v)
         super().__init__(f"e-graph invariants violated{' ' + where if where else ''}: {bad}")
+
+
+class ExtractionError(RelsatError, ValueError):
+    """Extraction is impossible or the problem is malformed.
+
+    ``field`` names the bad Problem field, ``index`` the offending entry, ``solver_status`` the
+    HiGHS model status when the solver failed, ``classes`` the classes involved (e.g. a root class
+    with no usable node).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        index: int | None = None,
+        solver_status: str | None = None,
+        classes: Sequence[int] | None = None,
+    ) -> None:
+        self.reason = message
+        self.field = field
+        self.index = index
+        self.solver_status = solver_status
+        self.classes = None if classes is None else [int(c) for c in classes]
+        where = f"{field}[{index}]" if field and index is not None else field or ""
+        text = f"{where}: {message}" if where else message
+        if solver_status:
+            text += f" (solver status: {solver_status})"
+        super().__init__(text)
+
+
+class EGraphFormatError(RelsatError, ValueError):
+    """An egraph-serialize file that cannot be read.
+
+    ``path``, ``line`` and ``column`` (1-based, for JSON syntax errors) name the place in the file,
+    ``node`` the node id and ``field`` the field at fault; any may be None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        node: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.path = path
+        self.line = line
+        self.column = column
+        self.node = node
+        self.field = field
+        loc = ":".join(str(p) for p in (path, line, column) if p is not None)
+        what = f"node {node!r}: " if node is not None else ""
+        super().__init__(f"{loc}: {what}{message}" if loc else f"{what}{message}")
+
+
+class CostError(RelsatError, ValueError):
+    """A cost model cannot price an operator: unknown op, or shapes the op cannot take.
+
+    ``op``, ``inputs`` (input shapes) and ``output`` name the signature, ``model`` the model that
+    refused it; ``reason`` is the message without them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        op: str,
+        inputs: Sequence[Sequence[int]] = (),
+        output: Sequence[int] = (),
+        model: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.op = op
+        self.inputs = [list(s) for s in inputs]
+        self.output = list(output)
+        self.model = model
+        shapes = ", ".join(_fmt_shape(s) for s in self.inputs)
+        by = f" ({model})" if model else ""
+        super().__init__(
+            f"cannot price {op}({shapes}) -> {_fmt_shape(self.output)}{by}: {message}",
+        )

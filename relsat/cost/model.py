@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from relsat.errors import RelsatError
+from relsat.errors import CostError
 
 __all__ = [
     "ZERO_COST",
@@ -55,38 +55,6 @@ ZERO_COST = frozenset(
         "dropout",
     }
 )
-
-
-class CostError(RelsatError, ValueError):
-    """A cost model cannot price an operator: unknown op, or shapes the op cannot take.
-
-    ``op``, ``inputs`` (input shapes) and ``output`` name the signature, ``model`` the model that
-    refused it; ``reason`` is the message without them.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        op: str,
-        inputs: Sequence[Sequence[int]] = (),
-        output: Sequence[int] = (),
-        model: str | None = None,
-    ) -> None:
-        self.reason = message
-        self.op = op
-        self.inputs = [list(s) for s in inputs]
-        self.output = list(output)
-        self.model = model
-        shapes = ", ".join(_fmt(s) for s in self.inputs)
-        by = f" ({model})" if model else ""
-        super().__init__(
-            f"cannot price {op}({shapes}) -> {_fmt(self.output)}{by}: {message}",
-        )
-
-
-def _fmt(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 @dataclass(frozen=True)
