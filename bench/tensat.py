@@ -28,7 +28,8 @@ from relsat.egraph import EGraph
 from relsat.errors import RelsatError
 from relsat.explore import Exploration, Limits, explore
 from relsat.extract import dag_cost, extract
-from relsat.pipeline import _original_choice, egraph_problem
+from relsat.extract.egraph import egraph_problem
+from relsat.pipeline import _original_choice
 from relsat.rulefile import load_rules
 
 #: Paper Table 3 (s) and historical cost reductions (reference/MODELS.md §2-3).

@@ -23,10 +23,11 @@ from relsat.errors import RelsatError
 from relsat.execute import Comparison, compare
 from relsat.explore import Exploration, IterationStats, Limits, StopReason, explore
 from relsat.extract import Extraction, Problem, dag_cost, extract
+from relsat.extract.egraph import egraph_problem
 from relsat.graph import Graph
 from relsat.rules import Rule
 
-__all__ = ["Limits", "Result", "VerificationError", "egraph_problem", "optimize"]
+__all__ = ["Limits", "Result", "VerificationError", "optimize"]
 
 
 class VerificationError(RelsatError):
@@ -84,32 +85,6 @@ class Result:
             ),
         ]
         return "\n".join(lines)
-
-
-def egraph_problem(egraph: EGraph) -> tuple[Problem, np.ndarray, np.ndarray]:
-    """The extraction problem of a priced e-graph (``enode_cost`` filled), with the e-node id of
-    each problem node and the e-class id of each problem class."""
-    rows = egraph.sql(
-        "SELECT e.id, e.class, e.filtered, c.ms, "
-        "list_filter([e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7], lambda k: k >= 0) AS kids "
-        "FROM enode e JOIN enode_cost c ON c.enode = e.id ORDER BY e.id"
-    )
-    class_ids = egraph.sql("SELECT id FROM eclass ORDER BY id")["id"].to_numpy()
-    lookup = {int(c): i for i, c in enumerate(class_ids)}
-    kids = rows["kids"].to_pylist()
-    ptr = np.zeros(len(kids) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(k) for k in kids])
-    flat = np.array([lookup[c] for k in kids for c in k], dtype=np.int64)
-    outputs = [lookup[r[0]] for r in egraph.db.execute("SELECT class FROM output ORDER BY pos")]
-    problem = Problem(
-        node_class=np.array([lookup[c] for c in rows["class"].to_pylist()], dtype=np.int64),
-        node_cost=rows["ms"].to_numpy(zero_copy_only=False),
-        child_ptr=ptr,
-        child_idx=flat,
-        roots=np.array(outputs, dtype=np.int64),
-        forbidden=rows["filtered"].to_numpy(zero_copy_only=False),
-    )
-    return problem, rows["id"].to_numpy(), class_ids
 
 
 def _cost_model(cost_model: str | CostModel) -> CostModel:

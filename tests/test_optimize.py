@@ -66,3 +66,24 @@ def test_bad_options_are_typed_errors() -> None:
         optimize(models.load("vgg19"), cost_model="tpu")
     with pytest.raises(RelsatError):
         optimize(models.load("vgg19"), extractor="annealing")
+
+
+def test_egraph_written_as_extraction_gym_json(tmp_path: Path) -> None:
+    from relsat.cost import AnalyticModel, price_egraph
+    from relsat.egraph_json import load
+    from relsat.explore import explore
+    from relsat.extract import extract, is_acyclic
+    from relsat.extract.egraph import egraph_problem, save_egraph_json
+
+    eg = EGraph.from_graph(models.load("nasrnn"))
+    explore(eg, limits=Limits(iterations=2))
+    price_egraph(eg, AnalyticModel("h100"))
+    path = tmp_path / "nasrnn.json"
+    save_egraph_json(eg, path)
+    again = load(path)
+    direct, _, _ = egraph_problem(eg)
+    assert again.n_nodes == int((~direct.forbidden).sum())
+    assert any(op.startswith("matmul[0]") for op in again.node_ops or [])
+    a, b = extract(again, method="ilp"), extract(direct, method="ilp")
+    assert abs(a.cost - b.cost) < 1e-9
+    assert is_acyclic(again, a.choice)
