@@ -9,7 +9,7 @@ True
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,11 @@ from relsat.graph import Graph
 from relsat.rules import Rule
 
 __all__ = ["Limits", "Result", "VerificationError", "optimize"]
+
+
+#: Added to every e-node's cost during extraction only, so that among equally cheap graphs the
+#: one with the fewest operators wins; reported costs never include it.
+TIE_BREAK_MS = 1e-7
 
 
 class VerificationError(RelsatError):
@@ -52,6 +57,7 @@ class Result:
     verified: bool
     seconds: dict[str, float]
     egraph: EGraph = field(repr=False)
+    choice: dict[int, int] = field(default_factory=dict, repr=False)  # e-class id -> e-node id
     settings: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -63,6 +69,14 @@ class Result:
     def db(self) -> Database:
         """The DuckDB database holding the e-graph (``result.db.con`` for raw SQL)."""
         return self.egraph.db
+
+    def rewrites(self) -> dict[str, int]:
+        """The rules that built the extracted graph's new e-nodes: rule name → e-nodes."""
+        ids = ",".join(str(i) for i in sorted(self.choice.values())) or "-1"
+        rows = self.egraph.db.execute(
+            f"SELECT rule, count(*) FROM enode WHERE id IN ({ids}) AND rule IS NOT NULL "
+            "GROUP BY rule ORDER BY 2 DESC, 1")
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def report(self) -> str:
         ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
@@ -77,6 +91,8 @@ class Result:
             + (f", gap {self.extraction.gap:.2%}" if self.extraction.gap else "")
             + f", {self.seconds['extract']:.3f} s",
             f"verify   {'passed' if self.verified else 'skipped'}",
+            "rewrites " + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6])
+                           or "none"),
             "ops      "
             + ", ".join(
                 f"{op} {ops_before.get(op, 0)}->{ops_after.get(op, 0)}"
@@ -141,7 +157,10 @@ def optimize(
     kw: dict[str, Any] = (
         {"time_limit": time_limit, "mip_gap": mip_gap, "order": order} if extractor == "ilp" else {}
     )
-    extraction = extract(problem, method=extractor, **kw)
+    # Ties between equal-cost alternatives (zero-cost merges, reshapes, …) go to fewer e-nodes.
+    tied = replace(problem, node_cost=problem.node_cost + TIE_BREAK_MS)
+    extraction = extract(tied, method=extractor, **kw)
+    extraction = replace(extraction, cost=dag_cost(problem, extraction.choice))
     seconds["extract"] = extraction.seconds or 0.0
     t = time.perf_counter()
     choice = {int(class_ids[c]): int(enode_ids[n]) for c, n in extraction.choice.items()}
@@ -175,6 +194,7 @@ def optimize(
         verified,
         seconds,
         egraph,
+        choice,
         settings,
     )
 
