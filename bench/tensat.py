@@ -7,8 +7,9 @@ Table 1/3: exploration and extraction seconds, e-graph size, cost before/after, 
 (k_multi = 1, ILP without order constraints, efficient cycle filtering). Table 4: greedy vs ILP.
 Table 5: ILP time with real / integer order constraints vs none, k_multi 1 and 2. Table 6:
 exploration time with vanilla vs efficient cycle filtering, k_multi 1 and 2. The k_multi sweep
-(0, 1, 2): e-graph size, times, reduction. Markdown on stdout; every row is appended to
-bench/results/tensat.csv. Costs are the analytic model's milliseconds, not GPU measurements.
+(0, 1, 2): e-graph size, times, reduction. Markdown on stdout; every table's rows are appended
+to bench/results/tensat_<table>.csv. Costs are the analytic model's milliseconds, not GPU
+measurements.
 """
 
 from __future__ import annotations
@@ -182,29 +183,31 @@ def main() -> None:
             "TENSAT explore s",
             "TENSAT extract s",
             "ILP status",
+            "verified",
+            "top rewrites (chosen e-nodes)",
         ]
         out.append(
             f"### Table 1/3 (k_multi = 1, analytic {args.device} ms)\n\n" + markdown(h, main_rows)
         )
-        append_csv("tensat", ["table", *h], [["1", *r] for r in main_rows])
+        append_csv("tensat_1", h, main_rows)
     if greedy_rows:
         h = ["model", "extractor", "cost", "seconds"]
         out.append("### Table 4: greedy vs ILP\n\n" + markdown(h, greedy_rows))
-        append_csv("tensat", ["table", *h], [["4", *r] for r in greedy_rows])
+        append_csv("tensat_4", h, greedy_rows)
     if order_rows:
         h = ["model", "k_multi", "ILP s, none", "ILP s, real", "ILP s, int"]
         out.append(
             "### Table 5: ILP with and without order constraints\n\n" + markdown(h, order_rows)
         )
-        append_csv("tensat", ["table", *h], [["5", *r] for r in order_rows])
+        append_csv("tensat_5", h, order_rows)
     if cycle_rows:
         h = ["model", "k_multi", "explore s, vanilla", "explore s, efficient"]
         out.append("### Table 6: cycle filtering\n\n" + markdown(h, cycle_rows))
-        append_csv("tensat", ["table", *h], [["6", *r] for r in cycle_rows])
+        append_csv("tensat_6", h, cycle_rows)
     if sweep_rows:
         h = ["model", "k_multi", "stop", "e-nodes", "explore s", "extract s", "reduction %"]
         out.append("### k_multi sweep\n\n" + markdown(h, sweep_rows))
-        append_csv("tensat", ["table", *h], [["k", *r] for r in sweep_rows])
+        append_csv("tensat_k", h, sweep_rows)
     print("\n\n".join(out))
 
 
