@@ -1,14 +1,37 @@
-"""The ``relsat`` command line (for now: list the bundled models, summarize one)."""
+"""The ``relsat`` command line.
+
+    relsat models                                   the bundled graphs
+    relsat summary MODEL [--json OUT]               build one and summarize it
+    relsat optimize (--model NAME | IN.onnx) [-o OUT] [options]
+    relsat sql DB "SELECT …"                        query a stored e-graph
+    relsat inspect DB                               summary of a stored e-graph and its runs
+
+Exit codes: 0 success; 1 an error in the input or the run (one line on stderr, a traceback with
+``--debug``); 2 bad command-line usage; 3 the optimized graph failed verification (nothing is
+written).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from relsat.errors import RelsatError
 
 __all__ = ["main"]
+
+EXIT_ERROR, EXIT_USAGE, EXIT_VERIFY = 1, 2, 3
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -27,15 +50,196 @@ def _summary(args: argparse.Namespace) -> int:
     graph = models.load(args.model)
     print(graph.summary(args.model))
     if args.json:
-        with open(args.json, "w") as f:
-            f.write(graph.to_json(indent=1))
+        _write_atomic(Path(args.json), graph.to_json(indent=1).encode())
         print(f"  written to {args.json}")
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``relsat`` console script; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="relsat", description=__doc__)
+def _optimize(args: argparse.Namespace) -> int:
+    from relsat import models
+    from relsat.explore import IterationStats, Limits
+    from relsat.pipeline import VerificationError, optimize
+    from relsat.rulefile import load_rules
+
+    console = _console()
+    onnx_in = args.input is not None
+    if onnx_in == (args.model is not None):
+        raise _Usage("give either an ONNX file or --model NAME")
+    if onnx_in:
+        from relsat import onnx as ronnx
+
+        graph = ronnx.load(args.input, batch=args.batch)
+        source = args.input
+    else:
+        graph = models.load(args.model)
+        source = args.model
+    if args.output:  # refuse an unwritable output before the work, not after
+        _temp_beside(Path(args.output)).unlink()
+    rules = load_rules(args.rules) if args.rules else None
+    limits = Limits(nodes=args.nodes, iterations=args.iterations, seconds=args.time_limit)
+    console.print(f"optimizing {source}: {len(graph)} nodes")
+
+    def on_phase(s: IterationStats) -> None:
+        seconds = s.search_s + s.apply_s + s.rebuild_s + s.cycle_s
+        console.print(
+            f"  it {s.iteration:2d} {s.phase:6s} matches {s.matches:6d} applied "
+            f"{s.applied:6d} +nodes {s.new_enodes:5d} e-nodes {s.enodes:6d} "
+            f"{seconds:6.3f} s"
+        )
+
+    try:
+        result = optimize(
+            graph,
+            rules=rules,
+            k_multi=args.k_multi,
+            limits=limits,
+            cost_model=args.cost_model,
+            extractor=args.extractor,
+            db=args.db,
+            verify=not args.no_verify,
+            guards=not args.no_guards,
+            time_limit=args.ilp_time_limit,
+            on_phase=on_phase,
+        )
+    except VerificationError as exc:
+        console.print(f"[red]relsat: verification failed, nothing written: {exc}[/red]")
+        return EXIT_VERIFY
+    if onnx_in and args.output:
+        from relsat import onnx as ronnx
+
+        tmp = _temp_beside(Path(args.output))
+        try:
+            ronnx.save(result.graph, tmp)
+            check = ronnx.verify(args.input, tmp, input_shapes=None, batch=args.batch)
+            if not check.ok:
+                console.print(
+                    f"[red]relsat: onnxruntime outputs differ, nothing written: "
+                    f"{check.report()}[/red]"
+                )
+                return EXIT_VERIFY
+            os.replace(tmp, args.output)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    elif args.output:
+        _write_atomic(Path(args.output), result.graph.to_json(indent=1).encode())
+    console.print(_final_table(result))
+    if args.output:
+        console.print(f"written to {args.output}")
+    if args.db:
+        console.print(f'e-graph kept in {args.db} (relsat sql {args.db} "SELECT …")')
+    return 0
+
+
+def _final_table(result: Any) -> Any:
+    from rich.table import Table
+
+    t = Table(title="before / after", show_edge=False)
+    t.add_column("")
+    t.add_column("before", justify="right")
+    t.add_column("after", justify="right")
+    t.add_row(
+        "cost (ms)",
+        f"{result.cost_before:.4f}",
+        f"{result.cost_after:.4f} ({100 * result.reduction:.1f} % less)",
+    )
+    before, after = result.original.op_counts(), result.graph.op_counts()
+    for op in sorted(set(before) | set(after)):
+        t.add_row(f"  {op}", str(before.get(op, 0)), str(after.get(op, 0)))
+    for stage, secs in result.seconds.items():
+        t.add_row(f"{stage} (s)", "", f"{secs:.3f}")
+    t.add_row("stop", "", result.stop.value)
+    t.add_row("extraction", "", f"{result.extraction.method} {result.extraction.status}")
+    t.add_row("verified", "", "yes" if result.verified else "no (--no-verify)")
+    return t
+
+
+def _sql(args: argparse.Namespace) -> int:
+    from relsat.db import Database
+
+    db = Database(args.db, read_only=True)
+    try:
+        table = db.arrow(args.query)
+    finally:
+        db.close()
+    _print_arrow(table)
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from relsat.db import Database
+    from relsat.egraph import EGraph
+
+    eg = EGraph(Database(args.db, read_only=True))
+    enodes, eclasses = eg.counts()
+    console = _console()
+    console.print(f"{args.db}: {enodes} e-nodes, {eclasses} e-classes")
+    _print_arrow(
+        eg.sql(
+            "SELECT op, count(*) AS enodes, count(*) FILTER (WHERE filtered) AS "
+            "filtered FROM enode GROUP BY op ORDER BY 2 DESC"
+        )
+    )
+    _print_arrow(eg.sql("SELECT * FROM run ORDER BY started"))
+    _print_arrow(
+        eg.sql(
+            "SELECT rule, sum(matches) AS matches, sum(applied) AS applied, "
+            "sum(new_enodes) AS new_enodes FROM rule_stats GROUP BY rule "
+            "ORDER BY applied DESC LIMIT 10"
+        )
+    )
+    eg.close()
+    return 0
+
+
+def _print_arrow(table: Any, limit: int = 200) -> None:
+    from rich.table import Table
+
+    t = Table(show_edge=False)
+    for name in table.column_names:
+        t.add_column(name)
+    for row in table.slice(0, limit).to_pylist():
+        t.add_row(*("" if v is None else str(v) for v in row.values()))
+    console = _console()
+    console.print(t)
+    if table.num_rows > limit:
+        console.print(f"… {table.num_rows - limit} more rows")
+
+
+def _temp_beside(path: Path) -> Path:
+    """A temporary file in the output's folder (so the final rename is atomic); fails early,
+    as a RelsatError, when the folder cannot be written."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    except OSError as exc:
+        raise RelsatError(f"{path}: cannot write the output ({exc.strerror})") from None
+    os.close(fd)
+    return Path(name)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = _temp_beside(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise RelsatError(f"{path}: cannot write the output ({exc.strerror})") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class _Usage(Exception):
+    """Bad command-line usage beyond what argparse checks."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="relsat",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("models", help="list the bundled models").set_defaults(run=_models)
@@ -43,15 +247,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("model")
     p.add_argument("--json", help="also write the graph as JSON to this path")
     p.set_defaults(run=_summary)
+    p = sub.add_parser("optimize", help="optimize an ONNX file or a bundled model")
+    p.add_argument("input", nargs="?", help="an ONNX model")
+    p.add_argument("--model", help="a bundled model instead (relsat models)")
+    p.add_argument(
+        "-o",
+        "--output",
+        help="where to write the optimized model (ONNX for an ONNX input, relsat JSON for --model)",
+    )
+    p.add_argument("--rules", nargs="*", help="rule files or folders (default: rules/)")
+    p.add_argument("--k-multi", type=int, default=1, help="iterations with multi-pattern rules")
+    p.add_argument("--nodes", type=int, default=50_000, help="e-node limit")
+    p.add_argument("--iterations", type=int, default=15, help="iteration limit")
+    p.add_argument("--time-limit", type=float, default=3600.0, help="exploration seconds")
+    p.add_argument("--cost-model", default="analytic", help="analytic, h100 or t4")
+    p.add_argument("--extractor", default="ilp", choices=("ilp", "greedy", "greedy-dag"))
+    p.add_argument("--ilp-time-limit", type=float, default=60.0)
+    p.add_argument("--db", help="keep the e-graph in this DuckDB file for inspection")
+    p.add_argument("--batch", type=int, help="fix a dynamic batch dimension of an ONNX input")
+    p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
+    p.add_argument(
+        "--no-guards",
+        action="store_true",
+        help="TENSAT's unguarded rules (can be unsound; verification catches it)",
+    )
+    p.set_defaults(run=_optimize)
+    p = sub.add_parser("sql", help="run a query against a stored e-graph")
+    p.add_argument("db")
+    p.add_argument("query")
+    p.set_defaults(run=_sql)
+    p = sub.add_parser("inspect", help="summarize a stored e-graph and its runs")
+    p.add_argument("db")
+    p.set_defaults(run=_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``relsat`` console script; returns the exit code."""
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)
         return code
+    except _Usage as exc:
+        print(f"relsat: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except RelsatError as exc:
         if args.debug:
             raise
         print(f"relsat: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
@@ -121,6 +121,7 @@ def explore(
     guards: bool = True,
     cycle_filter: str = "efficient",
     audit: bool = False,
+    on_phase: Callable[[IterationStats], None] | None = None,
 ) -> Exploration:
     """Saturate ``egraph`` with ``rules`` (default: the shipped rule set).
 
@@ -132,6 +133,7 @@ def explore(
     Table 6 ablation) or ``"off"``.
     ``audit=True`` runs the invariant checks (:meth:`EGraph.audit`) after every phase and raises
     :class:`~relsat.errors.AuditError` (rolling the iteration back) when one fails.
+    ``on_phase`` is called with each phase's :class:`IterationStats` (progress display).
     """
     from relsat.rulefile import load_rules
 
@@ -156,6 +158,8 @@ def explore(
                 if multi and iteration >= k_multi:
                     continue
                 done.append(runner.phase(iteration, multi=multi))
+                if on_phase is not None:
+                    on_phase(done[-1])
                 violations = egraph.audit() if audit else {}
                 if any(violations.values()):
                     raise AuditError(

@@ -9,6 +9,7 @@ True
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _cost_model(cost_model: str | CostModel) -> CostModel:
 def optimize(
     graph: Graph,
     *,
-    rules: list[Rule] | None = None,
+    rules: Iterable[Rule] | None = None,
     k_multi: int = 1,
     limits: Limits | None = None,
     cost_model: str | CostModel = "analytic",
@@ -132,6 +133,7 @@ def optimize(
     order: str | None = None,
     concat: str = "copy",
     precompute_weights: bool = False,
+    on_phase: Callable[[IterationStats], None] | None = None,
 ) -> Result:
     """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
     it in that file), prices from ``cost_model``, extraction (``"ilp"`` with HiGHS, ``"greedy"``,
@@ -142,7 +144,8 @@ def optimize(
     t = time.perf_counter()
     egraph = EGraph.from_graph(graph, db)
     exploration: Exploration = explore(
-        egraph, rules, k_multi=k_multi, limits=limits, guards=guards, cycle_filter=cycle_filter
+        egraph, rules, k_multi=k_multi, limits=limits, guards=guards, cycle_filter=cycle_filter,
+        on_phase=on_phase,
     )
     seconds["explore"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from relsat.cli import main
+from relsat import Graph
+from relsat.cli import EXIT_ERROR, EXIT_USAGE, main
 
 
 def test_models_lists_the_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,8 +27,36 @@ def test_summary_prints_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFi
     assert json.loads(target.read_text())["format"] == "relsat-graph"
 
 
-def test_errors_are_one_line_with_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["summary", "alexnet"]) == 1
+def test_optimize_a_bundled_model_then_inspect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, out = tmp_path / "e.duckdb", tmp_path / "opt.json"
+    code = main(["optimize", "--model", "squeezenet", "--db", str(db), "-o", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "it  0 multi" in text and "before / after" in text and "verified" in text
+    optimized = Graph.from_json(out.read_text())
+    assert optimized.op_counts()["relu"] < 26
+    assert (
+        main(["sql", str(db), "SELECT count(*) AS n FROM enode WHERE rule = 'conv-relu-fuse'"]) == 0
+    )
+    assert "n" in capsys.readouterr().out
+    assert main(["inspect", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "e-nodes" in text and "conv-relu-fuse" in text
+
+
+def test_errors_are_one_line_with_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["summary", "alexnet"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert err.startswith("relsat: error: unknown model 'alexnet'")
     assert err.count("\n") == 1
+    assert main(["optimize"]) == EXIT_USAGE
+    assert main(["sql", str(tmp_path / "missing.duckdb"), "SELECT 1"]) == EXIT_ERROR
+    assert capsys.readouterr().err.startswith("relsat: error:")
+    target = tmp_path / "no" / "such" / "dir" / "out.json"
+    assert main(["optimize", "--model", "vgg19", "--no-verify", "-o", str(target)]) == EXIT_ERROR
+    assert "cannot write" in capsys.readouterr().err
+    assert not target.exists()
