@@ -3,6 +3,8 @@
     relsat models                                   the bundled graphs
     relsat summary MODEL [--json OUT]               build one and summarize it
     relsat optimize (--model NAME | IN.onnx) [-o OUT] [options]
+    relsat show GRAPH.json [--model NAME] [-o OUT.svg]  draw it, changes highlighted
+    relsat show --db DB --eclass ID [-o OUT.svg]    draw an e-class and its neighbourhood
     relsat sql DB "SELECT …"                        query a stored e-graph
     relsat inspect DB                               summary of a stored e-graph and its runs
 
@@ -154,6 +156,38 @@ def _final_table(result: Any) -> Any:
     return t
 
 
+def _show(args: argparse.Namespace) -> int:
+    from relsat import Graph, models
+    from relsat.dot import eclass_dot, graph_dot, render
+
+    if args.db:
+        from relsat.db import Database
+        from relsat.egraph import EGraph
+
+        if args.eclass is None:
+            raise _Usage("--db needs --eclass ID")
+        eg = EGraph(Database(args.db, read_only=True))
+        try:
+            text = eclass_dot(eg, args.eclass, depth=args.depth)
+        finally:
+            eg.close()
+    else:
+        if not args.graph:
+            raise _Usage("give a relsat graph JSON file, or --db and --eclass")
+        graph = Graph.from_json(Path(args.graph).read_bytes(), path=args.graph)
+        against = None
+        if args.against:
+            against = Graph.from_json(Path(args.against).read_bytes(), path=args.against)
+        elif args.model:
+            against = models.load(args.model)
+        text = graph_dot(graph, against, title=args.graph)
+    if args.output:
+        print(f"written to {render(text, args.output)}")
+    else:
+        print(text)
+    return 0
+
+
 def _sql(args: argparse.Namespace) -> int:
     from relsat.db import Database
 
@@ -272,6 +306,15 @@ def _parser() -> argparse.ArgumentParser:
         help="TENSAT's unguarded rules (can be unsound; verification catches it)",
     )
     p.set_defaults(run=_optimize)
+    p = sub.add_parser("show", help="draw a graph (changes highlighted) or an e-class")
+    p.add_argument("graph", nargs="?", help="a relsat graph JSON file (relsat optimize -o)")
+    p.add_argument("--against", help="the original graph JSON: highlight what changed")
+    p.add_argument("--model", help="the original as a bundled model: highlight what changed")
+    p.add_argument("--db", help="a stored e-graph (relsat optimize --db)")
+    p.add_argument("--eclass", type=int, help="the e-class to draw from --db")
+    p.add_argument("--depth", type=int, default=1, help="child levels around the e-class")
+    p.add_argument("-o", "--output", help=".dot, or .svg/.png/.pdf rendered with Graphviz")
+    p.set_defaults(run=_show)
     p = sub.add_parser("sql", help="run a query against a stored e-graph")
     p.add_argument("db")
     p.add_argument("query")

@@ -79,6 +79,12 @@ class Result:
             "GROUP BY rule ORDER BY 2 DESC, 1")
         return {str(r[0]): int(r[1]) for r in rows}
 
+    def to_dot(self) -> str:
+        """Graphviz DOT of the optimized graph, what the rewrites changed highlighted."""
+        from relsat.dot import graph_dot
+
+        return graph_dot(self.graph, self.original, title="optimized (changed: orange)")
+
     def report(self) -> str:
         ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
         changed = sorted(set(ops_before) | set(ops_after))

@@ -60,3 +60,20 @@ def test_errors_are_one_line_with_exit_code(
     assert main(["optimize", "--model", "vgg19", "--no-verify", "-o", str(target)]) == EXIT_ERROR
     assert "cannot write" in capsys.readouterr().err
     assert not target.exists()
+
+
+def test_show_draws_changes_and_eclasses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, out = tmp_path / "e.duckdb", tmp_path / "opt.json"
+    assert (
+        main(["optimize", "--model", "vgg19", "--no-verify", "--db", str(db), "-o", str(out)]) == 0
+    )
+    capsys.readouterr()
+    assert main(["show", str(out), "--model", "vgg19", "-o", str(tmp_path / "g.dot")]) == 0
+    dot = (tmp_path / "g.dot").read_text()
+    assert dot.startswith("digraph relsat {") and "#ffd8a8" in dot  # fused convs highlighted
+    assert main(["show", "--db", str(db), "--eclass", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "subgraph cluster_4" in text
+    assert main(["show", "--db", str(db)]) == EXIT_USAGE

@@ -1,0 +1,154 @@
+"""Pictures: graphs and e-class neighbourhoods as Graphviz DOT, rendered when ``dot`` exists.
+
+:func:`graph_dot` draws a graph and highlights what a rewrite changed: the nodes whose computation
+(op, parameters and inputs, recursively, with inputs and weights by name) does not occur in the
+``against`` graph. :func:`eclass_dot` draws the e-nodes of one e-class and of the classes around
+it in a stored e-graph, one cluster per class.
+
+>>> from relsat.graph import GraphBuilder
+>>> b = GraphBuilder(); x = b.input([2, 2], name="x")
+>>> print(graph_dot(b.build(b.relu(x))).splitlines()[0])
+digraph relsat {
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from relsat.errors import RelsatError
+from relsat.graph import Graph, Node
+
+if TYPE_CHECKING:
+    from relsat.egraph import EGraph
+
+__all__ = ["eclass_dot", "graph_dot", "render"]
+
+_CHANGED = 'style=filled, fillcolor="#ffd8a8", color="#e8590c"'
+_LEAF = 'shape=box, style=rounded, color="#868e96", fontcolor="#495057"'
+
+
+def _signatures(graph: Graph) -> list[str]:
+    """A structural signature per node: equal signatures compute the same thing."""
+    sig: list[str] = []
+    for n in graph.nodes:
+        if n.op in ("input", "weight"):
+            sig.append(f"{n.op}:{n.name}")
+        else:
+            args = ",".join(f"{sig[r.node]}#{r.index}" for r in n.inputs)
+            sig.append(f"{n.op}{sorted(n.params.items())}({args})")
+    return sig
+
+
+def _label(n: Node) -> str:
+    if n.op in ("input", "weight"):
+        return f"{n.name}\\n{list(n.shape)}"
+    params = ", ".join(
+        f"{k}={v}" for k, v in sorted(n.params.items()) if k not in ("attrs", "shapes")
+    )
+    shape = " ".join(str(list(t.shape)) for t in n.outputs)
+    return f"{n.op}\\n{params}\\n{shape}" if params else f"{n.op}\\n{shape}"
+
+
+def graph_dot(graph: Graph, against: Graph | None = None, *, title: str = "relsat") -> str:
+    """DOT text for ``graph``; with ``against``, what differs from it is highlighted."""
+    known = set(_signatures(against)) if against is not None else None
+    lines = [
+        "digraph relsat {",
+        f'  label="{title}"; rankdir=TB;',
+        '  node [shape=box, fontname="Helvetica", fontsize=10];',
+    ]
+    for n, s in zip(graph.nodes, _signatures(graph), strict=True):
+        style = _LEAF if n.op in ("input", "weight") else ""
+        if known is not None and s not in known and n.op not in ("input", "weight"):
+            style = _CHANGED
+        lines.append(f'  n{n.id} [label="{_label(n)}"{", " + style if style else ""}];')
+    for n in graph.nodes:
+        for r in n.inputs:
+            lines.append(f"  n{r.node} -> n{n.id};")
+    for i, r in enumerate(graph.outputs):
+        lines.append(f'  out{i} [label="output {i}", shape=plaintext]; n{r.node} -> out{i};')
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def eclass_dot(egraph: EGraph, eclass: int, depth: int = 1) -> str:
+    """DOT text for e-class ``eclass`` of a stored e-graph and the classes within ``depth``
+    steps below it (its e-nodes' children) — each class a cluster of its e-nodes."""
+    classes = {eclass}
+    frontier = {eclass}
+    for _ in range(depth):
+        if not frontier:
+            break
+        ids = ",".join(map(str, sorted(frontier)))
+        rows = egraph.db.execute(
+            "SELECT DISTINCT t.child FROM enode e, unnest([e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, "
+            f"e.c6, e.c7]) AS t(child) WHERE e.class IN ({ids}) AND t.child >= 0"
+        )
+        frontier = {int(r[0]) for r in rows} - classes
+        classes |= frontier
+    ids = ",".join(map(str, sorted(classes)))
+    nodes = egraph.sql(
+        f"SELECT e.*, c.shape FROM enode e JOIN eclass c ON c.id = e.class "
+        f"WHERE e.class IN ({ids}) ORDER BY e.class, e.id"
+    ).to_pylist()
+    if not nodes:
+        raise RelsatError(f"no e-class {eclass} in the e-graph")
+    lines = [
+        "digraph eclasses {",
+        "  compound=true; rankdir=TB;",
+        '  node [shape=box, fontname="Helvetica", fontsize=10];',
+    ]
+    by_class: dict[int, list[dict]] = {}
+    for n in nodes:
+        by_class.setdefault(n["class"], []).append(n)
+    anchor = {}
+    for cls, members in by_class.items():
+        lines.append(f"  subgraph cluster_{cls} {{")
+        lines.append(
+            f'    label="e-class {cls} {members[0]["shape"]}"; '
+            f"style={'bold' if cls == eclass else 'dashed'};"
+        )
+        for n in members:
+            params = [str(n[f"p{i}"]) for i in range(6) if n[f"p{i}"] >= 0]
+            text = (
+                n["op"]
+                + (f"[{','.join(params)}]" if params else "")
+                + (f" {n['s']}" if n["s"] else "")
+            )
+            style = ", style=dotted" if n["filtered"] else ""
+            rule = f"\\n({n['rule']})" if n["rule"] else ""
+            lines.append(f'    e{n["id"]} [label="{text}{rule}"{style}];')
+        lines.append("  }")
+        anchor[cls] = members[0]["id"]
+    for n in nodes:
+        for i in range(n["arity"]):
+            child = n[f"c{i}"]
+            if child in anchor:
+                lines.append(f"  e{n['id']} -> e{anchor[child]} [lhead=cluster_{child}];")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def render(dot_text: str, path: str | Path) -> Path:
+    """Write ``dot_text`` to ``path``: as DOT for ``.dot``, else rendered by Graphviz (``.svg``,
+    ``.png``, ``.pdf``); RelsatError when ``dot`` is not installed."""
+    path = Path(path)
+    if path.suffix in ("", ".dot", ".gv"):
+        path.write_text(dot_text)
+        return path
+    exe = shutil.which("dot")
+    if exe is None:
+        raise RelsatError(f"{path}: Graphviz 'dot' is not installed; write a .dot file instead")
+    done = subprocess.run(
+        [exe, f"-T{path.suffix[1:]}", "-o", str(path)],
+        input=dot_text,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RelsatError(f"{path}: dot failed: {done.stderr.strip()}")
+    return path
