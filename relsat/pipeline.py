@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from relsat.cost import AnalyticModel, CostModel, price_egraph
+from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
 from relsat.db import Database
 from relsat.decode import decode
 from relsat.egraph import EGraph
@@ -76,7 +76,8 @@ class Result:
         ids = ",".join(str(i) for i in sorted(self.choice.values())) or "-1"
         rows = self.egraph.db.execute(
             f"SELECT rule, count(*) FROM enode WHERE id IN ({ids}) AND rule IS NOT NULL "
-            "GROUP BY rule ORDER BY 2 DESC, 1")
+            "GROUP BY rule ORDER BY 2 DESC, 1"
+        )
         return {str(r[0]): int(r[1]) for r in rows}
 
     def to_dot(self) -> str:
@@ -91,15 +92,21 @@ class Result:
         enodes, eclasses = self.egraph.counts()
         lines = [
             f"cost     {self.cost_before:.4f} -> {self.cost_after:.4f} ms "
-            f"({100 * self.reduction:.1f} % less, {self.settings.get('cost_model', '')})",
+            f"({100 * self.reduction:.1f} % less, {self.settings.get('cost_model', '')}"
+            + (
+                f", {self.settings['cost_fallbacks']} signatures priced by the fallback model"
+                if self.settings.get("cost_fallbacks") is not None
+                else ""
+            )
+            + ")",
             f"explore  {self.stop.value} after {len({s.iteration for s in self.iterations})} "
             f"iterations, {enodes} e-nodes, {eclasses} e-classes, {self.seconds['explore']:.3f} s",
             f"extract  {self.extraction.method}: {self.extraction.status}"
             + (f", gap {self.extraction.gap:.2%}" if self.extraction.gap else "")
             + f", {self.seconds['extract']:.3f} s",
             f"verify   {'passed' if self.verified else 'skipped'}",
-            "rewrites " + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6])
-                           or "none"),
+            "rewrites "
+            + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6]) or "none"),
             "ops      "
             + ", ".join(
                 f"{op} {ops_before.get(op, 0)}->{ops_after.get(op, 0)}"
@@ -111,15 +118,36 @@ class Result:
 
 
 def _cost_model(cost_model: str | CostModel) -> CostModel:
+    """``"analytic"`` (the H100 roofline), a device name (its shipped measured table from
+    ``relsat/data/costs/<device>.parquet`` with the roofline as fallback, or the roofline alone
+    when no table is shipped), ``"analytic-<device>"``, or a CostModel."""
     if isinstance(cost_model, CostModel):
         return cost_model
-    if cost_model in ("analytic", "h100"):
+    name = cost_model.lower()
+    if name == "analytic":
         return AnalyticModel("h100")
-    if cost_model == "t4":
-        return AnalyticModel("t4")
+    if name.startswith("analytic-") and name[9:] in DEVICES:
+        return AnalyticModel(name[9:])
+    if name in DEVICES:
+        table = shipped_costs(name)
+        if table is None:
+            return AnalyticModel(name)
+        return TableModel(table, name, fallback=AnalyticModel(name))
     raise RelsatError(
-        f"unknown cost model {cost_model!r}: use 'analytic', 'h100', 't4' or a CostModel"
+        f"unknown cost model {cost_model!r}: use 'analytic', a device "
+        f"({', '.join(sorted(DEVICES))}), 'analytic-<device>' or a CostModel"
     )
+
+
+def shipped_costs(device: str) -> CostTable | None:
+    """The measured cost table shipped for ``device``, if any."""
+    from importlib import resources
+
+    ref = resources.files("relsat") / "data" / "costs" / f"{device}.parquet"
+    if not ref.is_file():
+        return None
+    with resources.as_file(ref) as path:
+        return CostTable.from_parquet(path)
 
 
 def optimize(
@@ -150,7 +178,12 @@ def optimize(
     t = time.perf_counter()
     egraph = EGraph.from_graph(graph, db)
     exploration: Exploration = explore(
-        egraph, rules, k_multi=k_multi, limits=limits, guards=guards, cycle_filter=cycle_filter,
+        egraph,
+        rules,
+        k_multi=k_multi,
+        limits=limits,
+        guards=guards,
+        cycle_filter=cycle_filter,
         on_phase=on_phase,
     )
     seconds["explore"] = time.perf_counter() - t
@@ -185,7 +218,9 @@ def optimize(
             raise VerificationError(comparison)
         verified = True
         seconds["verify"] = time.perf_counter() - t
+    fallbacks = getattr(model, "fallbacks", None)
     settings = {
+        "cost_fallbacks": fallbacks,
         "k_multi": k_multi,
         "cost_model": f"{model.name}",
         "extractor": extractor,

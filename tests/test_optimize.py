@@ -87,3 +87,23 @@ def test_egraph_written_as_extraction_gym_json(tmp_path: Path) -> None:
     a, b = extract(again, method="ilp"), extract(direct, method="ilp")
     assert abs(a.cost - b.cost) < 1e-9
     assert is_acyclic(again, a.choice)
+
+
+def test_device_cost_model_uses_a_shipped_table_with_fallback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import relsat.pipeline as pipeline
+    from relsat.cost import AnalyticModel, CostTable, OpSignature, TableModel
+
+    assert isinstance(pipeline._cost_model("h100"), AnalyticModel)  # nothing shipped here
+    table = CostTable()  # a fixture, clearly not a measurement: one signature, 1 ms
+    sig = OpSignature("relu", (), "", ((1, 512),), (1, 512))
+    table.insert("h100", [sig], [1.0], source="fixture")
+    monkeypatch.setattr(pipeline, "shipped_costs", lambda device: table)
+    model = pipeline._cost_model("h100")
+    assert isinstance(model, TableModel)
+    result = optimize(
+        models.load("nasrnn"), cost_model=model, limits=Limits(iterations=1), verify=False
+    )
+    assert result.settings["cost_fallbacks"] > 0
+    assert "priced by the fallback model" in result.report()

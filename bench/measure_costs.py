@@ -1,0 +1,122 @@
+"""Measure every operator signature of the seven benchmarks' explored e-graphs on this GPU.
+
+    python bench/measure_costs.py [--models nasrnn bert ...] [--k-multi 1 2] [--runs 32]
+                                  [--warmup 8] [--backend auto] [--out PATH]
+
+Explores each model with k_multi 1 and 2 (TENSAT's limits), collects every distinct operator
+signature of the e-graphs (``relsat.cost.enode_signatures``), times each one with
+``relsat.cost.measure.MeasuredModel`` (TASO's protocol, median of the timed runs) and writes
+``relsat/data/costs/<device>.parquet`` (device from the GPU's name: ``h100``, ``h200``, …), each
+row with the backend that measured it. Prints the signature counts, what measured them, the
+signatures no backend could run, and the time spent; appends a row per source to
+bench/results/measure_costs.csv. Needs an NVIDIA GPU with CuPy and PyTorch (cuDNN); refuses
+with one line otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import append_csv, markdown
+
+from relsat import models
+from relsat.cost import CostTable, OpSignature, enode_signatures
+from relsat.cost.measure import (
+    BACKENDS,
+    GpuUnavailableError,
+    MeasuredModel,
+    measure_signatures,
+)
+from relsat.egraph import EGraph
+from relsat.explore import Limits, explore
+
+ROOT = Path(__file__).resolve().parent.parent
+COSTS = ROOT / "relsat" / "data" / "costs"
+
+
+def signatures(names: list[str], k_multis: list[int]) -> tuple[list[OpSignature], list[list]]:
+    """The distinct signatures of every explored e-graph (first-seen order), and per-run rows."""
+    seen: dict[OpSignature, None] = {}
+    rows = []
+    for name in names:
+        for k in k_multis:
+            t = time.perf_counter()
+            eg = EGraph.from_graph(models.load(name))
+            ex = explore(eg, k_multi=k, limits=Limits())
+            _, sigs = enode_signatures(eg)
+            new = [s for s in sigs if s not in seen]
+            seen.update(dict.fromkeys(sigs))
+            rows.append(
+                [name, k, ex.stop.value, ex.enodes, len(sigs), len(new), time.perf_counter() - t]
+            )
+            print(" | ".join(str(v) for v in rows[-1]), file=sys.stderr, flush=True)
+    return list(seen), rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", default=list(models.BENCHMARKS))
+    ap.add_argument("--k-multi", nargs="*", type=int, default=[1, 2])
+    ap.add_argument("--runs", type=int, default=32)
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--backend", choices=BACKENDS, default="auto")
+    ap.add_argument("--out", type=Path, default=None, help="default relsat/data/costs/<device>")
+    args = ap.parse_args()
+    try:
+        model = MeasuredModel(backend=args.backend, warmup=args.warmup, runs=args.runs)
+    except GpuUnavailableError as exc:
+        sys.exit(f"bench/measure_costs.py: {exc}")
+    gpu = model.gpu
+    print(
+        f"device {gpu.name} -> '{model.device}'; conv backend {gpu.conv_backend}"
+        + (f" (cuDNN frontend: {gpu.cudnn_reason})" if gpu.cudnn is None else ""),
+        file=sys.stderr,
+    )
+
+    t0 = time.perf_counter()
+    sigs, explore_rows = signatures(args.models, args.k_multi)
+    explore_s = time.perf_counter() - t0
+    print(
+        markdown(
+            ["model", "k_multi", "stop", "e-nodes", "signatures", "new", "seconds"], explore_rows
+        )
+    )
+
+    def progress(done: int, total: int) -> None:
+        if done % 200 == 0 or done == total:
+            print(f"measured {done}/{total}", file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    table = measure_signatures(sigs, model, CostTable(), skip_errors=True, progress=progress)
+    measure_s = time.perf_counter() - t0
+
+    out = args.out or COSTS / f"{model.device}.parquet"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.save_parquet(out, model.device)
+
+    rows = table.to_arrow(model.device).select(["op", "source"]).to_pylist()
+    by_source = Counter((r["op"], r["source"]) for r in rows)
+    headers = ["device", "gpu", "op", "source", "signatures"]
+    summary = [
+        [model.device, gpu.name, op, source, n] for (op, source), n in sorted(by_source.items())
+    ]
+    print()
+    print(markdown(headers, summary))
+    for sig, reason in model.failures.items():
+        print(f"not measured: {sig.key}: {reason}")
+    print(
+        f"\n{len(sigs)} distinct signatures ({len(rows)} stored, {len(model.failures)} not "
+        f"measurable) from {len(args.models)} models x k_multi {args.k_multi}; exploration "
+        f"{explore_s:.1f} s, measurement {measure_s:.1f} s; wrote {out}"
+    )
+    print(f"appended to {append_csv('measure_costs', headers, summary)}")
+
+
+if __name__ == "__main__":
+    main()

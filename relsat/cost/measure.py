@@ -1,0 +1,308 @@
+"""The measured cost model: each operator signature timed on this machine's NVIDIA GPU.
+
+:class:`MeasuredModel` runs one operator instance on random fp32 buffers and keeps the **median**
+of ``runs`` (default 32) CUDA-event timings after ``warmup`` (default 8) untimed runs, following
+TASO's protocol (``reference/SEMANTICS.md`` §6.1) with the median instead of the mean:
+
+==========================  ==================================================================
+op                          how it runs (and the ``source`` recorded for it)
+==========================  ==================================================================
+ewadd, ewmul, activations   CuPy element-wise kernels (``measured:cupy``)
+concat, batchnorm           CuPy copy / one fused element-wise kernel (``measured:cupy``)
+matmul                      cuBLAS through ``cupy.matmul``, then the fused activation as a
+                            separate kernel, as TASO does (``measured:cupy-cublas``)
+conv2d                      cuDNN. Through NVIDIA's cuDNN frontend (``cudnn``) when it imports
+                            and builds the graph: all engine plans built, the fastest of the first
+                            8 kept, conv+bias+activation as one fused graph
+                            (``measured:cudnn-frontend``). Otherwise PyTorch's cuDNN path on the
+                            same CuPy buffers (DLPack) with ``cudnn.benchmark`` choosing the
+                            algorithm: ``torch.cudnn_convolution_relu`` (cuDNN's fused
+                            conv-bias-ReLU) for a fused ReLU, conv+bias then the activation in the
+                            same timed region for sigmoid/tanh (``measured:torch-cudnn`` plus a
+                            suffix saying so). A conv without activation is timed as conv plus a
+                            bias-add kernel, as TASO does, so conv+ReLU ≤ conv holds as in TENSAT.
+poolmax, poolavg            PyTorch on the CuPy buffers (``avg_pool2d(count_include_pad=False)``),
+                            the fused activation in the same timed region (``measured:torch``)
+zero-cost ops               0 ms without touching the GPU (``zero-cost``)
+opaque                      :class:`~relsat.errors.CostError`: no backend can run it
+==========================  ==================================================================
+
+To keep host-side launch latency out of the numbers, a short spin kernel is queued before the
+timed runs so that they queue up behind it and each event pair times the GPU alone. Matmul and
+conv use TF32 tensor cores (``tf32=True``, TASO's ``CUDNN_TENSOR_OP_MATH``).
+
+Nothing here imports CUDA libraries at import time: ``import relsat.cost.measure`` works on a
+machine without a GPU, and :class:`MeasuredModel` then raises :class:`GpuUnavailableError` with
+the reason (``lazy=True`` defers that to the first signature that needs the GPU).
+
+>>> MeasuredModel(lazy=True, device_name="h100").cost(
+...     OpSignature("reshape", (), "2_2", ((4,),), (2, 2)))
+0.0
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from relsat.cost.analytic import DEVICES
+from relsat.cost.model import ZERO_COST, CostModel, OpSignature
+from relsat.cost.table import CostTable
+from relsat.errors import CostError, RelsatError
+from relsat.ops import ACTIVATIONS, PADDINGS
+
+if TYPE_CHECKING:
+    from relsat.gpu import Gpu
+
+__all__ = [
+    "BACKENDS",
+    "GpuUnavailableError",
+    "MeasuredModel",
+    "Measurement",
+    "device_slug",
+    "measure_signatures",
+    "time_ms",
+]
+
+#: Conv backends: "auto" (the cuDNN frontend if it works, else PyTorch's cuDNN path) or either.
+BACKENDS = ("auto", "cudnn-frontend", "torch")
+
+
+class GpuUnavailableError(RelsatError):
+    """No usable GPU: CuPy missing, no CUDA device, or no cuDNN path (``reason`` says which)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"no usable GPU: {reason}")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One signature's time (ms) and what measured it (the cost table's ``source``)."""
+
+    ms: float
+    source: str
+
+
+def device_slug(name: str) -> str:
+    """The cost-table device name for a GPU name: a known device if the name contains one.
+
+    >>> device_slug("NVIDIA H100 80GB HBM3"), device_slug("Tesla T4"), device_slug("Some GPU 9")
+    ('h100', 't4', 'some-gpu-9')
+    """
+    lower = name.lower()
+    for known in DEVICES:
+        if re.search(rf"(?<![a-z0-9]){known}(?![0-9])", lower):
+            return known
+    return re.sub(r"[^a-z0-9]+", "-", lower).strip("-")
+
+
+def time_ms(gpu: Gpu, fn: Callable[[], object], *, warmup: int, runs: int) -> float:
+    """The median of ``runs`` CUDA-event timings of ``fn`` after ``warmup`` untimed calls.
+
+    The timed calls are queued behind a spin kernel long enough to cover their host-side launch
+    cost, so each event pair brackets GPU work only (when the GPU is the bottleneck).
+    """
+    cp = gpu.cp
+    t = time.perf_counter()
+    for _ in range(max(warmup, 1)):  # at least one: cudnn.benchmark picks its algorithm there
+        fn()
+    host_ms = 1e3 * (time.perf_counter() - t) / max(warmup, 1)
+    gpu.synchronize()
+    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(runs)]
+    gpu.hold(min(100.0, 2.0 * runs * host_ms + 0.1))
+    for start, stop in events:
+        start.record()
+        fn()
+        stop.record()
+    events[-1][1].synchronize()
+    return float(statistics.median(cp.cuda.get_elapsed_time(s, e) for s, e in events))
+
+
+class MeasuredModel(CostModel):
+    """Costs (ms) measured on the GPU; see the module docstring for the protocol.
+
+    ``device_name`` labels the rows (default: from the GPU's name, e.g. ``"h100"``); ``backend``
+    is one of :data:`BACKENDS`. Each signature is measured once per model (cached). ``failures``
+    maps the signatures :func:`measure_signatures` skipped to the reason.
+    """
+
+    name = "measured"
+
+    def __init__(
+        self,
+        device_name: str | None = None,
+        *,
+        backend: str = "auto",
+        warmup: int = 8,
+        runs: int = 32,
+        tf32: bool = True,
+        lazy: bool = False,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if warmup < 0 or runs < 1:
+            raise ValueError("warmup must be >= 0 and runs >= 1")
+        self.backend = backend
+        self.warmup = warmup
+        self.runs = runs
+        self.tf32 = tf32
+        self._device = device_name
+        self._gpu: Gpu | None = None
+        self._cache: dict[OpSignature, Measurement] = {}
+        self.failures: dict[OpSignature, str] = {}
+        if not lazy:
+            _ = self.gpu
+
+    def __repr__(self) -> str:
+        return (
+            f"MeasuredModel({self._device!r}, backend={self.backend!r}, warmup={self.warmup}, "
+            f"runs={self.runs}, tf32={self.tf32})"
+        )
+
+    @property
+    def gpu(self) -> Gpu:
+        """The loaded GPU libraries (loads them; :class:`GpuUnavailableError` if impossible)."""
+        if self._gpu is None:
+            from relsat.gpu import load_gpu
+
+            self._gpu = load_gpu(self.backend)
+        return self._gpu
+
+    @property
+    def device(self) -> str:
+        """The cost-table device name (from the GPU's name unless given)."""
+        if self._device is None:
+            self._device = device_slug(self.gpu.name)
+        return self._device
+
+    @device.setter
+    def device(self, value: str) -> None:
+        self._device = value
+
+    @property
+    def source(self) -> str:
+        """A summary; each row's exact backend is in :meth:`measure`'s result."""
+        return f"measured:{self._gpu.conv_backend}" if self._gpu is not None else "measured"
+
+    def cost(self, sig: OpSignature) -> float:
+        return self.measure(sig).ms
+
+    def _time(self, gpu: Gpu, sig: OpSignature) -> tuple[float, str]:
+        fn, source = _bench(gpu, sig)  # its buffers are freed when this returns
+        return time_ms(gpu, fn, warmup=self.warmup, runs=self.runs), source
+
+    def measure(self, sig: OpSignature) -> Measurement:
+        """Time one signature (cached). Raises :class:`CostError` for an op no backend runs or
+        a shape that does not fit in GPU memory, :class:`GpuUnavailableError` without a GPU."""
+        if sig.op in ZERO_COST:
+            return Measurement(0.0, "zero-cost")
+        if sig in self._cache:
+            return self._cache[sig]
+        gpu = self.gpu
+        try:
+            with gpu.tf32(self.tf32):
+                ms, source = self._time(gpu, sig)
+        except Exception as exc:
+            if isinstance(exc, RelsatError):
+                raise
+            if gpu.is_oom(exc):
+                gpu.free_memory()
+                raise sig.error(f"out of GPU memory ({exc})", model=self.name) from None
+            raise sig.error(f"{type(exc).__name__}: {exc}", model=self.name) from None
+        result = Measurement(ms, source)
+        self._cache[sig] = result
+        return result
+
+
+def _activation(sig: OpSignature, code: int) -> str:
+    if not 0 <= code < len(ACTIVATIONS):
+        raise sig.error(f"unknown activation code {code}", model="measured")
+    return ACTIVATIONS[code]
+
+
+def _padding(sig: OpSignature, code: int) -> str:
+    if not 0 <= code < len(PADDINGS):
+        raise sig.error(f"unknown padding code {code}", model="measured")
+    return PADDINGS[code]
+
+
+def _bench(gpu: Gpu, sig: OpSignature) -> tuple[Callable[[], object], str]:
+    """A closure running ``sig``'s op once on fresh random buffers, and the backend's source."""
+    cp, op, p = gpu.cp, sig.op, sig.params
+    arity = {"ewadd": 2, "ewmul": 2, "matmul": 2, "conv2d": 2, "batchnorm": 5}.get(op, 1)
+    if op != "concat" and len(sig.inputs) != arity:
+        raise sig.error(f"expected {arity} input(s), got {len(sig.inputs)}", model="measured")
+    if op == "opaque":
+        raise sig.error("an opaque operator has no GPU kernel to measure", model="measured")
+    ins = [gpu.random(s) for s in sig.inputs]
+    if op in ("ewadd", "ewmul"):
+        out = cp.empty(sig.output, cp.float32)
+        ufunc = cp.add if op == "ewadd" else cp.multiply
+        return (lambda: ufunc(ins[0], ins[1], out=out)), "measured:cupy"
+    if op in ("relu", "tanh", "sigmoid"):
+        act_out = cp.empty_like(ins[0])
+        return (lambda: gpu.activate(ins[0], op.upper(), out=act_out)), "measured:cupy"
+    if op == "matmul":
+        act = _activation(sig, p[0])
+        mm_out = cp.empty(sig.output, cp.float32)
+
+        def matmul() -> None:
+            cp.matmul(ins[0], ins[1], out=mm_out)
+            gpu.activate(mm_out, act, out=mm_out)  # TASO: a separate activation kernel
+
+        return matmul, "measured:cupy-cublas" + ("" if act == "NONE" else "+activation")
+    if op == "conv2d":
+        return gpu.bench_conv(
+            ins[0], ins[1], (p[0], p[1]), _padding(sig, p[2]), _activation(sig, p[3])
+        )
+    if op in ("poolmax", "poolavg"):
+        fn = gpu.bench_pool(
+            ins[0], op, (p[0], p[1]), (p[2], p[3]), _padding(sig, p[4]), _activation(sig, p[5])
+        )
+        return fn, "measured:torch"
+    if op == "concat":
+        cat_out = cp.empty(sig.output, cp.float32)
+        return (lambda: cp.concatenate(ins, axis=p[0], out=cat_out)), "measured:cupy"
+    if op == "batchnorm":
+        eps = float(sig.s) if sig.s else 1e-5
+        x, scale, bias, mean, var = ins
+        return (lambda: gpu.batchnorm(x, scale, bias, mean, var, eps)), "measured:cupy"
+    raise sig.error("unknown operator", model="measured")
+
+
+def measure_signatures(
+    sigs: Iterable[OpSignature],
+    model: MeasuredModel,
+    table: CostTable | None = None,
+    *,
+    skip_errors: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> CostTable:
+    """Measure every signature with ``model`` and store the rows (device ``model.device``, each
+    with its backend as ``source``) in ``table`` (default: a new in-memory one), which is
+    returned. With ``skip_errors`` a :class:`CostError` skips the signature and is recorded in
+    ``model.failures``; a missing GPU (:class:`GpuUnavailableError`) always raises."""
+    table = table if table is not None else CostTable()
+    todo: Sequence[OpSignature] = list(dict.fromkeys(sigs))
+    rows: dict[str, tuple[list[OpSignature], list[float]]] = {}
+    for i, sig in enumerate(todo):
+        try:
+            m = model.measure(sig)
+        except CostError as exc:
+            if not skip_errors:
+                raise
+            model.failures[sig] = exc.reason
+            continue
+        group = rows.setdefault(m.source, ([], []))
+        group[0].append(sig)
+        group[1].append(m.ms)
+        if progress is not None:
+            progress(i + 1, len(todo))
+    for source, (group_sigs, ms) in rows.items():
+        table.insert(model.device, group_sigs, ms, source)
+    return table
