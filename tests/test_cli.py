@@ -77,3 +77,29 @@ def test_show_draws_changes_and_eclasses(
     text = capsys.readouterr().out
     assert "subgraph cluster_4" in text
     assert main(["show", "--db", str(db)]) == EXIT_USAGE
+
+
+def test_optimize_the_example_onnx_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from relsat.models.example import PATH, build
+
+    assert PATH.read_bytes() == build()  # the shipped example is what its builder makes
+    out = tmp_path / "example-opt.onnx"
+    assert main(["optimize", str(PATH), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "verified in onnxruntime" in text
+    import onnx
+
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model)
+    assert [o.name for o in model.graph.output] == ["probs"]
+    assert "Softmax" in {n.op_type for n in model.graph.node}  # the opaque op came back
+
+
+def test_onnx_errors_leave_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage")
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(bad), "-o", str(out)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("relsat: error:") and "bad.onnx" in err
+    assert not out.exists() and list(tmp_path.iterdir()) == [bad]

@@ -1,0 +1,475 @@
+"""relsat graph → ONNX model (see :mod:`relsat.onnx` for the opset, IR version and what is emitted).
+
+Weight-only subgraphs are evaluated with :mod:`relsat.kernels`; a merged weight (``merge``) is
+materialized with the group count of the conv that reads it, so one lazy value can give several
+initializers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from relsat.execute import random_values
+from relsat.graph import Graph, Node, Ref
+from relsat.kernels import Lazy, Value, apply
+from relsat.onnx import OPSET, OnnxError
+from relsat.ops import same_padding
+
+__all__ = ["build_model", "write_model"]
+
+_ACTIVATION_OPS = {"RELU": "Relu", "SIGMOID": "Sigmoid", "TANH": "Tanh"}
+_SIMPLE = {
+    "ewadd": "Add",
+    "ewmul": "Mul",
+    "relu": "Relu",
+    "tanh": "Tanh",
+    "sigmoid": "Sigmoid",
+    "dropout": "Identity",
+}
+
+
+def write_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    """Write ``model`` to a temporary file beside ``path``, then rename it into place."""
+    target = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(target))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".relsat-", suffix=".onnx.tmp", dir=folder)
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        os.replace(tmp, target)
+        tmp = None
+    except (OSError, ValueError) as exc:
+        raise OnnxError(
+            f"cannot write: {getattr(exc, 'strerror', None) or exc}", path=target
+        ) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def build_model(
+    graph: Graph,
+    *,
+    opset: int | None = None,
+    seed: int = 0,
+    output_names: Sequence[str] | None = None,
+) -> onnx.ModelProto:
+    """See :func:`relsat.onnx.to_model`."""
+    return _Exporter(graph, opset, seed, output_names).model()
+
+
+def _tensor_pads(
+    size: Sequence[int], kernel: Sequence[int], stride: Sequence[int], padding: str
+) -> list[int]:
+    """ONNX pads [begin..., end...] giving TASO's output size with TASO's leading pad."""
+    begin, end = [], []
+    for h, k, s in zip(size, kernel, stride, strict=True):
+        if padding == "VALID":
+            begin.append(0)
+            end.append(0)
+            continue
+        out = (h + s - 1) // s
+        top = same_padding(h, k, s)
+        begin.append(top)
+        end.append(max(0, (out - 1) * s + k - h - top))
+    return begin + end
+
+
+def _decode_tensor(spec: dict[str, Any], name: str) -> TensorProto:
+    dtype = TensorProto.DataType.Value(spec["dtype"])
+    if dtype == TensorProto.STRING:
+        arr = np.array([s.encode() for s in spec["data"]], dtype=object).reshape(spec["dims"])
+        return numpy_helper.from_array(arr, name)
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    arr = np.array(spec["data"], dtype=np_dtype).reshape(spec["dims"])
+    return numpy_helper.from_array(arr, name)
+
+
+def _plain_type(value: Any) -> int:
+    """The ONNX attribute type of a plain JSON value (opaque nodes not imported from ONNX)."""
+    A = onnx.AttributeProto
+    if isinstance(value, bool | int):
+        return A.INT
+    if isinstance(value, float):
+        return A.FLOAT
+    if isinstance(value, str):
+        return A.STRING
+    if isinstance(value, list) and all(isinstance(v, bool | int) for v in value):
+        return A.INTS
+    if isinstance(value, list) and all(isinstance(v, int | float) for v in value):
+        return A.FLOATS
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return A.STRINGS
+    if isinstance(value, dict) and {"dtype", "dims", "data"} <= set(value):
+        return A.TENSOR
+    raise OnnxError(f"attribute value {value!r} has no ONNX attribute type")
+
+
+class _Exporter:
+    def __init__(
+        self, graph: Graph, opset: int | None, seed: int, output_names: Sequence[str] | None
+    ) -> None:
+        self.graph = graph
+        self.seed = seed
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[TensorProto] = []
+        self.init_of: dict[tuple[Ref, int], str] = {}
+        self.used: set[str] = {n.name or "" for n in graph.nodes if n.op in ("input", "weight")}
+        self.tensor_name: dict[Ref, str] = {}
+        self.opset, self.domains = self._opsets(opset)
+        self.outputs = self._flat_outputs()
+        self.output_names = self._output_names(output_names)
+        self.foldable = self._foldable()
+        self.values: dict[Ref, Value] = {}
+        self._leaves: dict[str, np.ndarray] | None = None
+
+    # --- opsets ---------------------------------------------------------------------------
+
+    def _opsets(self, requested: int | None) -> tuple[int, dict[str, int]]:
+        recorded: dict[str, set[int]] = {}
+        for n in self.graph.nodes:
+            if n.op == "opaque":
+                meta = json.loads(n.params["attrs"]).get("_onnx")
+                if meta:
+                    recorded.setdefault(meta["domain"] or "", set()).add(int(meta["opset"]))
+        if requested is not None and requested < 7:
+            raise OnnxError(f"opset {requested} is not supported (need >= 7)")
+        default = recorded.pop("", set())
+        if requested is None:
+            if len(default) > 1:
+                raise OnnxError(f"opaque nodes come from several opsets {sorted(default)}")
+            opset = default.pop() if default else OPSET
+        else:
+            opset = requested
+            for n in self.graph.nodes:
+                meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
+                if (
+                    meta
+                    and not meta["domain"]
+                    and not _same_schema(n.params["type"], int(meta["opset"]), opset)
+                ):
+                    raise OnnxError(
+                        f"opaque {n.params['type']} was imported at opset {meta['opset']} and "
+                        f"means something else at opset {opset}; export at opset {meta['opset']}"
+                    )
+        return opset, {d: max(v) for d, v in recorded.items()}
+
+    # --- names ----------------------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+    def _flat_outputs(self) -> list[Ref]:
+        flat: list[Ref] = []
+
+        def visit(ref: Ref) -> None:
+            node = self.graph.node(ref)
+            if node.op == "noop":
+                for r in node.inputs:
+                    visit(r)
+            else:
+                flat.append(ref)
+
+        for r in self.graph.outputs:
+            visit(r)
+        return flat
+
+    def _output_names(self, given: Sequence[str] | None) -> list[str]:
+        if given is not None:
+            if len(given) != len(self.outputs) or len(set(given)) != len(given):
+                raise OnnxError(
+                    f"output_names needs {len(self.outputs)} distinct names, got {list(given)}"
+                )
+            clash = sorted(set(given) & self.used)
+            if clash:
+                raise OnnxError(f"output names {clash} are input or weight names")
+            self.used.update(given)
+            return list(given)
+        names = []
+        for i, ref in enumerate(self.outputs):
+            node = self.graph.node(ref)
+            label = (
+                node.name if len(node.outputs) == 1 and node.op not in ("input", "weight") else None
+            )
+            names.append(self.fresh(label if label and label not in self.used else f"output{i}"))
+        return names
+
+    # --- weight folding -------------------------------------------------------------------
+
+    def _foldable(self) -> list[bool]:
+        flags: list[bool] = []
+        for n in self.graph.nodes:
+            if n.op in ("input", "weight", "opaque", "noop"):
+                flags.append(n.op == "weight")
+            elif n.op == "enlarge":  # only the shape of the reference is read
+                flags.append(flags[n.inputs[0].node])
+            else:
+                flags.append(all(flags[r.node] for r in n.inputs))
+        return flags
+
+    def value(self, ref: Ref) -> Value:
+        if ref not in self.values:
+            node = self.graph.node(ref)
+            if node.op == "weight":
+                if self._leaves is None:
+                    self._leaves = random_values(self.graph, seed=self.seed)
+                self.values[ref] = self._leaves[node.name or ""]
+            else:
+                args: list[Value] = []
+                for r in node.inputs:
+                    if self.foldable[r.node]:
+                        args.append(self.value(r))
+                    else:  # enlarge's reference: only its shape matters
+                        args.append(np.zeros(self.graph.shape(r)))
+                for i, v in enumerate(apply(node, args)):
+                    self.values[Ref(ref.node, i)] = v
+        return self.values[ref]
+
+    def initializer(self, ref: Ref, consumer: Node) -> str:
+        value = self.value(ref)
+        groups = 0
+        if isinstance(value, Lazy):
+            if consumer.op != "conv2d":
+                raise OnnxError(f"a merged weight feeds {consumer.op} node {consumer.id}")
+            x_shape = self.graph.shape(consumer.inputs[0])
+            groups = x_shape[1] // value.shape[1]
+            value = value.at(groups)
+        key = (ref, groups)
+        if key not in self.init_of:
+            node = self.graph.node(ref)
+            if node.op == "weight" and groups == 0:
+                name = node.name or self.fresh("w")
+            else:
+                name = self.fresh(f"{node.name or node.op}_{node.id}_folded")
+            self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+            self.init_of[key] = name
+        return self.init_of[key]
+
+    def const(self, base: str, values: Sequence[int]) -> str:
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
+        return name
+
+    # --- emission -------------------------------------------------------------------------
+
+    def name_of(self, ref: Ref, consumer: Node) -> str:
+        if self.foldable[ref.node]:
+            return self.initializer(ref, consumer)
+        return self.tensor_name[ref]
+
+    def emit(
+        self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs: Any
+    ) -> None:
+        name = self.fresh(f"{op_type}_{len(self.nodes)}")
+        self.nodes.append(
+            helper.make_node(op_type, list(inputs), list(outputs), name=name, **attrs)
+        )
+
+    def with_activation(
+        self, op_type: str, node: Node, inputs: list[str], out: str, **attrs: Any
+    ) -> None:
+        act = node.params["activation"]
+        if act == "NONE":
+            self.emit(op_type, inputs, [out], **attrs)
+            return
+        tmp = self.fresh(f"{out}_pre")
+        self.emit(op_type, inputs, [tmp], **attrs)
+        self.emit(_ACTIVATION_OPS[act], [tmp], [out])
+
+    def model(self) -> onnx.ModelProto:
+        needed = self._needed()
+        first_output: dict[Ref, str] = {}
+        for ref, name in zip(self.outputs, self.output_names, strict=True):
+            node = self.graph.node(ref)
+            if ref not in first_output and node.op != "input" and not self.foldable[ref.node]:
+                first_output[ref] = name
+        for node in self.graph.nodes:
+            if node.op == "input":
+                self.tensor_name[Ref(node.id, 0)] = node.name or ""
+                continue
+            if node.op == "noop" or self.foldable[node.id] or node.id not in needed:
+                continue
+            outs = []
+            for i in range(len(node.outputs)):
+                ref = Ref(node.id, i)
+                self.tensor_name[ref] = first_output.get(ref) or self.fresh(
+                    f"{node.name or node.op}_{node.id}" + (f"_{i}" if len(node.outputs) > 1 else "")
+                )
+                outs.append(self.tensor_name[ref])
+            self.node(node, outs)
+        for ref, name in zip(self.outputs, self.output_names, strict=True):
+            if first_output.get(ref) != name:
+                src = self.name_of(ref, self.graph.node(ref))
+                self.emit("Identity", [src], [name])
+        return self._finish()
+
+    def _needed(self) -> set[int]:
+        keep: set[int] = set()
+        stack = [r.node for r in self.outputs]
+        while stack:
+            i = stack.pop()
+            if i not in keep:
+                keep.add(i)
+                stack.extend(r.node for r in self.graph.nodes[i].inputs)
+        return keep
+
+    def node(self, node: Node, outs: list[str]) -> None:
+        ins = [self.name_of(r, node) for r in node.inputs]
+        p = node.params
+        shapes = [self.graph.shape(r) for r in node.inputs]
+        if node.op in _SIMPLE:
+            self.emit(_SIMPLE[node.op], ins, outs)
+        elif node.op == "conv2d":
+            x, w = shapes
+            kernel = list(w[2:])
+            pads = _tensor_pads(x[2:], kernel, p["stride"], p["padding"])
+            self.with_activation(
+                "Conv",
+                node,
+                ins,
+                outs[0],
+                kernel_shape=kernel,
+                strides=list(p["stride"]),
+                pads=pads,
+                group=x[1] // w[1],
+            )
+        elif node.op == "matmul":
+            self.with_activation("MatMul", node, ins, outs[0])
+        elif node.op in ("poolmax", "poolavg"):
+            kernel = list(p["kernel"])
+            pads = _tensor_pads(shapes[0][2:], kernel, p["stride"], p["padding"])
+            extra = {"count_include_pad": 0} if node.op == "poolavg" else {}
+            op_type = "MaxPool" if node.op == "poolmax" else "AveragePool"
+            self.with_activation(
+                op_type,
+                node,
+                ins,
+                outs[0],
+                kernel_shape=kernel,
+                strides=list(p["stride"]),
+                pads=pads,
+                **extra,
+            )
+        elif node.op == "transpose":
+            self.emit("Transpose", ins, outs, perm=list(p["perm"]))
+        elif node.op == "reshape":
+            self.emit("Reshape", [ins[0], self.const("shape", p["shape"])], outs)
+        elif node.op == "concat":
+            self.emit("Concat", ins, outs, axis=p["axis"] % len(shapes[0]))
+        elif node.op == "split":
+            axis = p["axis"] % len(shapes[0])
+            if self.opset >= 13:
+                self.emit("Split", [ins[0], self.const("split", p["sizes"])], outs, axis=axis)
+            else:
+                self.emit("Split", ins, outs, axis=axis, split=list(p["sizes"]))
+        elif node.op == "batchnorm":
+            self.emit("BatchNormalization", ins, outs, epsilon=float(p["epsilon"]))
+        elif node.op == "enlarge":
+            self.enlarge(node, ins, outs, shapes)
+        elif node.op == "opaque":
+            self.opaque(node, ins, outs)
+        else:
+            raise OnnxError(f"cannot export {node.op} node {node.id} (not a weight-only subgraph)")
+
+    def enlarge(
+        self, node: Node, ins: list[str], outs: list[str], shapes: list[tuple[int, ...]]
+    ) -> None:
+        (_, _, h, w), (_, _, rh, rw) = shapes
+        top, left = (rh - h) // 2, (rw - w) // 2
+        pads = [0, 0, top, left, 0, 0, rh - h - top, rw - w - left]
+        if self.opset >= 11:
+            self.emit("Pad", [ins[0], self.const("pads", pads)], outs)
+        else:
+            self.emit("Pad", [ins[0]], outs, pads=pads)
+
+    def opaque(self, node: Node, ins: list[str], outs: list[str]) -> None:
+        attrs = json.loads(node.params["attrs"])
+        meta = attrs.pop("_onnx", None)
+        if meta is None:  # built in relsat: every input a tensor, every output present
+            meta = {
+                "domain": "",
+                "types": {},
+                "inputs": ["t"] * len(ins),
+                "outputs": [1] * len(outs),
+            }
+        inputs, it = [], iter(ins)
+        for spec in meta["inputs"]:
+            if spec == "t":
+                inputs.append(next(it))
+            elif spec == "":
+                inputs.append("")
+            else:
+                name = self.fresh(f"{node.params['type']}_{node.id}_const")
+                self.inits.append(_decode_tensor(spec, name))
+                inputs.append(name)
+        out_it = iter(outs)
+        outputs = [next(out_it) if present else "" for present in meta["outputs"]]
+        proto_attrs = []
+        A = onnx.AttributeProto
+        for key, value in sorted(attrs.items()):
+            kind = (
+                A.AttributeType.Value(meta["types"][key])
+                if key in meta["types"]
+                else _plain_type(value)
+            )
+            if kind == A.TENSOR:
+                value = _decode_tensor(value, "")
+            elif kind == A.TENSORS:
+                value = [_decode_tensor(v, "") for v in value]
+            proto_attrs.append(helper.make_attribute(key, value, attr_type=kind))
+        onnx_node = helper.make_node(
+            node.params["type"],
+            inputs,
+            outputs,
+            name=self.fresh(node.name or f"opaque_{node.id}"),
+            domain=meta["domain"] or None,
+        )
+        onnx_node.attribute.extend(proto_attrs)
+        self.nodes.append(onnx_node)
+
+    def _finish(self) -> onnx.ModelProto:
+        def info(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
+            return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+        inputs = [info(n.name or "", n.shape) for n in self.graph.inputs]
+        outputs = [
+            info(name, self.graph.shape(r))
+            for r, name in zip(self.outputs, self.output_names, strict=True)
+        ]
+        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, self.inits)
+        opsets = [helper.make_opsetid("", self.opset)]
+        opsets += [helper.make_opsetid(d, v) for d, v in sorted(self.domains.items())]
+        ir = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+        model = helper.make_model(
+            graph, opset_imports=opsets, ir_version=ir, producer_name="relsat"
+        )
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception as exc:
+            raise OnnxError(
+                f"exported model fails onnx.checker: {str(exc).strip().splitlines()[0]}"
+            ) from None
+        return model
+
+
+def _same_schema(op_type: str, old: int, new: int) -> bool:
+    """Whether ``op_type`` has the same definition at both opsets (unknown ops: assume so)."""
+    try:
+        a = onnx.defs.get_schema(op_type, old).since_version
+        b = onnx.defs.get_schema(op_type, new).since_version
+    except onnx.defs.SchemaError:
+        return True
+    return bool(a == b)

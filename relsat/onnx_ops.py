@@ -1,0 +1,369 @@
+"""ONNX operators → relsat operators: one handler per ONNX op_type, in :data:`HANDLERS`.
+
+A handler ``fn(importer, k, node, attrs)`` returns ``{ONNX output name: relsat tensor}`` for the
+outputs it maps, or raises :class:`Unmapped` when this node is kept as an opaque node instead
+(dilated conv, Gemm with alpha != 1, a pooling window relsat cannot express, non-float tensors,
+...). Partial work of a handler that gives up is dead code that :meth:`Graph.reachable` drops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+from onnx import NodeProto, TensorProto
+
+from relsat.graph import Tensor
+from relsat.ops import conv_out_size, same_padding
+
+if TYPE_CHECKING:
+    from relsat.onnx_import import Importer
+
+__all__ = ["HANDLERS", "Unmapped", "attrs_of", "encode_tensor"]
+
+
+class Unmapped(Exception):
+    """Raised by a handler: this node is kept as an opaque node instead."""
+
+
+def encode_tensor(arr: np.ndarray, dtype: int) -> dict[str, Any]:
+    """A constant as JSON: ONNX dtype name, dims, flat data."""
+    flat = arr.reshape(-1)
+    data = [x.decode() if isinstance(x, bytes) else x for x in flat.tolist()]
+    return {"dtype": TensorProto.DataType.Name(dtype), "dims": list(arr.shape), "data": data}
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _padding(
+    imp: Importer,
+    attrs: Mapping[str, Any],
+    size: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    ceil_mode: bool = False,
+) -> tuple[str | None, list[int]]:
+    """TASO's padding mode for these ONNX pads ("SAME", "VALID", or None) and the pads."""
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads_begin, pads_end = [], []
+        for h, k, s in zip(size, kernel, stride, strict=True):
+            total = max((math.ceil(h / s) - 1) * s + k - h, 0)
+            small = total // 2
+            first = small if auto == "SAME_UPPER" else total - small
+            pads_begin.append(first)
+            pads_end.append(total - first)
+        pads = pads_begin + pads_end
+    elif auto == "VALID":
+        pads = [0] * (2 * len(size))
+    else:
+        pads = list(attrs.get("pads", [0] * (2 * len(size))))
+    modes = set()
+    for i, (h, k, s) in enumerate(zip(size, kernel, stride, strict=True)):
+        top, bottom = pads[i], pads[i + len(size)]
+        span = h + top + bottom - k
+        out = span // s + 1
+        if ceil_mode and -(-span // s) + 1 != out:
+            return None, pads
+        ok = set()
+        if top == 0 and out == conv_out_size(h, k, s, "VALID"):
+            ok.add("VALID")
+        if top == same_padding(h, k, s) and out == conv_out_size(h, k, s, "SAME"):
+            ok.add("SAME")
+        modes.add(frozenset(ok))
+    common = frozenset.intersection(*modes)
+    if "VALID" in common:
+        return "VALID", pads
+    if "SAME" in common:
+        return "SAME", pads
+    return None, pads
+
+
+def _pad_opaque(imp: Importer, x: Tensor, pads: list[int]) -> Tensor:
+    """An ONNX Pad (zeros) of the spatial dims of ``x``, kept opaque."""
+    full = [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]
+    opset = imp.opsets[""]
+    shape = [
+        x.shape[0],
+        x.shape[1],
+        x.shape[2] + pads[0] + pads[2],
+        x.shape[3] + pads[1] + pads[3],
+    ]
+    attrs: dict[str, Any] = {"mode": "constant"}
+    types = {"mode": "STRING"}
+    layout: list[Any] = ["t"]
+    if opset < 11:
+        attrs["pads"] = full
+        types["pads"] = "INTS"
+    else:
+        layout.append(encode_tensor(np.array(full, dtype=np.int64), TensorProto.INT64))
+    attrs["_onnx"] = {
+        "domain": "",
+        "opset": opset,
+        "types": types,
+        "inputs": layout,
+        "outputs": [1],
+    }
+    return imp.g.opaque("Pad", [x], [shape], attrs)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Handlers
+
+
+def _conv(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    wname = node.input[1]
+    w_shape = imp.static_shape(wname)
+    if x.rank != 4 or w_shape is None or len(w_shape) != 4:
+        raise Unmapped
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise Unmapped
+    kernel, stride = w_shape[2:], list(a.get("strides", [1, 1]))
+    if x.shape[1] != a.get("group", 1) * w_shape[1]:
+        raise Unmapped
+    mode, pads = _padding(imp, a, x.shape[2:], kernel, stride)
+    bias_name = node.input[2] if len(node.input) > 2 else ""
+    out_name = node.output[0]
+    bn = _foldable_bn(imp, node, wname, bias_name)
+    if bn is None:
+        w = imp.tensor(wname)
+        bias = _channel_bias(imp, bias_name, None) if bias_name else None
+    else:
+        bn_k, scale, shift = bn
+        imp.skip.add(bn_k)
+        out_name = imp.model.graph.node[bn_k].output[0]
+        w_val = imp.consts[wname] * scale.reshape(-1, 1, 1, 1)
+        b_val = shift + (imp.consts[bias_name] * scale if bias_name else 0)
+        w = imp.weight(f"{wname}_bn", w_val)
+        bias = _channel_bias(imp, f"{wname}_bn_bias", b_val.astype(np.float32))
+    if mode is None:
+        x = _pad_opaque(imp, x, pads)
+        mode = "VALID"
+    y = imp.g.conv2d(x, w, stride, mode, name=None if bias else out_name)
+    if bias is not None:
+        y = imp.g.add(y, bias, name=out_name)
+    return {out_name: y}
+
+
+def _channel_bias(imp: Importer, name: str, value: np.ndarray | None) -> Tensor:
+    """A per-channel bias as a [1, C, 1, 1] tensor (a weight when constant)."""
+    if value is not None:
+        return imp.weight(name, value.reshape(1, -1, 1, 1))
+    arr = imp.const(name)
+    if arr is not None:
+        if arr.dtype != np.float32:
+            raise Unmapped
+        return imp.derived_weight(name, "4d", lambda: arr.reshape(1, -1, 1, 1))
+    t = imp.tensor(name)
+    return imp.g.reshape(t, [1, t.shape[0], 1, 1])
+
+
+def _foldable_bn(
+    imp: Importer, node: NodeProto, wname: str, bias_name: str
+) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """(node index, per-channel scale, shift) of a BatchNormalization to fold into the conv."""
+    out = node.output[0]
+    k = imp.node_by_input.get(out)
+    if k is None or imp.uses[out] != 1 or not imp.is_float(wname) or wname not in imp.consts:
+        return None
+    bn = imp.model.graph.node[k]
+    if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
+        return None
+    a = attrs_of(bn)
+    extra = [o for o in bn.output[1:] if o and imp.uses[o]]
+    if a.get("training_mode", 0) or extra or bn.input[0] != out:
+        return None
+    if bias_name and (bias_name not in imp.consts or not imp.is_float(bias_name)):
+        return None
+    params = [imp.const(n) if imp.is_float(n) else None for n in bn.input[1:5]]
+    if any(p is None for p in params):
+        return None
+    gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
+    scale = gamma / np.sqrt(var + a.get("epsilon", 1e-5))
+    return k, scale, beta - mean * scale
+
+
+def _pool(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    if x.rank != 4 or (len(node.output) > 1 and node.output[1] and imp.uses[node.output[1]]):
+        raise Unmapped
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise Unmapped
+    kernel, stride = list(a["kernel_shape"]), list(a.get("strides", [1, 1]))
+    mode, pads = _padding(imp, a, x.shape[2:], kernel, stride, bool(a.get("ceil_mode", 0)))
+    is_max = node.op_type == "MaxPool"
+    if mode is None or (not is_max and any(pads) and a.get("count_include_pad", 0)):
+        raise Unmapped
+    pool = imp.g.maxpool2d if is_max else imp.g.avgpool2d
+    return {node.output[0]: pool(x, kernel, stride, mode, name=node.output[0])}
+
+
+def _global_pool(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    if x.rank != 4:
+        raise Unmapped
+    pool = imp.g.maxpool2d if node.op_type == "GlobalMaxPool" else imp.g.avgpool2d
+    return {node.output[0]: pool(x, x.shape[2:], 1, "VALID", name=node.output[0])}
+
+
+def _gemm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    c_name = node.input[2] if len(node.input) > 2 else ""
+    if a.get("alpha", 1.0) != 1.0 or (c_name and a.get("beta", 1.0) != 1.0):
+        raise Unmapped
+    x, w = imp.tensor(node.input[0]), imp.tensor(node.input[1])
+    if a.get("transA", 0):
+        x = imp.g.transpose(x, (1, 0))
+    if a.get("transB", 0):
+        w = imp.g.transpose(w, (1, 0))
+    name = node.output[0]
+    y = imp.g.matmul(x, w, name=None if c_name else name)
+    return {name: imp.g.add(y, imp.tensor(c_name), name=name) if c_name else y}
+
+
+def _matmul(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x, w = imp.tensor(node.input[0]), imp.tensor(node.input[1])
+    name = node.output[0]
+    if x.rank >= 2 and x.rank == w.rank and x.shape[:-2] == w.shape[:-2]:
+        return {name: imp.g.matmul(x, w, name=name)}
+    if x.rank > 2 and w.rank == 2:  # [..., K] @ [K, N]: fold the leading dims into rows
+        rows = math.prod(x.shape[:-1])
+        y = imp.g.matmul(imp.g.reshape(x, [rows, x.shape[-1]]), w)
+        return {name: imp.g.reshape(y, [*x.shape[:-1], w.shape[1]], name=name)}
+    raise Unmapped
+
+
+def _binary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x, y = imp.tensor(node.input[0]), imp.tensor(node.input[1])
+    op = imp.g.add if node.op_type == "Add" else imp.g.mul
+    return {node.output[0]: op(x, y, name=node.output[0])}
+
+
+def _unary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    fn = {"Relu": imp.g.relu, "Tanh": imp.g.tanh, "Sigmoid": imp.g.sigmoid}[node.op_type]
+    return {node.output[0]: fn(imp.tensor(node.input[0]), name=node.output[0])}
+
+
+def _concat(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    xs = [imp.tensor(n) for n in node.input]
+    if len(xs) == 1:
+        return {node.output[0]: xs[0]}
+    axis = a["axis"] % xs[0].rank
+    return {node.output[0]: imp.g.concat(axis, xs, name=node.output[0])}
+
+
+def _split(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    axis = a.get("axis", 0) % x.rank
+    shapes = [imp.static_shape_inferred(o) for o in node.output]
+    if any(s is None for s in shapes) or any(not o for o in node.output):
+        raise Unmapped
+    if len(shapes) == 1:
+        return {node.output[0]: x}
+    sizes = [s[axis] for s in shapes]  # type: ignore[index]
+    pieces = imp.g.split(x, axis, sizes, name=node.name or node.output[0])
+    return dict(zip(node.output, pieces, strict=True))
+
+
+def _reshape_to(
+    imp: Importer, x: Tensor, name: str, shape: Sequence[int] | None
+) -> dict[str, Tensor]:
+    if shape is None:
+        shape = imp.static_shape_inferred(name)
+    if shape is None:
+        raise Unmapped
+    if list(shape) == list(x.shape):
+        return {name: x}
+    return {name: imp.g.reshape(x, shape, name=name)}
+
+
+def _reshape(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    spec = imp.const(node.input[1])
+    shape: list[int] | None = None
+    if spec is not None:
+        if a.get("allowzero", 0) and 0 in spec.tolist():
+            raise Unmapped
+        shape = [x.shape[i] if d == 0 else int(d) for i, d in enumerate(spec.tolist())]
+        if -1 in shape:
+            known = math.prod(d for d in shape if d != -1)
+            shape[shape.index(-1)] = math.prod(x.shape) // max(known, 1)
+    return _reshape_to(imp, x, node.output[0], shape)
+
+
+def _flatten(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    axis = a.get("axis", 1) % (x.rank + 1) if a.get("axis", 1) < 0 else a.get("axis", 1)
+    shape = [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])]
+    return _reshape_to(imp, x, node.output[0], shape)
+
+
+def _squeeze(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    return _reshape_to(imp, imp.tensor(node.input[0]), node.output[0], None)
+
+
+def _transpose(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    perm = a.get("perm", list(range(x.rank))[::-1])
+    return {node.output[0]: imp.g.transpose(x, perm, name=node.output[0])}
+
+
+def _identity(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    if len(node.output) > 1 and node.output[1] and imp.uses[node.output[1]]:
+        raise Unmapped  # Dropout's mask is read
+    return {node.output[0]: imp.tensor(node.input[0])}
+
+
+def _batchnorm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    extra = [o for o in node.output[1:] if o and imp.uses[o]]
+    if a.get("training_mode", 0) or extra:
+        raise Unmapped
+    if len(node.input) != 5:
+        raise Unmapped
+    x, scale, bias, mean, var = (imp.tensor(n) for n in node.input)
+    eps = a.get("epsilon", 1e-5)
+    y = imp.g.batchnorm(x, scale, bias, mean, var, epsilon=eps, name=node.output[0])
+    return {node.output[0]: y}
+
+
+def attrs_of(node: NodeProto) -> dict[str, Any]:
+    """A node's attributes as Python values (strings decoded)."""
+    out = {}
+    for attr in node.attribute:
+        value = onnx.helper.get_attribute_value(attr)
+        out[attr.name] = value.decode() if isinstance(value, bytes) else value
+    return out
+
+
+_Handler = Callable[["Importer", int, NodeProto, Mapping[str, Any]], dict[str, Tensor]]
+
+#: ONNX op_type → handler (default domain only).
+HANDLERS: dict[str, _Handler] = {
+    "Conv": _conv,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "GlobalAveragePool": _global_pool,
+    "GlobalMaxPool": _global_pool,
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "Add": _binary,
+    "Mul": _binary,
+    "Relu": _unary,
+    "Tanh": _unary,
+    "Sigmoid": _unary,
+    "Concat": _concat,
+    "Split": _split,
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _squeeze,
+    "Transpose": _transpose,
+    "Identity": _identity,
+    "Dropout": _identity,
+    "BatchNormalization": _batchnorm,
+}
