@@ -103,3 +103,23 @@ def test_onnx_errors_leave_no_file(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert err.startswith("relsat: error:") and "bad.onnx" in err
     assert not out.exists() and list(tmp_path.iterdir()) == [bad]
+
+
+def test_a_wrong_optimization_is_refused_with_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relsat import GraphBuilder
+    from relsat import onnx as ronnx
+    from relsat.cli import EXIT_VERIFY
+
+    b = GraphBuilder()  # two depthwise convs of one input: TENSAT's unguarded merge is wrong here
+    x = b.input([1, 8, 12, 12], name="x")
+    ys = [b.conv2d(x, b.weight([8, 1, 3, 3], name=f"w{i}"), padding="SAME") for i in (1, 2)]
+    src = tmp_path / "depthwise.onnx"
+    ronnx.save(b.build(b.concat(1, ys)), src)
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(src), "--no-guards", "-o", str(out)]) == EXIT_VERIFY
+    assert "verification failed, nothing written" in capsys.readouterr().out
+    assert not out.exists()
+    assert main(["optimize", str(src), "-o", str(out)]) == 0  # guarded: correct, written
+    assert out.exists()
