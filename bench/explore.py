@@ -16,25 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import append_csv, markdown
+from common import TENSAT_ENODES, TENSAT_EXPLORE, append_csv, markdown
 
 from relsat import models
 from relsat.egraph import EGraph
 from relsat.explore import Exploration, Limits, explore
 from relsat.rulefile import load_rules
-
-#: TENSAT exploration seconds (MLSys 2021 Table 3; 16-core CPU + T4, k_multi = 1).
-TENSAT_SECONDS = {
-    "nasrnn": 0.10,
-    "bert": 0.83,
-    "resnext50": 0.68,
-    "nasneta": 8.81,
-    "squeezenet": 0.16,
-    "vgg19": 0.42,
-    "inceptionv3": 4.38,
-}
-#: TENSAT's final e-graph sizes (historical runs, reference/MODELS.md §3; leaves included).
-TENSAT_ENODES = {"nasrnn": 1990, "bert": 1569, "resnext50": 371, "nasneta": 7215}
 
 
 def run(name: str, k_multi: int, guards: bool) -> Exploration:
@@ -90,8 +77,8 @@ def main() -> None:
                 seconds,
                 round(statistics.mean(s.statements for s in it), 1),
                 round(100 * plan / sql, 1) if sql else 0.0,
-                TENSAT_SECONDS[name],
-                round(seconds / TENSAT_SECONDS[name], 2),
+                TENSAT_EXPLORE[name],
+                round(seconds / TENSAT_EXPLORE[name], 2),
                 TENSAT_ENODES.get(name, "–"),
             ]
         )

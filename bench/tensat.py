@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import append_csv, markdown
+from common import TENSAT_EXPLORE, TENSAT_EXTRACT, TENSAT_REDUCTION, append_csv, markdown
 
 from relsat import models
 from relsat.cost import AnalyticModel, price_egraph
@@ -33,26 +33,6 @@ from relsat.extract.egraph import egraph_problem
 from relsat.pipeline import _original_choice, optimize
 from relsat.rulefile import load_rules
 
-#: Paper Table 3 (s) and historical cost reductions (reference/MODELS.md §2-3).
-TENSAT_EXPLORE = {
-    "nasrnn": 0.10,
-    "bert": 0.83,
-    "resnext50": 0.68,
-    "nasneta": 8.81,
-    "squeezenet": 0.16,
-    "vgg19": 0.42,
-    "inceptionv3": 4.38,
-}
-TENSAT_EXTRACT = {
-    "nasrnn": 0.37,
-    "bert": 0.60,
-    "resnext50": 0.05,
-    "nasneta": 1.79,
-    "squeezenet": 0.12,
-    "vgg19": 0.02,
-    "inceptionv3": 0.75,
-}
-TENSAT_REDUCTION = {"bert": 25.0, "nasrnn": 33.0, "nasneta": 20.0, "resnext50": 19.0}
 RULES = load_rules()
 
 
