@@ -20,7 +20,7 @@ from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 
 from relsat.errors import GraphError
 from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.onnx import OnnxError
+from relsat.onnx import DynamicShapeError, OnnxError
 from relsat.onnx_ops import HANDLERS, Unmapped, attrs_of, encode_tensor
 
 __all__ = ["Importer", "load_model"]
@@ -332,7 +332,10 @@ class Importer:
         for name in node.input:
             if not name:
                 layout.append("")
-            elif name in self.env or self.is_float(name):
+            elif name in self.env:
+                tensors.append(self.env[name])
+                layout.append("t")
+            elif self.is_float(name):
                 tensors.append(self.tensor(name))
                 layout.append("t")
             elif name in self.consts:
@@ -348,9 +351,10 @@ class Importer:
                 continue
             shape = self.static_shape_inferred(name)
             if shape is None:
-                raise self.error(
+                raise DynamicShapeError(
                     f"ONNX shape inference gives no static shape for output {name!r}; "
                     "relsat needs one to keep the operator opaque",
+                    path=self.path,
                     **where,
                 )
             shapes.append(shape)

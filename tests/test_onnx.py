@@ -372,3 +372,59 @@ def test_unwritable_path_leaves_nothing(tmp_path: Path) -> None:
         assert os.listdir(locked) == []
     finally:
         locked.chmod(0o700)
+
+
+def _shape_computing_model():  # type: ignore[no-untyped-def]
+    """x [2, 6] reshaped to [shape(x)[0], 3, 2] through Shape → Gather → Concat, as exporters
+    write it: the reshape target is computed at run time."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Softmax", ["r"], ["y"], axis=-1),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "axes"),
+        numpy_helper.from_array(np.array([3, 2], dtype=np.int64), "rest"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "shape-computing",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 2])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_run_time_shape_computations_are_folded(tmp_path: Path) -> None:
+    model = _shape_computing_model()
+    graph = load(model)
+    assert graph.output_shapes == [(2, 3, 2)]
+    out = tmp_path / "folded-opt.onnx"
+    save(relsat.optimize(graph, verify=False).graph, out, output_names=["y"])
+    assert verify(model, str(out)).ok
+
+
+def test_torch_transformer_export_loads(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+    net = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    path = tmp_path / "transformer.onnx"
+    torch.onnx.export(
+        net,
+        (torch.randn(1, 16, 64),),
+        str(path),
+        opset_version=17,
+        dynamo=False,
+        input_names=["x"],
+        output_names=["y"],
+    )
+    graph = load(path)
+    assert graph.output_shapes == [(1, 16, 64)]
+    out = tmp_path / "transformer-opt.onnx"
+    save(relsat.optimize(graph, verify=False).graph, out, output_names=["y"])
+    assert verify(path, str(out)).ok
