@@ -20,12 +20,17 @@ from relsat.errors import ExecutionError
 from relsat.graph import Node
 from relsat.ops import conv_out_size, same_padding
 
-__all__ = ["Lazy", "OpaqueKernel", "Value", "apply", "register_opaque"]
+__all__ = ["Lazy", "OpaqueKernel", "Value", "apply", "has_kernel", "register_opaque"]
 
 #: An opaque op's NumPy kernel: ``fn(attrs, *inputs) -> outputs`` (one array per declared shape).
 OpaqueKernel: TypeAlias = Callable[..., Sequence[np.ndarray]]
 
 _OPAQUE: dict[str, OpaqueKernel] = {}
+
+
+def has_kernel(type_name: str) -> bool:
+    """Whether opaque ops of type ``type_name`` have a registered NumPy kernel."""
+    return type_name in _OPAQUE
 
 
 def register_opaque(type_name: str, fn: OpaqueKernel | None) -> OpaqueKernel | None:

@@ -26,6 +26,7 @@ from relsat.explore import Exploration, IterationStats, Limits, StopReason, expl
 from relsat.extract import Extraction, Problem, dag_cost, extract
 from relsat.extract.egraph import egraph_problem
 from relsat.graph import Graph
+from relsat.kernels import has_kernel
 from relsat.rules import Rule
 
 __all__ = ["Limits", "Result", "VerificationError", "optimize"]
@@ -104,7 +105,7 @@ class Result:
             f"extract  {self.extraction.method}: {self.extraction.status}"
             + (f", gap {self.extraction.gap:.2%}" if self.extraction.gap else "")
             + f", {self.seconds['extract']:.3f} s",
-            f"verify   {'passed' if self.verified else 'skipped'}",
+            f"verify   {self.settings.get('verify', 'passed' if self.verified else 'skipped')}",
             "rewrites "
             + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6]) or "none"),
             "ops      "
@@ -211,6 +212,18 @@ def optimize(
     cost_before = dag_cost(problem, original)
     seconds["decode"] = time.perf_counter() - t
     verified = False
+    unrunnable = sorted(
+        {
+            n.params["type"]
+            for n in graph.nodes
+            if n.op == "opaque" and not has_kernel(n.params["type"])
+        }
+    )
+    if verify and unrunnable:  # no NumPy kernel: say so instead of failing deep in the executor
+        verify = False
+        verify_note = f"skipped: no NumPy kernel for {', '.join(unrunnable)} (check in onnxruntime)"
+    else:
+        verify_note = "passed" if verify else "skipped"
     if verify:
         t = time.perf_counter()
         comparison = compare(graph, optimized)
@@ -220,6 +233,7 @@ def optimize(
         seconds["verify"] = time.perf_counter() - t
     fallbacks = getattr(model, "fallbacks", None)
     settings = {
+        "verify": verify_note,
         "cost_fallbacks": fallbacks,
         "k_multi": k_multi,
         "cost_model": f"{model.name}",

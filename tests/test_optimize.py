@@ -107,3 +107,15 @@ def test_device_cost_model_uses_a_shipped_table_with_fallback(
     )
     assert result.settings["cost_fallbacks"] > 0
     assert "priced by the fallback model" in result.report()
+
+
+def test_opaque_ops_without_kernels_skip_numpy_verification() -> None:
+    from relsat import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.input([4, 8], name="x")
+    (y,) = b.opaque("Softmax", [b.relu(b.relu(x))], [[4, 8]], {"axis": -1})
+    result = optimize(b.build(y))  # verify=True, but Softmax has no NumPy kernel
+    assert not result.verified
+    assert "no NumPy kernel for Softmax" in result.report()
+    assert result.graph.op_counts()["opaque"] == 1
