@@ -34,7 +34,7 @@ from relsat.cost.measure import GpuUnavailableError
 from relsat.errors import ExecutionError
 from relsat.execute import _flat_outputs, _leaf_values
 from relsat.graph import Graph, Node, Ref
-from relsat.kernels import Lazy
+from relsat.kernels import Lazy, _at, _merged
 from relsat.ops import conv_out_size, same_padding
 
 __all__ = ["Gpu", "GraphTiming", "load_gpu", "run_gpu", "time_graph", "time_graph_detail"]
@@ -424,26 +424,6 @@ def _import_cudnn_frontend(cp: Any) -> tuple[Any, Any, str]:
 # The executor
 
 
-def _at(value: Any, groups: int) -> Any:
-    return value.at(groups) if isinstance(value, Lazy) else value
-
-
-def _merged(gpu: Gpu, w: Any, count: int, groups: int, node: Node) -> Any:
-    """TASO merge_gconv (as :func:`relsat.kernels._merged`): ``groups`` before merging."""
-    cp = gpu.cp
-    o, cw = w.shape[:2]
-    if groups < 1 or o % groups:
-        raise ExecutionError(
-            f"merged weight with {o} output channels cannot have {groups} groups before merging",
-            node=node.id,
-            op=node.op,
-        )
-    out = cp.zeros((o, count, cw, *w.shape[2:]), dtype=w.dtype)
-    block = (cp.arange(o) // (o // groups)) % count
-    out[cp.arange(o), block] = w
-    return out.reshape(o, count * cw, *w.shape[2:])
-
-
 def _apply(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
     """The outputs of ``node`` (CuPy arrays, or :class:`~relsat.kernels.Lazy` merged weights)."""
     cp, p, op = gpu.cp, node.params, node.op
@@ -495,7 +475,7 @@ def _weight_op(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
         return (
             Lazy(
                 (o, count * cw, kh, kw),
-                lambda g: _merged(gpu, _at(w, g * count), count, g * count, node),
+                lambda g: _merged(_at(w, g * count), count, g * count, node, gpu.cp),
             ),
         )
     if op == "enlarge":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -64,7 +64,7 @@ class Lazy:
 Value: TypeAlias = "np.ndarray | Lazy"
 
 
-def _at(value: Value, groups: int) -> np.ndarray:
+def _at(value: Value, groups: int) -> Any:
     return value.at(groups) if isinstance(value, Lazy) else value
 
 
@@ -180,8 +180,9 @@ def _real_counts(size: int, kernel: int, stride: int, padding: str) -> np.ndarra
     return np.minimum(start + kernel, size) - np.maximum(start, 0)
 
 
-def _merged(w: np.ndarray, count: int, groups: int, node: Node) -> np.ndarray:
-    """TASO merge_gconv defined mathematically (§2): ``groups`` before merging."""
+def _merged(w: Any, count: int, groups: int, node: Node, xp: Any = np) -> Any:
+    """TASO merge_gconv defined mathematically (§2): ``groups`` before merging. ``xp`` is the
+    array module (NumPy here, CuPy in :mod:`relsat.gpu`)."""
     o, cw = w.shape[:2]
     if groups < 1 or o % groups:
         raise ExecutionError(
@@ -189,9 +190,9 @@ def _merged(w: np.ndarray, count: int, groups: int, node: Node) -> np.ndarray:
             node=node.id,
             op=node.op,
         )
-    out = np.zeros((o, count, cw, *w.shape[2:]), dtype=w.dtype)
-    block = (np.arange(o) // (o // groups)) % count
-    out[np.arange(o), block] = w
+    out = xp.zeros((o, count, cw, *w.shape[2:]), dtype=w.dtype)
+    block = (xp.arange(o) // (o // groups)) % count
+    out[xp.arange(o), block] = w
     return out.reshape(o, count * cw, *w.shape[2:])
 
 
