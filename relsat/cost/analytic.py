@@ -119,6 +119,17 @@ DEVICES: dict[str, Device] = {
             source="NVIDIA T4 datasheet (FP32 8.1 TFLOPS, FP16/FP32 mixed 65 TFLOPS, "
             "GDDR6 320 GB/s); TENSAT's evaluation GPU",
         ),
+        Device(
+            "cpu",
+            flops=150e9,
+            tensor_flops=150e9,
+            bandwidth=20e9,
+            launch_overhead_ms=0.002,
+            source="a generic 2-core x86-64 server CPU with AVX2 FMA (2 cores x 2 FMA units x 8 "
+            "fp32 lanes x 2 FLOP x ~2.4 GHz, ~20 GB/s of DRAM bandwidth per socket share, "
+            "~2 us of onnxruntime dispatch per node): the fallback price of the onnxruntime cost "
+            "model for units it cannot time, not a measurement",
+        ),
     )
 }
 
