@@ -20,6 +20,7 @@ from relsat.errors import (
 )
 from relsat.execute import Comparison, allclose, compare, random_values, run
 from relsat.graph import Graph, GraphBuilder, Node, Ref, Tensor
+from relsat.latency import LatencyComparison, compare_latency
 from relsat.ops import TensorType
 from relsat.pipeline import Limits, Result, VerificationError, optimize
 from relsat.rulefile import load_rules, load_tensat, parse_rules
@@ -35,6 +36,7 @@ __all__ = [
     "GraphBuilder",
     "GraphError",
     "GraphFormatError",
+    "LatencyComparison",
     "Limits",
     "ModelFormatError",
     "Node",
@@ -51,6 +53,7 @@ __all__ = [
     "VerificationError",
     "allclose",
     "compare",
+    "compare_latency",
     "load_rules",
     "load_tensat",
     "optimize",

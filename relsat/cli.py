@@ -8,9 +8,15 @@
     relsat sql DB "SELECT …"                        query a stored e-graph
     relsat inspect DB                               summary of a stored e-graph and its runs
 
-Exit codes: 0 success; 1 an error in the input or the run (one line on stderr, a traceback with
-``--debug``); 2 bad command-line usage; 3 the optimized graph failed verification (nothing is
-written).
+For an ONNX input, ``optimize`` never writes a slower model: after verification it times the
+optimized model against the input in onnxruntime (``relsat.latency``; ``--threads``,
+``--timing-seconds``) and writes the input unchanged unless the optimized one is faster beyond
+noise (``--keep-slower`` writes it anyway, ``--no-timing`` skips the timing). When no rewrite was
+chosen the input is written unchanged without timing.
+
+Exit codes: 0 success (also when the original is kept); 1 an error in the input or the run (one
+line on stderr, a traceback with ``--debug``); 2 bad command-line usage; 3 the optimized graph
+failed verification (nothing is written).
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relsat.errors import RelsatError
+
+if TYPE_CHECKING:
+    from relsat.graph import Graph
+    from relsat.latency import LatencyComparison
 
 __all__ = ["main"]
 
@@ -67,6 +78,7 @@ def _optimize(args: argparse.Namespace) -> int:
     onnx_in = args.input is not None
     if onnx_in == (args.model is not None):
         raise _Usage("give either an ONNX file or --model NAME")
+    _check_numbers(args)
     if onnx_in:
         from relsat import onnx as ronnx
 
@@ -96,7 +108,7 @@ def _optimize(args: argparse.Namespace) -> int:
             rules=rules,
             k_multi=args.k_multi,
             limits=limits,
-            cost_model=args.cost_model,
+            cost_model=_cost_model(args, onnx_in),
             extractor=args.extractor,
             db=args.db,
             verify=not args.no_verify,
@@ -107,35 +119,15 @@ def _optimize(args: argparse.Namespace) -> int:
     except VerificationError as exc:
         console.print(f"[red]relsat: verification failed, nothing written: {exc}[/red]")
         return EXIT_VERIFY
-    if args.output and Path(args.output).suffix == ".onnx":
-        from relsat import onnx as ronnx
-
-        names = None
-        if onnx_in:
-            import onnx
-
-            names = [o.name for o in onnx.load(args.input).graph.output]
-        tmp = _temp_beside(Path(args.output))
-        try:
-            ronnx.save(result.graph, tmp, output_names=names)
-            if not args.no_verify:
-                reference = args.input if onnx_in else ronnx.to_model(graph, output_names=names)
-                check = ronnx.verify(reference, str(tmp))
-                if not check.ok:
-                    console.print(
-                        "[red]relsat: onnxruntime outputs differ, nothing written: "
-                        f"{check.report()}[/red]"
-                    )
-                    return EXIT_VERIFY
-                console.print("verified in onnxruntime: outputs match the original")
-            os.replace(tmp, args.output)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    elif args.output:
-        _write_atomic(Path(args.output), result.graph.to_json(indent=1).encode())
-    verified = "onnxruntime" if onnx_in and not args.no_verify else None
-    console.print(_final_table(result, verified))
+    if result.rewrites():  # which rewrite bought what (marginal priced gain per rule)
+        console.print(f"gains by rule ({result.settings['cost_model']}): {result.gains_text()}")
+    if onnx_in:
+        outcome = _finish_onnx(args, graph, result, console)
+    else:
+        outcome = _finish_bundled(args, graph, result, console)
+    if outcome is None:
+        return EXIT_VERIFY
+    console.print(_final_table(result, outcome))
     if args.output:
         console.print(f"written to {args.output}")
     if args.db:
@@ -143,7 +135,160 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _final_table(result: Any, verified: str | None = None) -> Any:
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.threads < 0:
+        raise _Usage(f"--threads must be >= 0 (0: onnxruntime's default), got {args.threads}")
+    if not args.timing_seconds > 0:
+        raise _Usage(f"--timing-seconds must be > 0, got {args.timing_seconds}")
+
+
+def _cost_model(args: argparse.Namespace, onnx_in: bool) -> Any:
+    """The cost model's name, or an ``OrtModel`` with ``--threads`` for ``ort-cpu``."""
+    name = args.cost_model or ("ort-cpu" if onnx_in else "analytic")
+    if name.lower() != "ort-cpu":
+        return name
+    from relsat.cost.ort import OrtModel
+    from relsat.runtime import OrtSettings
+
+    return OrtModel(OrtSettings(threads=args.threads))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What ``optimize`` kept: ``"original"`` or ``"optimized"``, why, and the timing if any."""
+
+    kept: str
+    why: str
+    verified: str | None = None
+    latency: LatencyComparison | None = None
+
+
+def _finish_onnx(
+    args: argparse.Namespace, graph: Graph, result: Any, console: Any
+) -> _Outcome | None:
+    """Verify and time the optimized model against the ONNX input, keep the faster one and
+    write it; None when onnxruntime's outputs differ (nothing written)."""
+    import onnx
+
+    from relsat import onnx as ronnx
+
+    original = Path(args.input).read_bytes()
+    names = [o.name for o in onnx.load_from_string(original).graph.output]
+    if _same_graph(graph, result.graph):
+        console.print("no rewrite chosen: the input model is kept unchanged")
+        _write_kept(args, original, graph)
+        return _Outcome("original", "no rewrite", "not needed (unchanged)")
+    model = ronnx.to_model(result.graph, output_names=names)
+    verified = "no (--no-verify)"
+    if not args.no_verify:
+        check = ronnx.verify(args.input, model)
+        if not check.ok:
+            console.print(
+                f"[red]relsat: onnxruntime outputs differ, nothing written: {check.report()}[/red]"
+            )
+            return None
+        console.print("verified in onnxruntime: outputs match the original")
+        verified = "onnxruntime"
+    outcome = _choose(args, model, console)
+    if outcome.kept == "original":
+        _write_kept(args, original, graph)
+    else:
+        _write_kept(args, model.SerializeToString(), result.graph)
+    return replace(outcome, verified=verified)
+
+
+def _choose(args: argparse.Namespace, model: Any, console: Any) -> _Outcome:
+    """Time ``model`` against the input (unless ``--no-timing``) and decide which to keep."""
+    from relsat.latency import compare_latency
+    from relsat.runtime import OrtSettings
+
+    if args.no_timing:
+        console.print("not timed (--no-timing): the optimized model is kept")
+        return _Outcome("optimized", "not timed")
+    latency = compare_latency(
+        args.input,
+        model,
+        settings=OrtSettings(threads=args.threads),
+        max_seconds=args.timing_seconds,
+    )
+    console.print(latency.report(), soft_wrap=True)
+    if latency.verdict == "faster":
+        return _Outcome("optimized", "faster", latency=latency)
+    why = "slower" if latency.verdict == "slower" else "not faster beyond noise"
+    if args.keep_slower:
+        console.print(f"the optimized model is {why}; kept anyway (--keep-slower)")
+        return _Outcome("optimized", f"{why}, --keep-slower", latency=latency)
+    console.print(
+        f"the optimized model is {why}: the original is kept unchanged "
+        "(--keep-slower keeps the optimized one)",
+        soft_wrap=True,
+    )
+    return _Outcome("original", why, latency=latency)
+
+
+def _write_kept(args: argparse.Namespace, onnx_bytes: bytes, graph: Graph) -> None:
+    """Write the kept model: its ONNX bytes to an ``.onnx`` output, else its relsat JSON."""
+    if not args.output:
+        return
+    path = Path(args.output)
+    data = onnx_bytes if path.suffix == ".onnx" else graph.to_json(indent=1).encode()
+    _write_atomic(path, data)
+
+
+def _same_graph(a: Graph, b: Graph) -> bool:
+    """Do ``a`` and ``b`` apply the same operators to the same tensors? Node order and the
+    labels of inner nodes (which decoding drops) do not count; a merged duplicate does."""
+    import numpy as np
+
+    a, b = a.reachable(), b.reachable()
+    if len(a) != len(b) or a.values.keys() != b.values.keys():
+        return False
+    if not all(np.array_equal(v, b.values[k]) for k, v in a.values.items()):
+        return False
+    ids: dict[tuple[Any, ...], int] = {}  # one structural key per distinct computation
+
+    def outputs(g: Graph) -> list[tuple[int, int]]:
+        node_ids: list[int] = []
+        for n in g.nodes:
+            label = n.name if n.op in ("input", "weight") else None
+            inputs = tuple((node_ids[r.node], r.index) for r in n.inputs)
+            key = (n.op, n.params, n.outputs, label, inputs)
+            node_ids.append(ids.setdefault(key, len(ids)))
+        return [(node_ids[r.node], r.index) for r in g.outputs]
+
+    return outputs(a) == outputs(b)
+
+
+def _finish_bundled(
+    args: argparse.Namespace, graph: Graph, result: Any, console: Any
+) -> _Outcome | None:
+    """Write a bundled model's optimized graph (ONNX verified in onnxruntime, or JSON)."""
+    verified = None
+    if args.output and Path(args.output).suffix == ".onnx":
+        from relsat import onnx as ronnx
+
+        tmp = _temp_beside(Path(args.output))
+        try:
+            ronnx.save(result.graph, tmp)
+            if not args.no_verify:
+                check = ronnx.verify(ronnx.to_model(graph), str(tmp))
+                if not check.ok:
+                    console.print(
+                        "[red]relsat: onnxruntime outputs differ, nothing written: "
+                        f"{check.report()}[/red]"
+                    )
+                    return None
+                console.print("verified in onnxruntime: outputs match the original")
+            os.replace(tmp, args.output)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    elif args.output:
+        _write_atomic(Path(args.output), result.graph.to_json(indent=1).encode())
+    return _Outcome("optimized", "bundled model", verified)
+
+
+def _final_table(result: Any, outcome: _Outcome) -> Any:
     from rich.table import Table
 
     t = Table(title="before / after", show_edge=False)
@@ -155,6 +300,13 @@ def _final_table(result: Any, verified: str | None = None) -> Any:
         f"{result.cost_before:.4f}",
         f"{result.cost_after:.4f} ({100 * result.reduction:.1f} % less)",
     )
+    latency = outcome.latency
+    if latency is not None:
+        t.add_row(
+            "latency (ms)",
+            f"{latency.original_ms:.4g}",
+            f"{latency.optimized_ms:.4g} (x{latency.speedup:.2f}, {latency.verdict})",
+        )
     before, after = result.original.op_counts(), result.graph.op_counts()
     for op in sorted(set(before) | set(after)):
         t.add_row(f"  {op}", str(before.get(op, 0)), str(after.get(op, 0)))
@@ -162,9 +314,11 @@ def _final_table(result: Any, verified: str | None = None) -> Any:
         t.add_row(f"{stage} (s)", "", f"{secs:.3f}")
     t.add_row("stop", "", result.stop.value)
     t.add_row("extraction", "", f"{result.extraction.method} {result.extraction.status}")
+    verified = outcome.verified
     if verified is None:
         verified = "yes" if result.verified else "no (--no-verify)"
     t.add_row("verified", "", verified)
+    t.add_row("kept", "", f"{outcome.kept} ({outcome.why})")
     return t
 
 
@@ -306,12 +460,37 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=50_000, help="e-node limit")
     p.add_argument("--iterations", type=int, default=15, help="iteration limit")
     p.add_argument("--time-limit", type=float, default=3600.0, help="exploration seconds")
-    p.add_argument("--cost-model", default="analytic", help="analytic, h100 or t4")
+    p.add_argument(
+        "--cost-model",
+        help="ort-cpu, analytic, h100 or t4 (default: ort-cpu for an ONNX input, else analytic)",
+    )
     p.add_argument("--extractor", default="ilp", choices=("ilp", "greedy", "greedy-dag"))
     p.add_argument("--ilp-time-limit", type=float, default=60.0)
     p.add_argument("--db", help="keep the e-graph in this DuckDB file for inspection")
     p.add_argument("--batch", type=int, help="fix a dynamic batch dimension of an ONNX input")
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="onnxruntime intra-op threads for timing and ort-cpu costs (0: its default)",
+    )
+    p.add_argument(
+        "--timing-seconds",
+        type=float,
+        default=3.0,
+        help="time budget for timing original vs optimized (at least 7 rounds run)",
+    )
+    p.add_argument(
+        "--keep-slower",
+        action="store_true",
+        help="write the optimized ONNX model even when it is not measurably faster",
+    )
+    p.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="do not time the models; write the optimized one untimed",
+    )
     p.add_argument(
         "--no-guards",
         action="store_true",

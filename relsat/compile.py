@@ -34,12 +34,14 @@ from relsat.rules import OPERATORS, Pattern, Rule, Term, Var, canonical
 
 __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "rule_sql"]
 
-#: Variable slots per rule (columns v0…v3 of the match tables; TASO's rules use at most 4).
-MAX_VARS = 4
+#: Variable slots per rule (columns v0…v5 of the match tables; TASO's rules use at most 4, the
+#: bias-aware merges 5).
+MAX_VARS = 6
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
-#: Tensor children of a node created or matched by a rule (enode columns c0, c1).
-MAX_RULE_CHILDREN = 2
+#: Tensor children of a node created or matched by a rule (enode columns c0…c2; a third child,
+#: the bias of conv2d_bias / matmul_bias, is matched only as a variable).
+MAX_RULE_CHILDREN = 3
 
 NONE, VAR, TEMPLATE = 0, 1, 2  # kinds of a template child
 
@@ -210,12 +212,16 @@ def _add_pattern(
     ints, tensors = _split_args(p)
     if len(ints) > MAX_LHS_INTS or len(tensors) > MAX_RULE_CHILDREN or not OPERATORS[p.op].in_rules:
         raise RuleError(f"operator {p.op} cannot be matched by the engine", rule=rule.name)
+    if len(tensors) > 2 and isinstance(tensors[2], Pattern):
+        raise RuleError(
+            f"the third argument of {p.op} must be a variable in a left-hand side", rule=rule.name
+        )
     subs = [
         (pos, _add_pattern(rid, lhs, a, slots, rows, rule))
         for pos, a in enumerate(tensors)
         if isinstance(a, Pattern)
     ]
-    xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors] + [-1, -1]
+    xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors] + [-1, -1, -1]
     heights = [rows[pid]["height"] for _, pid in subs]
     lits = [*ints, -1, -1, -1, -1][:MAX_LHS_INTS]
     row = {
@@ -237,6 +243,7 @@ def _add_pattern(
         "sub1": subs[1][1] if len(subs) > 1 else -1,
         "jslot": -1,
         "multi": rule.is_multi,
+        "x2": xs[2],
     }
     rows.append(row)
     return len(rows) - 1
@@ -265,8 +272,8 @@ def _add_template(
             kinds.append(TEMPLATE)
             refs.append(tid)
             heights.append(rows[tid]["height"])
-    kinds += [NONE] * (2 - len(kinds))
-    refs += [-1] * (2 - len(refs))
+    kinds += [NONE] * (3 - len(kinds))
+    refs += [-1] * (3 - len(refs))
     params = [*ints, -1, -1, -1, -1, -1, -1][:6]
     cut_slot = cut_dim = -1
     if p.op == "split":
@@ -292,6 +299,8 @@ def _add_template(
         "cut_slot": cut_slot,
         "cut_dim": cut_dim,
         "root_of": 0,
+        "k2": kinds[2],
+        "r2": refs[2],
     }
     rows.append(row)
     memo[p] = len(rows) - 1
@@ -310,11 +319,11 @@ def _last_boundary(t: Term, axis: int) -> tuple[Term, int] | None:
     ints, tensors = _split_args(t)
     if t.op == "concat":
         return (tensors[0], axis) if ints[0] == axis else None
-    if t.op in ("relu", "tanh", "sigmoid"):
+    if t.op in ("relu", "relu6", "tanh", "sigmoid"):
         return _last_boundary(tensors[0], axis)
-    if t.op == "matmul":  # rule matmuls are 2-D: dim 0 from a, dim 1 from b
+    if t.op in ("matmul", "matmul_bias"):  # rule matmuls are 2-D: dim 0 from a, dim 1 from b
         return _last_boundary(tensors[0] if axis == 0 else tensors[1], axis)
-    if t.op == "conv2d":  # dim 1 comes from the weight's dim 0
+    if t.op in ("conv2d", "conv2d_bias"):  # dim 1 comes from the weight's dim 0
         return _last_boundary(tensors[1], 0) if axis == 1 else _last_boundary(tensors[0], axis)
     return None
 
@@ -364,6 +373,7 @@ _PNODE = pa.schema(
         ("sub1", pa.int32()),
         ("jslot", pa.int32()),
         ("multi", pa.bool_()),
+        ("x2", pa.int32()),
     ]
 )
 _TNODE = pa.schema(
@@ -381,6 +391,8 @@ _TNODE = pa.schema(
         ("cut_slot", pa.int32()),
         ("cut_dim", pa.int32()),
         ("root_of", pa.int32()),
+        ("k2", pa.int32()),
+        ("r2", pa.int32()),
     ]
 )
 _GUARD = pa.schema(

@@ -26,7 +26,7 @@ __all__ = ["SCHEMA_VERSION", "SQL_DIR", "Counters", "Database", "sql_text"]
 #: Where the hand-written SQL lives.
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 #: Bumped whenever a table changes shape; a stored e-graph of another version is refused.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PLAN_COST: dict[str, float] = {}

@@ -75,6 +75,19 @@ def _node(
         return (kids[0][int(op[-1])],)
     if op == "matmul":
         return (b.matmul(xs[0], xs[1], activation=ACTIVATIONS[p[0]]),)
+    if op == "matmul_bias":
+        return (b.matmul_bias(xs[0], xs[1], xs[2], activation=ACTIVATIONS[p[0]]),)
+    if op == "conv2d_bias":
+        return (
+            b.conv2d_bias(
+                xs[0],
+                xs[1],
+                xs[2],
+                stride=(p[0], p[1]),
+                padding=PADDINGS[p[2]],
+                activation=ACTIVATIONS[p[3]],
+            ),
+        )
     if op == "conv2d":
         return (
             b.conv2d(
@@ -104,7 +117,7 @@ def _node(
         return b.opaque(kind, xs, json.loads(shapes), json.loads(attrs))
     if op == "noop":
         return (b.noop(*xs),)
-    return b.add_node(op, xs)  # ewadd, ewmul, relu, tanh, sigmoid, dropout, enlarge
+    return b.add_node(op, xs)  # ewadd, ewmul, relu, relu6, tanh, sigmoid, dropout, enlarge
 
 
 def random_choice(egraph: EGraph, seed: int = 0, tries: int = 50) -> dict[int, int]:

@@ -49,9 +49,9 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
     s = ""
     if op in ("input", "weight"):
         s = node.name or ""
-    elif op == "matmul":
+    elif op in ("matmul", "matmul_bias"):
         ints = [ACTIVATIONS.index(p["activation"])]
-    elif op == "conv2d":
+    elif op in ("conv2d", "conv2d_bias"):
         ints = [*p["stride"], PADDINGS.index(p["padding"]), ACTIVATIONS.index(p["activation"])]
     elif op in ("poolmax", "poolavg"):
         ints = [

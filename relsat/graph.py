@@ -389,10 +389,42 @@ class GraphBuilder:
             activation=_activation(activation),
         )
 
+    def conv2d_bias(
+        self,
+        x: Tensor,
+        w: Tensor,
+        bias: Tensor,
+        stride: int | Sequence[int] = 1,
+        padding: str | int = "SAME",
+        activation: str | int = "NONE",
+        name: str | None = None,
+    ) -> Tensor:
+        """``conv2d(x, w) + bias`` then the activation, as one fused op; ``bias`` is
+        ``[1, O, 1, 1]``."""
+        return self._one(
+            "conv2d_bias",
+            [x, w, bias],
+            name,
+            stride=_pair(stride),
+            padding=_padding(padding),
+            activation=_activation(activation),
+        )
+
     def matmul(
         self, a: Tensor, b: Tensor, activation: str | int = "NONE", name: str | None = None
     ) -> Tensor:
         return self._one("matmul", [a, b], name, activation=_activation(activation))
+
+    def matmul_bias(
+        self,
+        a: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        activation: str | int = "NONE",
+        name: str | None = None,
+    ) -> Tensor:
+        """``a @ b + bias`` then the activation, as one fused op; ``bias`` is ``[N]``."""
+        return self._one("matmul_bias", [a, b, bias], name, activation=_activation(activation))
 
     def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """TENSAT's ``ewadd``."""
@@ -407,6 +439,10 @@ class GraphBuilder:
 
     def relu(self, x: Tensor, name: str | None = None) -> Tensor:
         return self._one("relu", [x], name)
+
+    def relu6(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``min(max(x, 0), 6)`` (ONNX ``Clip(0, 6)``)."""
+        return self._one("relu6", [x], name)
 
     def tanh(self, x: Tensor, name: str | None = None) -> Tensor:
         return self._one("tanh", [x], name)

@@ -153,6 +153,11 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value
     "ewmul": lambda b, i, xs: b.mul(xs[0], xs[1]),
     "matmul": lambda b, i, xs: b.matmul(xs[0], xs[1], activation=i[0]),
     "conv2d": lambda b, i, xs: b.conv2d(xs[0], xs[1], i[:2], padding=i[2], activation=i[3]),
+    "matmul_bias": lambda b, i, xs: b.matmul_bias(xs[0], xs[1], xs[2], activation=i[0]),
+    "conv2d_bias": lambda b, i, xs: b.conv2d_bias(
+        xs[0], xs[1], xs[2], i[:2], padding=i[2], activation=i[3]
+    ),
+    "relu6": lambda b, i, xs: b.relu6(xs[0]),
     "relu": lambda b, i, xs: b.relu(xs[0]),
     "tanh": lambda b, i, xs: b.tanh(xs[0]),
     "sigmoid": lambda b, i, xs: b.sigmoid(xs[0]),

@@ -75,6 +75,8 @@ def _at(value: Value, groups: int) -> Any:
 def _activate(x: np.ndarray, activation: str) -> np.ndarray:
     if activation == "RELU":
         return np.maximum(x, 0)
+    if activation == "RELU6":
+        return np.clip(x, 0, 6)
     if activation == "TANH":
         return np.tanh(x)
     if activation == "SIGMOID":
@@ -119,7 +121,18 @@ def _taps(
 
 
 def _conv2d(node: Node, args: list[Value]) -> tuple[Value, ...]:
-    x, w_value = args
+    return (_activate(_convolve(node, args[0], args[1]), node.params["activation"]),)
+
+
+def _conv2d_bias(node: Node, args: list[Value]) -> tuple[Value, ...]:
+    x, w, bias = args
+    if isinstance(bias, Lazy):
+        raise _lazy_misuse(node, 2)
+    return (_activate(_convolve(node, x, w) + bias, node.params["activation"]),)
+
+
+def _convolve(node: Node, x: Value, w_value: Value) -> np.ndarray:
+    """The convolution of ``node`` (stride, padding; groups from the shapes), no activation."""
     if isinstance(x, Lazy):
         raise _lazy_misuse(node, 0)
     n, c = x.shape[:2]
@@ -136,7 +149,7 @@ def _conv2d(node: Node, args: list[Value]) -> tuple[Value, ...]:
             term = tap * w[:, 0, i, j].reshape(1, o, 1, 1)
             out = term if out is None else np.add(out, term, out=out)
         assert out is not None
-        return (_activate(out, p["activation"]),)
+        return out
     win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, :: p["stride"][0], :: p["stride"][1]]
     ho, wo = win.shape[2:4]
     # im2col per group: [g, Cw*kh*kw, N*H'*W'], then one batched matmul over the groups.
@@ -145,7 +158,7 @@ def _conv2d(node: Node, args: list[Value]) -> tuple[Value, ...]:
     mat = w.reshape(groups, o // groups, cw * kh * kw)
     out = np.matmul(mat, cols)  # [g, O/g, N*H'*W']
     out = out.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
-    return (_activate(np.ascontiguousarray(out), p["activation"]),)
+    return np.ascontiguousarray(out)
 
 
 def _pool(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
@@ -294,7 +307,9 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "ewadd": lambda n, a: (np.add(a[0], a[1]),),
     "ewmul": lambda n, a: (np.multiply(a[0], a[1]),),
     "matmul": lambda n, a: (_activate(np.matmul(a[0], a[1]), n.params["activation"]),),
+    "matmul_bias": lambda n, a: (_activate(np.matmul(a[0], a[1]) + a[2], n.params["activation"]),),
     "relu": _unary(lambda x: _activate(x, "RELU")),
+    "relu6": _unary(lambda x: _activate(x, "RELU6")),
     "tanh": _unary(np.tanh),
     "sigmoid": _unary(lambda x: _activate(x, "SIGMOID")),
     "dropout": _unary(lambda x: x),
@@ -309,6 +324,7 @@ _KERNELS: dict[str, _ArrayKernel] = {
 #: Kernels of ops that may read (and pass on) a lazy merged weight.
 _WEIGHT_KERNELS: dict[str, _WeightKernel] = {
     "conv2d": _conv2d,
+    "conv2d_bias": _conv2d_bias,
     "concat": _concat,
     "split": _split,
     "enlarge": _enlarge,

@@ -242,7 +242,7 @@ class _Exporter:
         value = self.value(ref)
         groups = 0
         if isinstance(value, Lazy):
-            if consumer.op != "conv2d":
+            if consumer.op not in ("conv2d", "conv2d_bias"):
                 raise OnnxError(f"a merged weight feeds {consumer.op} node {consumer.id}")
             x_shape = self.graph.shape(consumer.inputs[0])
             groups = x_shape[1] // value.shape[1]
@@ -279,15 +279,54 @@ class _Exporter:
         )
 
     def with_activation(
-        self, op_type: str, node: Node, inputs: list[str], out: str, **attrs: Any
+        self,
+        op_type: str,
+        node: Node,
+        inputs: list[str],
+        out: str,
+        *,
+        add: str | None = None,
+        **attrs: Any,
     ) -> None:
-        act = node.params["activation"]
-        if act == "NONE":
-            self.emit(op_type, inputs, [out], **attrs)
-            return
-        tmp = self.fresh(f"{out}_pre")
+        """``op_type`` then (``add``: an Add of that tensor, a bias the op could not take) the
+        node's activation, each a node of its own: the pattern onnxruntime fuses back."""
+        steps = [s for s in (add, node.params["activation"]) if s not in (None, "NONE")]
+        tmp = out if not steps else self.fresh(f"{out}_pre")
         self.emit(op_type, inputs, [tmp], **attrs)
-        self.emit(_ACTIVATION_OPS[act], [tmp], [out])
+        if add is not None:
+            prev, tmp = tmp, out if len(steps) == 1 else self.fresh(f"{out}_biased")
+            self.emit("Add", [prev, add], [tmp])
+        if node.params["activation"] != "NONE":
+            self.activation(node.params["activation"], tmp, out)
+
+    def activation(self, act: str, x: str, out: str) -> None:
+        """One activation node (ReLU6 is ``Clip(0, 6)``)."""
+        if act != "RELU6":
+            self.emit(_ACTIVATION_OPS[act], [x], [out])
+        elif self.opset >= 11:
+            low, high = (self.float_const(n, v) for n, v in (("clip_min", 0.0), ("clip_max", 6.0)))
+            self.emit("Clip", [x, low, high], [out])
+        else:
+            self.emit("Clip", [x], [out], min=0.0, max=6.0)
+
+    def float_const(self, base: str, value: float) -> str:
+        """A float32 scalar initializer."""
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.array(value, dtype=np.float32), name))
+        return name
+
+    def bias_input(self, ref: Ref, consumer: Node) -> str | None:
+        """A fused op's bias as the 1-D initializer Conv's B / Gemm's C take, or None when the
+        bias is computed at run time (then it is added by a separate Add)."""
+        if not self.foldable[ref.node]:
+            return None
+        key = (ref, -1)  # the 1-D form, apart from the tensor's own initializer
+        if key not in self.init_of:
+            value = np.asarray(self.value(ref), dtype=np.float32).reshape(-1)
+            name = self.fresh(f"{self.graph.node(ref).name or 'bias'}_{ref.node}_1d")
+            self.inits.append(numpy_helper.from_array(value, name))
+            self.init_of[key] = name
+        return self.init_of[key]
 
     def model(self) -> onnx.ModelProto:
         needed = self._needed()
@@ -346,12 +385,35 @@ class _Exporter:
                 pads=pads,
                 group=x[1] // w[1],
             )
+        elif node.op == "conv2d_bias":
+            x, w, _ = shapes
+            kernel = list(w[2:])
+            bias = self.bias_input(node.inputs[2], node)
+            self.with_activation(
+                "Conv",
+                node,
+                ins[:2] + ([bias] if bias else []),
+                outs[0],
+                add=None if bias else ins[2],
+                kernel_shape=kernel,
+                strides=list(p["stride"]),
+                pads=_tensor_pads(x[2:], kernel, p["stride"], p["padding"]),
+                group=x[1] // w[1],
+            )
         elif node.op == "matmul":
             self.with_activation("MatMul", node, ins, outs[0])
+        elif node.op == "matmul_bias":
+            bias = self.bias_input(node.inputs[2], node) if len(shapes[0]) == 2 else None
+            if bias is not None:  # Gemm takes 2-D operands and a bias it broadcasts
+                self.with_activation("Gemm", node, [ins[0], ins[1], bias], outs[0])
+            else:
+                self.with_activation("MatMul", node, ins[:2], outs[0], add=ins[2])
+        elif node.op == "relu6":
+            self.activation("RELU6", ins[0], outs[0])
         elif node.op in ("poolmax", "poolavg"):
             kernel = list(p["kernel"])
             pads = _tensor_pads(shapes[0][2:], kernel, p["stride"], p["padding"])
-            extra = {"count_include_pad": 0} if node.op == "poolavg" else {}
+            extra: dict[str, Any] = {"count_include_pad": 0} if node.op == "poolavg" else {}
             op_type = "MaxPool" if node.op == "poolmax" else "AveragePool"
             self.with_activation(
                 op_type,
@@ -449,7 +511,9 @@ class _Exporter:
             info(name, self.graph.shape(r))
             for r, name in zip(self.outputs, self.output_names, strict=True)
         ]
-        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, self.inits)
+        read = {name for n in self.nodes for name in n.input}
+        inits = [t for t in self.inits if t.name in read]  # e.g. a bias also written 1-D
+        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, inits)
         opsets = [helper.make_opsetid("", self.opset)]
         opsets += [helper.make_opsetid(d, v) for d, v in sorted(self.domains.items())]
         ir = helper.find_min_ir_version_for(opsets, ignore_unknown=True)

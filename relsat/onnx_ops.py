@@ -145,10 +145,75 @@ def _conv(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
     if mode is None:
         x = _pad_opaque(imp, x, pads)
         mode = "VALID"
-    y = imp.g.conv2d(x, w, stride, mode, name=None if bias else out_name)
-    if bias is not None:
-        y = imp.g.add(y, bias, name=out_name)
-    return {out_name: y}
+    # What onnxruntime runs as one kernel is one relsat op: conv + bias + activation.
+    act, out_name = _fuse_activation(imp, out_name)
+    if bias is None:
+        return {out_name: imp.g.conv2d(x, w, stride, mode, act, name=out_name)}
+    return {out_name: imp.g.conv2d_bias(x, w, bias, stride, mode, act, name=out_name)}
+
+
+#: ONNX activations onnxruntime fuses into a Conv or Gemm, by relsat activation (Clip: below).
+_ACTIVATIONS = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH"}
+
+
+def _activation_of(imp: Importer, node: NodeProto) -> str | None:
+    """The relsat activation ``node`` computes on its first input, or None."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type in _ACTIVATIONS:
+        return _ACTIVATIONS[node.op_type]
+    if node.op_type == "Clip" and _clip_bounds(imp, node) == (0.0, 6.0):
+        return "RELU6"
+    return None
+
+
+def _clip_bounds(imp: Importer, node: NodeProto) -> tuple[float, float] | None:
+    """A Clip's (min, max) when both are known constants (attributes before opset 11)."""
+    a = attrs_of(node)
+    if "min" in a or "max" in a:
+        return float(a.get("min", -np.inf)), float(a.get("max", np.inf))
+    bounds = []
+    for i in (1, 2):
+        name = node.input[i] if len(node.input) > i else ""
+        value = imp.const(name)
+        if name and (value is None or value.size != 1):
+            return None
+        bounds.append(float(value.reshape(-1)[0]) if value is not None else None)
+    low, high = bounds
+    return (-np.inf if low is None else low), (np.inf if high is None else high)
+
+
+def _fuse_activation(imp: Importer, out: str) -> tuple[str, str]:
+    """``(activation, output name)``: when the only reader of ``out`` is an activation the runtime
+    fuses, that node is folded in (skipped) and its output becomes the fused op's output."""
+    k = imp.node_by_input.get(out)
+    if k is None or imp.uses[out] != 1 or k in imp.skip:
+        return "NONE", out
+    node = imp.model.graph.node[k]
+    act = _activation_of(imp, node)
+    if act is None or node.input[0] != out or not imp.is_float(node.output[0]):
+        return "NONE", out
+    imp.skip.add(k)
+    return act, node.output[0]
+
+
+def _bias_add(imp: Importer, out: str, n: int) -> tuple[Tensor, str] | None:
+    """``(bias [n], Add output)`` when the only reader of ``out`` adds a constant per-column bias
+    to it (a Linear's MatMul + Add); that Add is then folded in (skipped)."""
+    k = imp.node_by_input.get(out)
+    if k is None or imp.uses[out] != 1 or k in imp.skip:
+        return None
+    node = imp.model.graph.node[k]
+    if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+        return None
+    other = node.input[1] if node.input[0] == out else node.input[0]
+    value = imp.const(other)
+    if other == out or value is None or not imp.is_float(other) or value.dtype != np.float32:
+        return None
+    if value.shape[-1:] != (n,) or math.prod(value.shape) != n:
+        return None
+    imp.skip.add(k)
+    return imp.derived_weight(other, "1d", lambda: value.reshape(n)), node.output[0]
 
 
 def _channel_bias(imp: Importer, name: str, value: np.ndarray | None) -> Tensor:
@@ -221,7 +286,12 @@ def _gemm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
         x = imp.g.transpose(x, (1, 0))
     if a.get("transB", 0):
         w = imp.g.transpose(w, (1, 0))
-    name = node.output[0]
+    name, n = node.output[0], w.shape[-1]
+    c = imp.const(c_name)
+    if c_name and c is not None and c.dtype == np.float32 and c.size == n and c.shape[-1:] == (n,):
+        bias = imp.derived_weight(c_name, "1d", lambda: c.reshape(n))
+        act, name = _fuse_activation(imp, name)
+        return {name: imp.g.matmul_bias(x, w, bias, act, name=name)}
     y = imp.g.matmul(x, w, name=None if c_name else name)
     return {name: imp.g.add(y, imp.tensor(c_name), name=name) if c_name else y}
 
@@ -229,19 +299,35 @@ def _gemm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
 def _matmul(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x, w = imp.tensor(node.input[0]), imp.tensor(node.input[1])
     name = node.output[0]
-    if x.rank >= 2 and x.rank == w.rank and x.shape[:-2] == w.shape[:-2]:
-        return {name: imp.g.matmul(x, w, name=name)}
-    if x.rank > 2 and w.rank == 2:  # [..., K] @ [K, N]: fold the leading dims into rows
-        rows = math.prod(x.shape[:-1])
-        y = imp.g.matmul(imp.g.reshape(x, [rows, x.shape[-1]]), w)
-        return {name: imp.g.reshape(y, [*x.shape[:-1], w.shape[1]], name=name)}
-    raise Unmapped
+    folded = x.rank > 2 and w.rank == 2  # [..., K] @ [K, N]: fold the leading dims into rows
+    if not folded and not (x.rank >= 2 and x.rank == w.rank and x.shape[:-2] == w.shape[:-2]):
+        raise Unmapped
+    bias = _bias_add(imp, name, w.shape[-1]) if folded or x.rank == 2 else None
+    act = "NONE"
+    if bias is not None:
+        act, name = _fuse_activation(imp, bias[1])
+    if folded:
+        x = imp.g.reshape(x, [math.prod(x.shape[:-1]), x.shape[-1]])
+    y = (
+        imp.g.matmul_bias(x, w, bias[0], act, name=None if folded else name)
+        if bias is not None
+        else imp.g.matmul(x, w, name=None if folded else name)
+    )
+    if folded:
+        y = imp.g.reshape(y, [*imp.tensor(node.input[0]).shape[:-1], w.shape[1]], name=name)
+    return {name: y}
 
 
 def _binary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x, y = imp.tensor(node.input[0]), imp.tensor(node.input[1])
     op = imp.g.add if node.op_type == "Add" else imp.g.mul
     return {node.output[0]: op(x, y, name=node.output[0])}
+
+
+def _clip(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    if _activation_of(imp, node) != "RELU6":
+        raise Unmapped
+    return {node.output[0]: imp.g.relu6(imp.tensor(node.input[0]), name=node.output[0])}
 
 
 def _unary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -356,6 +442,7 @@ HANDLERS: dict[str, _Handler] = {
     "Relu": _unary,
     "Tanh": _unary,
     "Sigmoid": _unary,
+    "Clip": _clip,
     "Concat": _concat,
     "Split": _split,
     "Reshape": _reshape,

@@ -35,8 +35,9 @@ __all__ = [
     "same_padding",
 ]
 
-#: Fused activations; the index is TASO's integer code (0 none, 1 sigmoid, 2 ReLU, 3 tanh).
-ACTIVATIONS = ("NONE", "SIGMOID", "RELU", "TANH")
+#: Fused activations; the index is TASO's integer code (0 none, 1 sigmoid, 2 ReLU, 3 tanh), and
+#: relsat's 4 for ReLU6 (``min(max(x, 0), 6)``, ONNX ``Clip(0, 6)``, which onnxruntime fuses too).
+ACTIVATIONS = ("NONE", "SIGMOID", "RELU", "TANH", "RELU6")
 #: Padding modes; the index is TASO's integer code (0 SAME, 1 VALID).
 PADDINGS = ("SAME", "VALID")
 
@@ -248,6 +249,25 @@ def _conv2d(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, .
     return (TensorType((n, o, ho, wo), splits),)
 
 
+def _conv2d_bias(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    (out,) = _conv2d(params, inputs[:2])
+    _bias(inputs[2], (1, out.shape[1], 1, 1), "conv2d_bias")
+    return (out,)
+
+
+def _matmul_bias(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    (out,) = _matmul(params, inputs[:2])
+    _bias(inputs[2], (out.shape[-1],), "matmul_bias")
+    return (out,)
+
+
+def _bias(b: TensorType, expected: Shape, op: str) -> None:
+    """A fused bias is one value per output channel, in the one shape the op's rules spell:
+    ``[1, O, 1, 1]`` for a conv (what an exporter's bias add broadcasts), ``[N]`` for a matmul."""
+    if b.shape != expected:
+        raise OpError(f"{op} bias must have shape {list(expected)}, got {list(b.shape)}")
+
+
 def _pool(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     kh, kw = _ints(params, "kernel", 2, minimum=1)
     sh, sw = _ints(params, "stride", 2, minimum=1)
@@ -402,7 +422,22 @@ OPS: dict[str, OpSpec] = {
             _conv2d,
             "grouped 2-D cross-correlation (groups = C / weight dim 1), then activation",
         ),
+        _spec(
+            "conv2d_bias",
+            3,
+            "stride padding activation",
+            _conv2d_bias,
+            "conv2d(x, w) + per-channel bias b [1, O, 1, 1], then activation: one fused kernel",
+        ),
+        _spec(
+            "matmul_bias",
+            3,
+            "activation",
+            _matmul_bias,
+            "a @ w + bias b [N] on the last dim, then activation: one fused kernel (Gemm)",
+        ),
         _spec("relu", 1, "", _unary, "max(x, 0)"),
+        _spec("relu6", 1, "", _unary, "min(max(x, 0), 6) (ONNX Clip(0, 6))"),
         _spec("tanh", 1, "", _unary, "tanh(x)"),
         _spec("sigmoid", 1, "", _unary, "1 / (1 + exp(-x))"),
         _spec("dropout", 1, "", _unary, "identity at inference"),

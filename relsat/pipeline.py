@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
+from relsat.cost.ort import OrtModel
 from relsat.db import Database
 from relsat.decode import decode
 from relsat.egraph import EGraph
@@ -35,6 +36,10 @@ __all__ = ["Limits", "Result", "VerificationError", "optimize"]
 #: Added to every e-node's cost during extraction only, so that among equally cheap graphs the
 #: one with the fewest operators wins; reported costs never include it.
 TIE_BREAK_MS = 1e-7
+#: Added (during extraction only) to every e-node a rule created: among equally priced choices the
+#: input graph's own e-nodes win, so nothing is reshuffled (re-associated adds, a ReLU moved
+#: through a concat) that changes no price but can break a runtime's pattern fusion.
+TIE_BREAK_NEW_MS = 1e-6
 
 
 class VerificationError(RelsatError):
@@ -61,6 +66,7 @@ class Result:
     egraph: EGraph = field(repr=False)
     choice: dict[int, int] = field(default_factory=dict, repr=False)  # e-class id -> e-node id
     settings: dict[str, Any] = field(default_factory=dict)
+    priced: _Priced | None = field(default=None, repr=False, compare=False)
 
     @property
     def reduction(self) -> float:
@@ -81,13 +87,47 @@ class Result:
         )
         return {str(r[0]): int(r[1]) for r in rows}
 
+    def attribution(self, *, limit: int = 6, time_limit: float = 10.0) -> dict[str, float]:
+        """Which rewrite bought what: for each rule behind the chosen e-nodes (the ``limit`` that
+        built most of them), the priced milliseconds the result would lose without it — the
+        extraction run again with that rule's e-nodes priced out, minus :attr:`cost_after`.
+
+        A rule's gain is marginal (what the others cannot make up for), so gains need not add up
+        to ``cost_before - cost_after``; a rule whose e-nodes only enable another's shows 0.
+        """
+        if self.priced is None:
+            return {}
+        p = self.priced
+        rules = _enode_rules(self.egraph, p.enode_ids)
+        gains: dict[str, float] = {}
+        penalty = 10.0 * max(self.cost_before, 1e-9)  # dearer than the whole input graph
+        for rule in list(self.rewrites())[:limit]:
+            cost = p.node_cost + np.where(rules == rule, penalty, 0.0)
+            kw = dict(p.kw, time_limit=min(time_limit, p.kw["time_limit"])) if p.kw else {}
+            without = extract(replace(p.problem, node_cost=cost), method=p.extractor, **kw)
+            gains[rule] = max(dag_cost(p.problem, without.choice) - self.cost_after, 0.0)
+        return gains
+
+    def gains_text(self) -> str:
+        """:meth:`attribution` as one line: ``rule -0.0123 ms (-4.1 %), …`` (or ``none``)."""
+        before = self.cost_before or 1.0
+        return (
+            ", ".join(
+                f"{r} -{ms:.4g} ms (-{100 * ms / before:.1f} %)"
+                for r, ms in sorted(self.attribution().items(), key=lambda kv: -kv[1])
+            )
+            or "none"
+        )
+
     def to_dot(self) -> str:
         """Graphviz DOT of the optimized graph, what the rewrites changed highlighted."""
         from relsat.dot import graph_dot
 
         return graph_dot(self.graph, self.original, title="optimized (changed: orange)")
 
-    def report(self) -> str:
+    def report(self, *, gains: bool = False) -> str:
+        """A few lines: costs, exploration, extraction, verification, rewrites, op counts; with
+        ``gains`` also each top rule's marginal priced gain (:meth:`attribution`, re-extracts)."""
         ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
         changed = sorted(set(ops_before) | set(ops_after))
         enodes, eclasses = self.egraph.counts()
@@ -108,6 +148,7 @@ class Result:
             f"verify   {self.settings.get('verify', 'passed' if self.verified else 'skipped')}",
             "rewrites "
             + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6]) or "none"),
+            *(["gains    " + self.gains_text()] if gains else []),
             "ops      "
             + ", ".join(
                 f"{op} {ops_before.get(op, 0)}->{ops_after.get(op, 0)}"
@@ -121,7 +162,9 @@ class Result:
 def _cost_model(cost_model: str | CostModel) -> CostModel:
     """``"analytic"`` (the H100 roofline), a device name (its shipped measured table from
     ``relsat/data/costs/<device>.parquet`` with the roofline as fallback, or the roofline alone
-    when no table is shipped), ``"analytic-<device>"``, or a CostModel."""
+    when no table is shipped), ``"analytic-<device>"``, ``"ort-cpu"`` (times measured in
+    onnxruntime on this CPU, cached per machine: :class:`~relsat.cost.OrtModel`), or a
+    CostModel."""
     if isinstance(cost_model, CostModel):
         return cost_model
     name = cost_model.lower()
@@ -129,6 +172,8 @@ def _cost_model(cost_model: str | CostModel) -> CostModel:
         return AnalyticModel("h100")
     if name.startswith("analytic-") and name[9:] in DEVICES:
         return AnalyticModel(name[9:])
+    if name == "ort-cpu":
+        return OrtModel()
     if name in DEVICES:
         table = shipped_costs(name)
         if table is None:
@@ -136,7 +181,7 @@ def _cost_model(cost_model: str | CostModel) -> CostModel:
         return TableModel(table, name, fallback=AnalyticModel(name))
     raise RelsatError(
         f"unknown cost model {cost_model!r}: use 'analytic', a device "
-        f"({', '.join(sorted(DEVICES))}), 'analytic-<device>' or a CostModel"
+        f"({', '.join(sorted(DEVICES))}), 'analytic-<device>', 'ort-cpu' or a CostModel"
     )
 
 
@@ -167,7 +212,7 @@ def optimize(
     mip_gap: float = 0.0,
     order: str | None = None,
     concat: str = "copy",
-    precompute_weights: bool = False,
+    precompute_weights: bool | None = None,
     on_phase: Callable[[IterationStats], None] | None = None,
 ) -> Result:
     """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
@@ -193,23 +238,31 @@ def optimize(
         egraph,
         model,
         concat=concat,  # type: ignore[arg-type]
-        precompute_weights=precompute_weights,
+        # None: as the runtime the model prices does (an ONNX export folds weight-only work)
+        precompute_weights=(
+            model.precomputes_weights if precompute_weights is None else precompute_weights
+        ),
     )
     problem, enode_ids, class_ids = egraph_problem(egraph)
     seconds["price"] = time.perf_counter() - t
     kw: dict[str, Any] = (
         {"time_limit": time_limit, "mip_gap": mip_gap, "order": order} if extractor == "ilp" else {}
     )
-    # Ties between equal-cost alternatives (zero-cost merges, reshapes, …) go to fewer e-nodes.
-    tied = replace(problem, node_cost=problem.node_cost + TIE_BREAK_MS)
+    # Ties between equal-cost alternatives go to the input graph's e-nodes, then to fewer e-nodes.
+    born0 = _input_enodes(egraph, enode_ids)
+    tie = np.where(born0, TIE_BREAK_MS, TIE_BREAK_MS + TIE_BREAK_NEW_MS)
+    tied = replace(problem, node_cost=problem.node_cost + tie)
     extraction = extract(tied, method=extractor, **kw)
     extraction = replace(extraction, cost=dag_cost(problem, extraction.choice))
     seconds["extract"] = extraction.seconds or 0.0
     t = time.perf_counter()
+    original = _original_choice(problem, born0)
+    cost_before = dag_cost(problem, original)
+    if extraction.cost >= cost_before and extraction.choice != original:
+        # Nothing cheaper was found (a solver stopped early, or ties): keep the input graph.
+        extraction = replace(extraction, choice=original, cost=cost_before, method="input")
     choice = {int(class_ids[c]): int(enode_ids[n]) for c, n in extraction.choice.items()}
     optimized = decode(egraph, choice, values=graph.values)
-    original = _original_choice(egraph, problem, enode_ids)
-    cost_before = dag_cost(problem, original)
     seconds["decode"] = time.perf_counter() - t
     verified = False
     unrunnable = sorted(
@@ -254,14 +307,39 @@ def optimize(
         egraph,
         choice,
         settings,
+        _Priced(problem, tied.node_cost, enode_ids, extractor, kw),
     )
 
 
-def _original_choice(egraph: EGraph, problem: Problem, enode_ids: np.ndarray) -> dict[int, int]:
+@dataclass(frozen=True)
+class _Priced:
+    """The priced extraction problem of a run, kept for :meth:`Result.attribution`."""
+
+    problem: Problem  # with the true prices
+    node_cost: np.ndarray  # the prices extraction saw (tie-breaks included)
+    enode_ids: np.ndarray
+    extractor: str
+    kw: dict[str, Any]
+
+
+def _enode_rules(egraph: EGraph, enode_ids: np.ndarray) -> np.ndarray:
+    """Per problem node: the rule that created its e-node ('' for the input graph's)."""
+    by_id = dict(egraph.db.execute("SELECT id, coalesce(rule, '') FROM enode"))
+    return np.array([by_id[int(e)] for e in enode_ids.tolist()], dtype=object)
+
+
+def _input_enodes(egraph: EGraph, enode_ids: np.ndarray) -> np.ndarray:
+    """Per problem node: whether it is an e-node of the input graph (born 0)."""
+    born0 = np.array(
+        [int(r[0]) for r in egraph.db.execute("SELECT id FROM enode WHERE born = 0")],
+        dtype=np.int64,
+    )
+    return np.isin(enode_ids, born0)
+
+
+def _original_choice(problem: Problem, born0: np.ndarray) -> dict[int, int]:
     """The input graph as a choice: every class's input-graph e-node (born 0)."""
-    born0 = {int(r[0]) for r in egraph.db.execute("SELECT id FROM enode WHERE born = 0")}
     choice: dict[int, int] = {}
-    for i, e in enumerate(enode_ids.tolist()):
-        if e in born0:
-            choice.setdefault(int(problem.node_class[i]), i)
+    for i in np.flatnonzero(born0).tolist():
+        choice.setdefault(int(problem.node_class[i]), i)
     return choice

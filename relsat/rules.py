@@ -80,6 +80,10 @@ OPERATORS: dict[str, OpSignature] = {
     "ewmul": _sig("a b"),
     "matmul": _sig("activation:int a b"),
     "conv2d": _sig(f"{_CONV} input weight"),
+    # relsat's fused units (not TENSAT's): what onnxruntime runs as one kernel.
+    "matmul_bias": _sig("activation:int a b bias"),
+    "conv2d_bias": _sig(f"{_CONV} input weight bias"),
+    "relu6": _sig("x"),
     "relu": _sig("x"),
     "tanh": _sig("x"),
     "sigmoid": _sig("x"),

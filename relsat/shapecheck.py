@@ -34,6 +34,7 @@ _NEWNODE = pa.schema(
         ("all_weights", pa.bool_()),
         ("valid", pa.bool_()),
         ("rule", pa.int32()),
+        ("c2", pa.int64()),
     ]
 )
 
@@ -73,9 +74,9 @@ def infer_enode(
 
 
 def _params(op: str, p: list[int]) -> Params:
-    if op == "matmul":
+    if op in ("matmul", "matmul_bias"):
         return Params(activation=ACTIVATIONS[p[0]])
-    if op == "conv2d":
+    if op in ("conv2d", "conv2d_bias"):
         return Params(stride=(p[0], p[1]), padding=PADDINGS[p[2]], activation=ACTIVATIONS[p[3]])
     if op == "concat":
         return Params(axis=p[0])
@@ -103,7 +104,7 @@ def check_new(db: Database) -> int:
     out: list[dict[str, Any]] = []
     for r in rows:
         children: list[_Analysis] = []
-        for side, col in (("a", "c0"), ("b", "c1"))[: r["arity"]]:
+        for side, col in (("a", "c0"), ("b", "c1"), ("c", "c2"))[: r["arity"]]:
             if r[col] in new:
                 children.append(new[r[col]])
             else:
@@ -125,7 +126,7 @@ def check_new(db: Database) -> int:
         new[r["class"]] = (kind, t, t2, weights, valid)
         out.append(
             {
-                **{k: r[k] for k in ("class", "op", "arity", "c0", "c1", "rule")},
+                **{k: r[k] for k in ("class", "op", "arity", "c0", "c1", "c2", "rule")},
                 **{f"p{i}": p[i] for i in range(6)},
                 "kind": kind,
                 "shape": None if t is None else list(t.shape),
@@ -165,7 +166,7 @@ def shape_disagreements(db: Database) -> list[tuple[int, str, str]]:
         p = [r[f"p{i}"] for i in range(6)]
         children = [
             (r[f"{s}_kind"], _type(r[f"{s}_shape"], None), _type(r[f"{s}_shape2"], None))
-            for s in ("a", "b")[: r["arity"]]
+            for s in ("a", "b", "c")[: r["arity"]]
         ]
         try:
             kind, t, t2 = infer_enode(r["op"], p, children)  # type: ignore[arg-type]

@@ -21,3 +21,9 @@ def reference() -> Path:
     if not path.is_dir():
         pytest.skip(f"reference data not found at {path} (set RELSAT_REFERENCE)")
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cost_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Measured onnxruntime costs go to a cache of this test session, not the user's."""
+    os.environ["RELSAT_CACHE_DIR"] = str(tmp_path_factory.mktemp("relsat-cache"))

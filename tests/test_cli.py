@@ -84,9 +84,9 @@ def test_optimize_the_example_onnx_file(tmp_path: Path, capsys: pytest.CaptureFi
 
     assert PATH.read_bytes() == build()  # the shipped example is what its builder makes
     out = tmp_path / "example-opt.onnx"
-    assert main(["optimize", str(PATH), "-o", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "verified in onnxruntime" in text
+    assert main(["optimize", str(PATH), "-o", str(out), "--timing-seconds", "0.5"]) == 0
+    text = capsys.readouterr().out  # measured costs: whether a rewrite pays depends on the CPU
+    assert "verified in onnxruntime" in text or "no rewrite chosen" in text
     import onnx
 
     model = onnx.load(str(out))
@@ -118,8 +118,137 @@ def test_a_wrong_optimization_is_refused_with_exit_3(
     src = tmp_path / "depthwise.onnx"
     ronnx.save(b.build(b.concat(1, ys)), src)
     out = tmp_path / "out.onnx"
-    assert main(["optimize", str(src), "--no-guards", "-o", str(out)]) == EXIT_VERIFY
+    analytic = ["--cost-model", "analytic", "--timing-seconds", "0.2"]  # it prefers the merge
+    assert main(["optimize", str(src), "--no-guards", "-o", str(out), *analytic]) == EXIT_VERIFY
     assert "verification failed, nothing written" in capsys.readouterr().out
     assert not out.exists()
-    assert main(["optimize", str(src), "-o", str(out)]) == 0  # guarded: correct, written
+    assert main(["optimize", str(src), "-o", str(out), *analytic]) == 0  # guarded: written
     assert out.exists()
+
+
+# --- never slower: timing the optimized ONNX model against its input --------------------------
+
+FAST_TIMING = ["--cost-model", "analytic", "--timing-seconds", "0.2", "--threads", "1"]
+
+
+def _relu_softmax(path: Path) -> bytes:
+    """x -> Relu -> Softmax: nothing for relsat to rewrite."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Softmax", ["h"], ["y"])]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    onnx.save(model, str(path))
+    return path.read_bytes()
+
+
+def test_nothing_to_rewrite_writes_the_input_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = _relu_softmax(tmp_path / "in.onnx")
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(tmp_path / "in.onnx"), "-o", str(out), *FAST_TIMING]) == 0
+    text = capsys.readouterr().out
+    assert "no rewrite chosen: the input model is kept unchanged" in text
+    assert "onnxruntime CPU" not in text  # nothing timed
+    assert out.read_bytes() == original
+
+
+def _fake_latency(monkeypatch: pytest.MonkeyPatch, verdict: str | None) -> None:
+    """Treat the re-exported model as rewritten, so the timing path runs whatever the rules find;
+    with a ``verdict``, compare_latency answers it without timing."""
+    from relsat import cli, latency
+
+    monkeypatch.setattr(cli, "_same_graph", lambda a, b: False)
+    if verdict is not None:
+        ratio = {"faster": 0.5, "slower": 2.0, "same": 1.0}[verdict]
+        fake = latency.LatencyComparison(1.0, ratio, ratio, ratio * 0.9, ratio * 1.1, 9, verdict, 1)
+        monkeypatch.setattr(latency, "compare_latency", lambda *args, **kwargs: fake)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "flags", "kept"),
+    [
+        ("slower", [], "original"),
+        ("same", [], "original"),
+        ("faster", [], "optimized"),
+        ("slower", ["--keep-slower"], "optimized"),
+        ("same", ["--no-timing"], "optimized"),
+    ],
+)
+def test_the_original_is_kept_unless_the_optimized_model_is_faster(
+    verdict: str,
+    flags: list[str],
+    kept: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    original = _relu_softmax(tmp_path / "in.onnx")
+    _fake_latency(monkeypatch, verdict)
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(tmp_path / "in.onnx"), "-o", str(out), *FAST_TIMING, *flags]) == 0
+    text = capsys.readouterr().out
+    assert "verified in onnxruntime" in text
+    assert (out.read_bytes() == original) == (kept == "original")
+    if kept == "original":
+        assert "the original is kept unchanged (--keep-slower keeps the optimized one)" in text
+    if "--no-timing" in flags:
+        assert "not timed (--no-timing)" in text and "onnxruntime CPU" not in text
+    else:
+        assert "onnxruntime CPU (1 thread): 1 -> " in text and "latency (ms)" in text
+    if "--keep-slower" in flags:
+        assert "kept anyway (--keep-slower)" in text
+
+
+def test_timing_runs_for_real_and_the_output_matches_its_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = _relu_softmax(tmp_path / "in.onnx")
+    _fake_latency(monkeypatch, None)
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(tmp_path / "in.onnx"), "-o", str(out), *FAST_TIMING]) == 0
+    text = capsys.readouterr().out
+    (report,) = [line for line in text.splitlines() if line.startswith("onnxruntime CPU")]
+    assert "rounds)" in report
+    assert (out.read_bytes() == original) == ("x faster (" not in report)
+
+
+def test_timing_options_are_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from relsat.models.example import PATH
+
+    assert main(["optimize", str(PATH), "--threads", "-1"]) == EXIT_USAGE
+    assert "--threads must be >= 0" in capsys.readouterr().err
+    assert main(["optimize", str(PATH), "--timing-seconds", "0"]) == EXIT_USAGE
+    assert "--timing-seconds must be > 0" in capsys.readouterr().err
+
+
+def test_the_default_cost_model_follows_the_input() -> None:
+    from relsat.cli import _cost_model, _parser
+
+    onnx_args = _parser().parse_args(["optimize", "in.onnx", "--threads", "2"])
+    chosen = _cost_model(onnx_args, onnx_in=True)
+    assert chosen.name == "ort-cpu" and chosen.settings.threads == 2
+    bundled = _parser().parse_args(["optimize", "--model", "bert"])
+    assert _cost_model(bundled, onnx_in=False) == "analytic"
+
+
+def test_same_graph_ignores_node_order_and_inner_labels() -> None:
+    from relsat import GraphBuilder
+    from relsat.cli import _same_graph
+
+    def graph(order: str, label: str | None) -> Graph:
+        b = GraphBuilder()
+        x = b.input([4, 4], name="x")
+        first, second = (b.tanh, b.relu) if order == "tr" else (b.relu, b.tanh)
+        p, q = first(x, name=label), second(x)
+        return b.build(b.add(p, q) if order == "tr" else b.add(q, p))
+
+    assert _same_graph(graph("tr", None), graph("rt", "h"))
+    b = GraphBuilder()
+    x = b.input([4, 4], name="x")
+    assert not _same_graph(graph("tr", None), b.build(b.add(b.relu(x), b.tanh(x))))

@@ -29,14 +29,15 @@ def test_multi_pattern_rule_is_one_join_on_shared_variables() -> None:
 
 def test_program_tables() -> None:
     program = compile_rules(RULES)
-    assert program.rule_info.num_rows == len(RULES) == 135
+    assert program.rule_info.num_rows == len(RULES) == 201  # TENSAT's 135 + 66 fusion rules
     assert program.lhs_height == 2 and program.rhs_height == 4
     info = program.rule_info.to_pylist()
-    assert sum(r["multi"] for r in info) == 15
-    # 13 rules are marked symmetric; pairs are halved for the 8 whose two sources are equal up to
-    # renaming (TENSAT's condition), e.g. not for matmul(matmul(a,b),a) / matmul(b,matmul(a,b))
-    assert sum(r.symmetric for r in RULES) == 13
-    assert sum(r["symmetric_pairs"] for r in info) == 8
+    assert sum(r["multi"] for r in info) == 15 + 18
+    # 13 of TENSAT's rules are marked symmetric; pairs are halved for the 8 whose two sources are
+    # equal up to renaming (TENSAT's condition), e.g. not for matmul(matmul(a,b),a) /
+    # matmul(b,matmul(a,b)); and for the 15 symmetric bias-aware pair merges
+    assert sum(r.symmetric for r in RULES) == 13 + 15
+    assert sum(r["symmetric_pairs"] for r in info) == 8 + 15
     # a split's cut comes from the first concat operand: dim 1 of ?w1 for the matmul pair
     rid = next(r["rule"] for r in info if r["name"] == "matmul-pair-shared-lhs-to-concat")
     (split,) = [t for t in program.tnode.to_pylist() if t["rule"] == rid and t["op"] == "split"]
@@ -51,10 +52,16 @@ def test_program_tables() -> None:
 
 def test_rules_the_engine_cannot_run_are_refused() -> None:
     many = parse_rules(
-        "# name: many\n(ewadd (ewadd ?a ?b) (ewadd ?c (ewadd ?d ?e))) => (ewadd ?a ?b)\n"
+        "# name: many\n"
+        "(ewadd (ewadd ?a (ewadd ?f ?g)) (ewadd ?c (ewadd ?d (ewadd ?e ?h)))) => (ewadd ?a ?c)\n"
     )
-    with pytest.raises(RuleError, match=f"5 variables; the engine supports {MAX_VARS}"):
+    with pytest.raises(RuleError, match=f"7 variables; the engine supports {MAX_VARS}"):
         compile_rules(many)
+    nested_bias = parse_rules(
+        "# name: nested-bias\n(conv2d_bias 1 1 0 0 ?x ?w (relu ?b)) => (relu ?x)\n"
+    )
+    with pytest.raises(RuleError, match="third argument of conv2d_bias must be a variable"):
+        compile_rules(nested_bias)
     lost = parse_rules("# name: lost-split\n(relu ?x) => (split_0 (split 1 (relu ?x)))\n")
     with pytest.raises(RuleError, match="cannot tell where"):
         compile_rules(lost)

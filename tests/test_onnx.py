@@ -95,24 +95,79 @@ def cnn() -> onnx.ModelProto:
 def test_cnn_maps_every_op() -> None:
     model = cnn()
     graph = check_model(model)
+    # what onnxruntime runs as one kernel is one op: Conv+bias+Relu, Gemm+bias+Sigmoid
     assert graph.op_counts() == {
-        "conv2d": 2,
-        "ewadd": 2,
-        "relu": 1,
+        "conv2d_bias": 1,
+        "conv2d": 1,
         "poolmax": 1,
         "poolavg": 2,
         "reshape": 1,
         "transpose": 1,
-        "matmul": 1,
-        "sigmoid": 1,
+        "matmul_bias": 1,
     }
-    convs = [n for n in graph.nodes if n.op == "conv2d"]
+    convs = [n for n in graph.nodes if n.op in ("conv2d", "conv2d_bias")]
     assert [n.params["padding"] for n in convs] == ["SAME", "SAME"]
+    assert [n.params["activation"] for n in convs] == ["RELU", "NONE"]
+    (gemm,) = (n for n in graph.nodes if n.op == "matmul_bias")
+    assert gemm.params["activation"] == "SIGMOID" and graph.shape(gemm.inputs[2]) == (5,)
+    # and back: the fused units are written as the ops the runtime fuses, no bias Add
+    exported = to_model(graph)
+    assert sorted(n.op_type for n in exported.graph.node) == sorted(
+        [
+            "Conv",
+            "Relu",
+            "MaxPool",
+            "Conv",
+            "AveragePool",
+            "AveragePool",
+            "Reshape",
+            "Gemm",
+            *["Sigmoid"],
+        ]
+    )
     np.testing.assert_array_equal(
         graph.values["w1"], numpy_helper.to_array(model.graph.initializer[0])
     )
     assert graph.tensor("b1_4d").shape == (1, 8, 1, 1)
     assert [n.name for n in graph.inputs] == ["x"]
+
+
+def test_linear_layers_become_fused_gemms_and_merge() -> None:
+    """torch's Linear on [batch, seq, hidden] (MatMul + bias Add) is a matmul_bias; Q/K/V of one
+    input merge into one Gemm with concatenated biases when the cost model prefers it."""
+    nodes = [node("MatMul", ["x", f"w{i}"], [f"m{i}"]) for i in range(3)]
+    nodes += [node("Add", [f"m{i}", f"b{i}"], [f"y{i}"]) for i in range(3)]
+    nodes += [node("Clip", ["y2", "lo", "hi"], ["r"])]  # ReLU6, fused into the third
+    inits = [init(f"w{i}", 16, 8) for i in range(3)] + [init(f"b{i}", 8) for i in range(3)]
+    inits += [
+        numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0), ("hi", 6))
+    ]
+    outs = {"y0": [1, 4, 8], "y1": [1, 4, 8], "r": [1, 4, 8]}
+    model = make(nodes, {"x": [1, 4, 16]}, outs, inits)
+    graph = check_model(model)
+    assert graph.op_counts()["matmul_bias"] == 3
+    assert [n.params["activation"] for n in graph.nodes if n.op == "matmul_bias"] == [
+        "NONE",
+        "NONE",
+        "RELU6",
+    ]
+    result = relsat.optimize(graph)
+    assert result.verified and result.graph.op_counts()["matmul_bias"] == 2  # + the ReLU6 one
+    assert "matmul-bias-pair-shared-lhs" in result.rewrites()
+    merged = to_model(result.graph)
+    assert verify(model, merged).ok
+    assert sum(n.op_type == "Gemm" for n in merged.graph.node) == 2
+
+
+def test_clip_relu6_and_other_clips() -> None:
+    nodes = [
+        node("Clip", ["x", "lo", "hi"], ["a"]),
+        node("Clip", ["a", "lo", "one"], ["b"]),  # Clip(0, 1): not an activation, stays opaque
+    ]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0), ("hi", 6))]
+    inits.append(numpy_helper.from_array(np.array(1, np.float32), "one"))
+    graph = check_model(make(nodes, {"x": [2, 3]}, {"b": [2, 3]}, inits), relsat_runs=False)
+    assert graph.op_counts()["relu6"] == 1 and graph.op_counts()["opaque"] == 1
 
 
 def test_explicit_padding_becomes_opaque_pad() -> None:
@@ -181,7 +236,8 @@ def test_batchnorm_folds_into_conv_when_legal() -> None:
     model = make(nodes, {"x": [1, 2, 8, 8]}, {"n2": [1, 4, 8, 8], "c2": [1, 4, 8, 8]}, inits)
     graph = check_model(model)
     assert graph.op_counts()["batchnorm"] == 1
-    assert graph.op_counts()["conv2d"] == 2
+    assert graph.op_counts()["conv2d_bias"] == 1  # the folded batch-norm is its bias
+    assert graph.op_counts()["conv2d"] == 1
     assert "w1_bn" in graph.values
 
 

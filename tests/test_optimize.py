@@ -119,3 +119,35 @@ def test_opaque_ops_without_kernels_skip_numpy_verification() -> None:
     assert not result.verified
     assert "no NumPy kernel for Softmax" in result.report()
     assert result.graph.op_counts()["opaque"] == 1
+
+
+def test_ties_go_to_the_input_graph() -> None:
+    """Re-associating or commuting adds changes no price: the input graph stays as it is."""
+    b = GraphBuilder()
+    x, y, z = (b.input([1, 64, 8, 8], name=n) for n in "xyz")
+    g = b.build(b.relu(b.add(b.add(x, y), z)))
+    result = optimize(g)
+    assert result.rewrites() == {} and result.graph.op_counts() == g.op_counts()
+    assert result.cost_after == result.cost_before
+    # beside a real gain (ReLU fused into the conv), the adds still stay as they were
+    w = b.weight([64, 64, 3, 3], name="w")
+    g = b.build([b.relu(b.add(b.add(x, y), z)), b.relu(b.conv2d(b.add(b.add(x, z), y), w))])
+    result = optimize(g)
+    assert result.cost_after < result.cost_before
+    assert result.rewrites() == {"conv-relu-fuse": 1}
+
+
+def test_attribution_names_the_rules_that_paid() -> None:
+    result = optimize(models.load("nasrnn"), limits=Limits(iterations=3))
+    gains = result.attribution()
+    assert set(gains) <= set(result.rewrites()) and gains
+    assert all(0 <= ms <= result.cost_before for ms in gains.values())
+    assert max(gains.values()) > 0  # without the top rule the result is dearer
+    assert "gains    " in result.report(gains=True)
+
+
+def test_same_inputs_same_output() -> None:
+    """The same model, rules, cost table and settings give the same graph on every run."""
+    graph = models.load("squeezenet")
+    first, second = optimize(graph), optimize(graph)
+    assert first.graph.to_json() == second.graph.to_json()

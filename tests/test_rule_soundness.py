@@ -59,6 +59,7 @@ class _Ranks:
         self.parent: dict[Any, Any] = {}
         self.fixed: dict[Any, int] = {}
         self.matmul: set[Any] = set()
+        self.biases: set[Any] = set()  # matmul_bias biases: rank 1, broadcast by an ewadd
 
     def root(self, k: Any) -> Any:
         self.parent.setdefault(k, k)
@@ -101,15 +102,21 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     kids = [_walk_ranks(a, ranks) for a in _tensor_args(term)]
     ints = [a for a in term.args if isinstance(a, int)]
     op = term.op
-    if op in ("conv2d", "merge", "enlarge"):
+    if op in ("conv2d", "conv2d_bias", "merge", "enlarge"):
         for k in (key, *kids):
             ranks.fix(k, 4)
+    elif op == "matmul_bias":
+        for k in kids[:2]:
+            ranks.union(key, k)
+        ranks.matmul.add(ranks.root(key))
+        ranks.fix(kids[2], 1)
     elif op.startswith("concat"):
         for k in (key, *kids):
             ranks.fix(k, ints[1])
-    elif op in ("ewadd", "ewmul", "matmul", "relu", "tanh", "sigmoid", "dropout", "split"):
+    elif op in ("ewadd", "ewmul", "matmul", "relu", "relu6", "tanh", "sigmoid", "dropout", "split"):
         for k in kids:
-            ranks.union(key, k)
+            if k not in ranks.biases:
+                ranks.union(key, k)
         if op == "matmul":
             ranks.matmul.add(ranks.root(key))
     elif op in ("split_0", "split_1"):
@@ -231,9 +238,20 @@ class _Solver:
     def _op(self, p: Pattern, kids: list[Any]) -> Any:
         d, ints, op = self.dims, [a for a in p.args if isinstance(a, int)], p.op
         if op in ("ewadd", "ewmul"):
-            for x, y in zip(kids[0], kids[1], strict=True):
+            # right-aligned, as NumPy broadcasts (a matmul_bias's [N] bias against [M, N])
+            longer, shorter = sorted(kids[:2], key=len, reverse=True)
+            for x, y in zip(longer[::-1], shorter[::-1], strict=False):
                 d.unify(x, y)
-            return kids[0]
+            return longer
+        if op in ("conv2d_bias", "matmul_bias"):
+            out = self._op(Pattern(op.removesuffix("_bias"), p.args[:-1]), kids[:2])
+            bias = kids[2]
+            if op == "matmul_bias":
+                d.unify(bias[0], out[-1])
+            else:
+                for i, e in enumerate(bias):
+                    d.unify(e, out[1] if i == 1 else ("const", 1))
+            return out
         if op == "matmul":
             a, b = kids
             for x, y in zip(a[:-2], b[:-2], strict=True):
@@ -253,7 +271,7 @@ class _Solver:
                 for h, s in ((x[2], sh), (x[3], sw))
             ]
             return [x[0], w[0], *spatial]
-        if op in ("relu", "tanh", "sigmoid", "dropout"):
+        if op in ("relu", "relu6", "tanh", "sigmoid", "dropout"):
             return kids[0]
         if op.startswith("concat"):
             axis = ints[0]
@@ -283,6 +301,17 @@ class _Solver:
         raise AssertionError(f"generator does not know op {op!r}")
 
 
+def _patterns(rule: Rule) -> list[Pattern]:
+    """Every pattern node of both sides of ``rule``."""
+    out, stack = [], [*rule.lhs, *rule.rhs]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, Pattern):
+            out.append(t)
+            stack.extend(t.args)
+    return out
+
+
 def draw_shapes(
     rule: Rule, choose: Choose[Any], near_misses: Sequence[int] = NEAR_MISSES
 ) -> dict[str, tuple[int, ...]]:
@@ -290,6 +319,7 @@ def draw_shapes(
     ``choose(near_misses)`` times one dim of one variable is redrawn on its own (1 favoured:
     broadcasting is what element-wise guards are about)."""
     rk = _Ranks()
+    rk.biases = {_key(t.args[-1]) for t in _patterns(rule) if t.op == "matmul_bias"}
     for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True):
         rk.union(_walk_ranks(lhs, rk), _walk_ranks(rhs, rk))
     rank_of: dict[Any, int] = {}
@@ -434,6 +464,8 @@ def test_enlarge_rule_with_even_kernels(rule: Rule) -> None:
     wrong = 0
     for k1, k2 in [(1, 2), (1, 4), (3, 4), (2, 3), (2, 4), (1, 3), (3, 5)]:
         shapes = {"x": (1, 2, 5, 5), "w1": (2, 2, k1, k1), "w2": (3, 2, k2, k2)}
+        shapes |= {"b1": (1, 2, 1, 1), "b2": (1, 3, 1, 1)}  # the bias-aware merges
+        shapes = {v.name: shapes[v.name] for v in rule.bound}
         pair = rule_instance(rule, shapes)
         assert pair is not None
         ok = compare(*pair, rtol=RTOL, atol=ATOL).ok

@@ -2,7 +2,8 @@
 
 * :class:`CostModel` prices an :class:`OpSignature`; :class:`AnalyticModel` is a roofline for a
   named :class:`Device` (:data:`DEVICES`), :class:`TableModel` reads a :class:`CostTable`
-  (measured costs, shippable as Parquet) and falls back to another model.
+  (measured costs, shippable as Parquet) and falls back to another model; :class:`OrtModel`
+  times each signature in onnxruntime on this CPU (cached per machine).
 * :func:`price_egraph` prices every e-node set-at-a-time into ``enode_cost(enode, ms)``, with the
   concat and weight-precomputation policies of :class:`Pricing`.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from relsat.cost.analytic import DEVICES, AnalyticModel, Device, Kernel, kernels
 from relsat.cost.model import ZERO_COST, CostError, CostModel, OpSignature, Pricing
+from relsat.cost.ort import OrtModel, OrtTiming
 from relsat.cost.price import enode_signatures, price_egraph
 from relsat.cost.table import CostTable, TableModel
 
@@ -27,6 +29,8 @@ __all__ = [
     "Device",
     "Kernel",
     "OpSignature",
+    "OrtModel",
+    "OrtTiming",
     "Pricing",
     "TableModel",
     "enode_signatures",

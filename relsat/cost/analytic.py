@@ -15,8 +15,10 @@ op                 FLOPs                                                 bytes (
 =================  ====================================================  ===========================
 conv2d             2·N·O·H'·W'·(C/g)·kh·kw (+ activation epilogue)       input + weight + output
 matmul             2·batch·m·k·n                                         a + b + output
+conv2d_bias        as conv2d, + out for the bias (one fused kernel)      + bias
+matmul_bias        as matmul, + out for the bias and activation          + bias
 ewadd, ewmul       out                                                   a + b + output
-relu/sigmoid/tanh  1 / 4 / 4 per element                                 input + output
+relu/sigmoid/tanh  1 / 4 / 4 per element (relu6: 2)                      input + output
 poolmax, poolavg   out·kh·kw                                             input + output
 concat             0 (one copy kernel per input)                         2 · that input
 batchnorm          4 per element                                         all inputs + output
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relsat.cost.model import ZERO_COST, CostModel, OpSignature
 
@@ -56,8 +58,8 @@ __all__ = ["DEVICES", "AnalyticModel", "Device", "Kernel", "kernels"]
 
 BYTES = 4  # fp32
 #: FLOPs per element of an activation, by TASO's activation code (1 sigmoid, 2 ReLU, 3 tanh).
-ACTIVATION_FLOPS = {0: 0, 1: 4, 2: 1, 3: 4}
-_ACT_OPS = {"sigmoid": 1, "relu": 2, "tanh": 3}
+ACTIVATION_FLOPS = {0: 0, 1: 4, 2: 1, 3: 4, 4: 2}
+_ACT_OPS = {"sigmoid": 1, "relu": 2, "tanh": 3, "relu6": 4}
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,8 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return _matmul(sig, gemm_tile)
     if op == "conv2d":
         return _conv(sig, gemm_tile)
+    if op in ("conv2d_bias", "matmul_bias"):
+        return _fused_bias(sig, gemm_tile)
     if op in ("poolmax", "poolavg"):
         _arity(sig, 1, rank=4)
         pool = Kernel(bytes=_bytes(ins[0], out), flops=n_out * max(p[0], 1) * max(p[1], 1))
@@ -258,6 +262,21 @@ def _conv(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:
     # TASO times an unfused conv together with a bias-add kernel (§6.1).
     bias = Kernel(bytes=float(BYTES * (2 * n_out + o)), flops=n_out)
     return [conv, bias]
+
+
+def _fused_bias(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:
+    """A conv or GEMM with its bias and activation in the epilogue: one kernel that reads the
+    bias and spends an add (and the activation) per output element."""
+    if len(sig.inputs) != 3:
+        raise sig.error(f"expected 3 inputs, got {len(sig.inputs)}")
+    base = replace(sig, op=sig.op.removesuffix("_bias"), inputs=sig.inputs[:2])
+    main = (_conv if sig.op == "conv2d_bias" else _matmul)(base, tile)[0]
+    n_out = math.prod(sig.output)
+    act = sig.params[3] if sig.op == "conv2d_bias" else sig.params[0]
+    if act not in ACTIVATION_FLOPS:
+        raise sig.error(f"unknown activation code {act}")
+    epilogue = n_out * (1 + (0 if sig.op == "conv2d_bias" else ACTIVATION_FLOPS[act]))
+    return [replace(main, bytes=main.bytes + _bytes(sig.inputs[2]), flops=main.flops + epilogue)]
 
 
 class AnalyticModel(CostModel):

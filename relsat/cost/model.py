@@ -3,9 +3,12 @@
 An :class:`OpSignature` is everything that determines an operator's run time (TASO's cost-cache
 key, ``reference/SEMANTICS.md`` §6.1): the op, its integer parameters ``p0…p5`` and string
 parameter ``s`` in the e-node encoding (:func:`relsat.egraph.encode_node`), its input shapes in
-argument order and its output shape. A :class:`CostModel` prices signatures; backends (analytic
-roofline, a table of measurements, a GPU timing itself) all implement the same attributes
-(``name``, ``device``, ``source``) and ``cost``.
+argument order and its output shape. Optionally (``constants``) which inputs are weight-only: a
+runtime that prepacks constant weights (onnxruntime on a CPU) prices those differently, so a
+model that says so (``wants_constants``) gets the flags, and they become part of the key.
+A :class:`CostModel` prices signatures; backends (analytic roofline, a table of measurements, a
+GPU timing itself, onnxruntime on the CPU) all implement the same attributes (``name``,
+``device``, ``source``) and ``cost``.
 
 Whether a concat is copied or an all-weights operator is folded away is *not* part of the
 signature (it depends on where the operator sits, not on what it is): :class:`Pricing` applies
@@ -61,7 +64,13 @@ ZERO_COST = frozenset(
 class OpSignature:
     """One operator instance as far as its run time goes; hashable, with a stable text ``key``.
 
-    ``params`` is always six integers (absent ones -1), shapes are tuples of ints.
+    ``params`` is always six integers (absent ones -1), shapes are tuples of ints. ``constants``
+    is None (the default: not part of the signature) or one flag per input, True where that
+    input is weight-only; only a set ``constants`` enters ``key``, so signatures without it keep
+    the keys of cost tables written before it existed.
+
+    >>> OpSignature("matmul", (0,), "", ((2, 3), (3, 4)), (2, 4), (False, True)).key
+    '["matmul",[0,-1,-1,-1,-1,-1],"",[[2,3],[3,4]],[2,4],[false,true]]'
     """
 
     op: str
@@ -69,6 +78,7 @@ class OpSignature:
     s: str
     inputs: tuple[Shape, ...]
     output: Shape
+    constants: tuple[bool, ...] | None = None
 
     def __post_init__(self) -> None:
         params = tuple(int(p) for p in self.params)
@@ -82,14 +92,30 @@ class OpSignature:
         object.__setattr__(self, "params", params + (-1,) * (6 - len(params)))
         object.__setattr__(self, "inputs", tuple(tuple(int(d) for d in s) for s in self.inputs))
         object.__setattr__(self, "output", tuple(int(d) for d in self.output))
+        if self.constants is not None:
+            constants = tuple(bool(c) for c in self.constants)
+            if len(constants) != len(self.inputs):
+                raise CostError(
+                    f"{len(constants)} constant flags for {len(self.inputs)} inputs",
+                    op=self.op,
+                    inputs=self.inputs,
+                    output=self.output,
+                )
+            object.__setattr__(self, "constants", constants)
 
     @property
     def key(self) -> str:
         """A stable text key (compact JSON of all fields), the cost table's primary key."""
-        return json.dumps(
-            [self.op, list(self.params), self.s, [list(s) for s in self.inputs], list(self.output)],
-            separators=(",", ":"),
-        )
+        fields: list[object] = [
+            self.op,
+            list(self.params),
+            self.s,
+            [list(s) for s in self.inputs],
+            list(self.output),
+        ]
+        if self.constants is not None:
+            fields.append(list(self.constants))
+        return json.dumps(fields, separators=(",", ":"))
 
     def error(self, message: str, model: str | None = None) -> CostError:
         """A :class:`CostError` naming this signature."""
@@ -103,10 +129,18 @@ class CostModel(ABC):
     cost table's ``device`` column), ``source`` what is recorded as the ``source`` of the rows it
     prices (``"analytic"``, ``"measured:cudnn"``, …). Subclasses implement :meth:`cost`; a backend
     that prices many signatures faster at once overrides :meth:`costs`.
+
+    Two class attributes describe the runtime a model prices. ``wants_constants``: its prices
+    depend on which inputs are weight-only, so pricing fills :attr:`OpSignature.constants` (and
+    passes each signature through :meth:`canonical`). ``precomputes_weights``: the runtime folds
+    weight-only subgraphs before inference (an ONNX export does), so pricing charges them 0 unless
+    told otherwise (:class:`Pricing` ``precompute_weights``).
     """
 
     name: str
     device: str
+    wants_constants: bool = False
+    precomputes_weights: bool = False
 
     @property
     def source(self) -> str:
@@ -119,6 +153,12 @@ class CostModel(ABC):
     def costs(self, sigs: Sequence[OpSignature]) -> np.ndarray:
         """:meth:`cost` of each signature, as a float64 array."""
         return np.fromiter((self.cost(s) for s in sigs), dtype=np.float64, count=len(sigs))
+
+    def canonical(self, sig: OpSignature) -> OpSignature:
+        """The signature as this model keys it (default: ``sig`` itself). A model that
+        ``wants_constants`` drops the flags that do not change its price, so that signatures of
+        equal price share one key (and one measurement)."""
+        return sig
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ One query lists each e-node's operator signature (``sql/cost/enode_signatures.sq
 signatures numbered alike); each *distinct* signature is priced once, through the cost table
 (signatures it already holds for the model's device are not recomputed); the where-dependent
 policies (:class:`~relsat.cost.model.Pricing`) are applied per e-node with NumPy; the result is
-written to ``enode_cost(enode, ms)`` in one statement and returned.
+written to ``enode_cost(enode, ms)`` in one statement and returned. For a model that
+``wants_constants`` the signatures carry which inputs are weight-only, as the model keys them
+(:meth:`~relsat.cost.model.CostModel.canonical`).
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ __all__ = ["ENODE_COST_SCHEMA", "enode_signatures", "price_egraph"]
 ENODE_COST_SCHEMA = pa.schema([("enode", pa.int64()), ("ms", pa.float64())])
 
 
-def enode_signatures(egraph: EGraph) -> tuple[pa.Table, list[OpSignature]]:
+def enode_signatures(
+    egraph: EGraph, *, constants: bool = False
+) -> tuple[pa.Table, list[OpSignature]]:
     """Every e-node's row of ``sql/cost/enode_signatures.sql`` (columns enode, op, p0…p5, s,
-    inputs, output, all_weights, sig), and the distinct signatures indexed by ``sig``."""
+    inputs, output, all_weights, weight_only, sig), and the distinct signatures indexed by
+    ``sig``; with ``constants`` they carry ``weight_only`` as :attr:`OpSignature.constants`."""
     db = egraph.db
     db.script("cost/schema")
-    rows = db.arrow(sql_text("cost/enode_signatures"))
+    rows = db.arrow(sql_text("cost/enode_signatures"), {"constants": constants})
     # one representative row per signature (sig is dense from 0), in signature order
     _, first = np.unique(rows["sig"].to_numpy(), return_index=True)
     reps = rows.take(pa.array(first, pa.int64()))
@@ -41,6 +46,7 @@ def enode_signatures(egraph: EGraph) -> tuple[pa.Table, list[OpSignature]]:
             s=cols["s"][i],
             inputs=tuple(tuple(x) for x in cols["inputs"][i]),
             output=tuple(cols["output"][i]),
+            constants=tuple(cols["weight_only"][i]) if constants else None,
         )
         for i in range(reps.num_rows)
     ]
@@ -70,7 +76,9 @@ def price_egraph(
     [0.0, 0.005002, 0.005002]
     """
     pricing = Pricing(concat=concat, precompute_weights=precompute_weights)
-    rows, sigs = enode_signatures(egraph)
+    rows, sigs = enode_signatures(egraph, constants=model.wants_constants)
+    # distinct signatures may become equal here (flags the model ignores): priced once below
+    sigs = [model.canonical(s) for s in sigs]
     sig_ms = _price_signatures(egraph, model, sigs, table, cache)
     ms = sig_ms[rows["sig"].to_numpy()]
     free = pricing.free(
@@ -96,11 +104,13 @@ def _price_signatures(
     """The cost of each distinct signature: from the cache table where it has one, else from
     the model (and then stored in the table)."""
     if not cache:
-        return model.costs(sigs) if sigs else np.zeros(0)
+        unique = list(dict.fromkeys(sigs))
+        priced = dict(zip(unique, model.costs(unique).tolist(), strict=True)) if unique else {}
+        return np.array([priced[s] for s in sigs], dtype=np.float64)
     if table is None:
         table = model.table if isinstance(model, TableModel) else CostTable(egraph.db)
     known = table.lookup(model.device, sigs)
-    missing = [s for s in sigs if s not in known]
+    missing = [s for s in dict.fromkeys(sigs) if s not in known]
     if missing:
         fresh = model.costs(missing)
         table.insert(model.device, missing, fresh, model.source)

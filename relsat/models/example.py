@@ -35,24 +35,37 @@ def build() -> bytes:
 
     def conv(x: str, cin: int, cout: int, k: int, name: str, stride: int = 1) -> str:
         w, b = weight(f"{name}.weight", (cout, cin, k, k)), weight(f"{name}.bias", (cout,))
-        nodes.append(helper.make_node("Conv", [x, w, b], [f"{name}.out"], name=name,
-                                      kernel_shape=[k, k], strides=[stride, stride],
-                                      pads=[k // 2] * 4))
-        nodes.append(helper.make_node("Relu", [f"{name}.out"], [f"{name}.relu"],
-                                      name=f"{name}.act"))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, w, b],
+                [f"{name}.out"],
+                name=name,
+                kernel_shape=[k, k],
+                strides=[stride, stride],
+                pads=[k // 2] * 4,
+            )
+        )
+        nodes.append(
+            helper.make_node("Relu", [f"{name}.out"], [f"{name}.relu"], name=f"{name}.act")
+        )
         return f"{name}.relu"
 
     def fire(x: str, cin: int, squeeze: int, expand: int, name: str) -> str:
         s = conv(x, cin, squeeze, 1, f"{name}.squeeze")
         a = conv(s, squeeze, expand, 1, f"{name}.expand1x1")
         b = conv(s, squeeze, expand, 3, f"{name}.expand3x3")
-        nodes.append(helper.make_node("Concat", [a, b], [f"{name}.out"], name=f"{name}.cat",
-                                      axis=1))
+        nodes.append(
+            helper.make_node("Concat", [a, b], [f"{name}.out"], name=f"{name}.cat", axis=1)
+        )
         return f"{name}.out"
 
     x = conv("image", 3, 32, 3, "stem", stride=2)
-    nodes.append(helper.make_node("MaxPool", [x], ["pool1"], name="pool1", kernel_shape=[3, 3],
-                                  strides=[2, 2]))
+    nodes.append(
+        helper.make_node(
+            "MaxPool", [x], ["pool1"], name="pool1", kernel_shape=[3, 3], strides=[2, 2]
+        )
+    )
     x = fire("pool1", 32, 16, 32, "fire2")
     x = fire(x, 64, 16, 32, "fire3")
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
@@ -61,11 +74,15 @@ def build() -> bytes:
     nodes.append(helper.make_node("Gemm", ["flat", w, b], ["logits"], name="fc", transB=1))
     nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1))
     graph = helper.make_graph(
-        nodes, "relsat-example",
+        nodes,
+        "relsat-example",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 64, 64])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="relsat", ir_version=8)
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="relsat", ir_version=8
+    )
     onnx.checker.check_model(model, full_check=True)
     data: bytes = model.SerializeToString()
     return data

@@ -34,6 +34,9 @@ from relsat.errors import GraphError, ModelFormatError
 from relsat.graph import Graph, GraphBuilder, Tensor
 from relsat.ops import ACTIVATIONS, PADDINGS
 
+#: The activation codes TASO's files use (0 none, 1 sigmoid, 2 ReLU, 3 tanh; not relsat's ReLU6).
+TASO_ACTIVATIONS = ACTIVATIONS[:4]
+
 __all__ = ["BATCHNORM_EPSILON", "load_model", "parse_model"]
 
 #: The files do not store batchnorm's epsilon; TASO's kernel uses cuDNN's minimum, 1e-5.
@@ -120,7 +123,7 @@ def _conv2d(r: _Reader, rec: _Record, xs: list[Tensor]) -> Tensor:
     r.dims(rec, p[0:4], x, "input")
     r.dims(rec, p[4:8], w, "weight")
     padding = r.code(rec, 10, PADDINGS, "padding")
-    activation = r.code(rec, 11, ACTIVATIONS, "activation")
+    activation = r.code(rec, 11, TASO_ACTIVATIONS, "activation")
     return r.builder.conv2d(x, w, stride=(p[8], p[9]), padding=padding, activation=activation)
 
 
@@ -131,7 +134,7 @@ def _pool(r: _Reader, rec: _Record, xs: list[Tensor]) -> Tensor:
     if p[4] != rec.type:
         r.fail(rec, _PARAMS, f"pool type parameter {p[4]} differs from the op type {rec.type}")
     padding = r.code(rec, 9, PADDINGS, "padding")
-    r.code(rec, 10, ACTIVATIONS, "activation")  # checked, then dropped as TENSAT does
+    r.code(rec, 10, TASO_ACTIVATIONS, "activation")  # checked, then dropped as TENSAT does
     pool = r.builder.maxpool2d if rec.type == 6 else r.builder.avgpool2d
     return pool(x, kernel=(p[5], p[6]), stride=(p[7], p[8]), padding=padding, activation="NONE")
 
@@ -185,7 +188,7 @@ def _transpose(r: _Reader, rec: _Record, xs: list[Tensor]) -> Tensor:
 
 def _matmul(r: _Reader, rec: _Record, xs: list[Tensor]) -> Tensor:
     r.count(rec, 2)
-    activation = r.code(rec, 0, ACTIVATIONS, "activation")
+    activation = r.code(rec, 0, TASO_ACTIVATIONS, "activation")
     if rec.params[1] != xs[0].rank:
         r.fail(
             rec,

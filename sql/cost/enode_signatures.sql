@@ -1,8 +1,10 @@
 -- Every e-node with its operator signature: op, params, s, its children's shapes in argument
--- order, its output shape (its e-class's; piece 0 for a split's pair), and whether all its
--- children are weight-only. Identical signatures share a `sig` number (0-based, dense).
+-- order, its output shape (its e-class's; piece 0 for a split's pair), whether all its
+-- children are weight-only (`all_weights`) and whether each is (`weight_only`, in argument
+-- order). Identical signatures share a `sig` number (0-based, dense).
 -- A split_0/split_1 child is a pair class: its shape is piece 0 (irrelevant, they cost 0).
--- No parameters.
+-- $constants (BOOLEAN): whether `weight_only` is part of the signature (for cost models whose
+-- price depends on which inputs are weight-only); false numbers signatures as before.
 WITH child AS (
     SELECT id AS enode,
            unnest(range(arity)) AS pos,
@@ -11,6 +13,7 @@ WITH child AS (
 ), args AS (
     SELECT c.enode,
            list(k.shape ORDER BY c.pos) AS inputs,
+           list(k.all_weights ORDER BY c.pos) AS weight_only,
            bool_and(k.all_weights) AS all_weights
     FROM child c JOIN eclass k ON k.id = c.class
     GROUP BY c.enode
@@ -18,12 +21,16 @@ WITH child AS (
     SELECT e.id AS enode, e.op, e.p0, e.p1, e.p2, e.p3, e.p4, e.p5, e.s,
            coalesce(a.inputs, []::INTEGER[][]) AS inputs,
            o.shape AS output,
-           coalesce(a.all_weights, false) AS all_weights
+           coalesce(a.all_weights, false) AS all_weights,
+           coalesce(a.weight_only, []::BOOLEAN[]) AS weight_only
     FROM enode e
     JOIN eclass o ON o.id = e.class
     LEFT JOIN args a ON a.enode = e.id
 )
 SELECT *,
-       dense_rank() OVER (ORDER BY op, p0, p1, p2, p3, p4, p5, s, inputs, output) - 1 AS sig
+       dense_rank() OVER (
+           ORDER BY op, p0, p1, p2, p3, p4, p5, s, inputs, output,
+                    CASE WHEN $constants THEN weight_only END
+       ) - 1 AS sig
 FROM sig
 ORDER BY enode

@@ -4,7 +4,7 @@
 -- Partial matches: the classes where pattern node pid matches, with its variable bindings.
 CREATE TABLE IF NOT EXISTS sub (
     pid INTEGER NOT NULL, root BIGINT NOT NULL, fresh BOOLEAN NOT NULL, jk BIGINT NOT NULL,
-    v0 BIGINT, v1 BIGINT, v2 BIGINT, v3 BIGINT
+    v0 BIGINT, v1 BIGINT, v2 BIGINT, v3 BIGINT, v4 BIGINT, v5 BIGINT
 );
 
 -- Matches of whole rules: one row per (rule, roots, bindings).
@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS cand (
     p4 INTEGER NOT NULL, p5 INTEGER NOT NULL, arity INTEGER NOT NULL,
     c0 BIGINT NOT NULL, c1 BIGINT NOT NULL,
     class BIGINT,              -- existing class (hash-cons hit) or a fresh id
-    fresh BOOLEAN NOT NULL     -- the node does not exist yet
+    fresh BOOLEAN NOT NULL,    -- the node does not exist yet
+    c2 BIGINT NOT NULL         -- third child (fused bias ops), else -1
 );
 
 -- Distinct new e-nodes of the phase, with the analysis of their (new) class.
@@ -32,7 +33,8 @@ CREATE TABLE IF NOT EXISTS newnode (
     c0 BIGINT NOT NULL, c1 BIGINT NOT NULL,
     kind VARCHAR, shape INTEGER[], shape2 INTEGER[], splits INTEGER[][], all_weights BOOLEAN,
     valid BOOLEAN NOT NULL,
-    rule INTEGER NOT NULL      -- the first rule (lowest match id) that built it
+    rule INTEGER NOT NULL,     -- the first rule (lowest match id) that built it
+    c2 BIGINT NOT NULL         -- third child, else -1
 );
 
 -- The new classes that the accepted matches use (inserted into the e-graph).

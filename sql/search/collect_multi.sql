@@ -7,7 +7,7 @@ INSERT INTO match
 WITH pairs AS (
     SELECT DISTINCT r.rule, a.root AS root0, b.root AS root1,
            [coalesce(a.v0, b.v0), coalesce(a.v1, b.v1), coalesce(a.v2, b.v2),
-            coalesce(a.v3, b.v3)] AS v
+            coalesce(a.v3, b.v3), coalesce(a.v4, b.v4), coalesce(a.v5, b.v5)] AS v
     FROM rule_info r
     JOIN sub a ON a.pid = r.pid0
     JOIN sub b ON b.pid = r.pid1 AND b.jk = a.jk
@@ -17,6 +17,8 @@ WITH pairs AS (
       AND (a.v1 IS NULL OR b.v1 IS NULL OR a.v1 = b.v1)
       AND (a.v2 IS NULL OR b.v2 IS NULL OR a.v2 = b.v2)
       AND (a.v3 IS NULL OR b.v3 IS NULL OR a.v3 = b.v3)
+      AND (a.v4 IS NULL OR b.v4 IS NULL OR a.v4 = b.v4)
+      AND (a.v5 IS NULL OR b.v5 IS NULL OR a.v5 = b.v5)
 )
 SELECT row_number() OVER (ORDER BY rule, root0, root1, v) AS mid, rule, root0, root1, v, true,
        false
