@@ -251,7 +251,9 @@ def optimize(
     # Ties between equal-cost alternatives go to the input graph's e-nodes, then to fewer e-nodes.
     born0 = _input_enodes(egraph, enode_ids)
     tie = np.where(born0, TIE_BREAK_MS, TIE_BREAK_MS + TIE_BREAK_NEW_MS)
-    tied = replace(problem, node_cost=problem.node_cost + tie)
+    # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise.
+    margin = np.where(born0, 1.0, 1.0 + model.rewrite_margin)
+    tied = replace(problem, node_cost=problem.node_cost * margin + tie)
     extraction = extract(tied, method=extractor, **kw)
     extraction = replace(extraction, cost=dag_cost(problem, extraction.choice))
     seconds["extract"] = extraction.seconds or 0.0

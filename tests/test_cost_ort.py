@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,25 @@ def test_unit_weights_are_initializers_and_fused_units_export_as_written() -> No
     assert [i.name for i in onnx_model.graph.input] == ["x0"]
     assert [n.op_type for n in onnx_model.graph.node] == ["Conv", "Relu"]  # onnxruntime fuses
     assert [i.name for i in to_model(unit_graph(CONV)).graph.input] == ["x0", "x1"]
+
+
+def test_fused_bias_units_are_timed_as_one_conv_or_gemm() -> None:
+    conv = OpSignature(
+        "conv2d_bias",
+        (1, 1, 0, 2),
+        "",
+        ((1, 4, 8, 8), (8, 4, 3, 3), (1, 8, 1, 1)),
+        (1, 8, 8, 8),
+        constants=(False, True, True),
+    )
+    gemm = OpSignature(
+        "matmul_bias", (0,), "", ((4, 16), (16, 8), (8,)), (4, 8), constants=(False, True, True)
+    )
+    assert [n.op_type for n in to_model(unit_graph(conv)).graph.node] == ["Conv", "Relu"]
+    assert [n.op_type for n in to_model(unit_graph(gemm)).graph.node] == ["Gemm"]
+    m = model(cache=False)
+    prices = m.costs([conv, gemm])
+    assert np.all(prices > 0) and m.fallbacks == 0  # measured, not the fallback roofline
 
 
 def test_canonical_keeps_only_flags_onnxruntime_cares_about() -> None:
@@ -152,22 +172,23 @@ def test_another_identity_never_reuses_rows() -> None:
 
 
 def test_an_interrupted_run_leaves_a_readable_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    measure = OrtModel.measure
+    price_batch = OrtModel._price_batch
     on_disk: list[int] = []
-    m = model(save_every=0.0)
+    one_at_a_time = replace(FAST, batch=1)
+    m = model(save_every=0.0, timing=one_at_a_time)
 
-    def flaky(self: OrtModel, sig: OpSignature) -> float:
+    def flaky(self: OrtModel, batch: list[OpSignature]) -> list[float]:
         assert self.path is not None
         on_disk.append(pq.read_table(self.path).num_rows if self.path.exists() else 0)
         if len(on_disk) > 3:
             raise KeyboardInterrupt
-        return measure(self, sig)
+        return price_batch(self, batch)
 
-    monkeypatch.setattr(OrtModel, "measure", flaky)
+    monkeypatch.setattr(OrtModel, "_price_batch", flaky)
     with pytest.raises(KeyboardInterrupt):
         m.costs(TIMED)
-    assert on_disk == [0, 1, 2, 3]  # written after every unit: a kill loses at most one
-    monkeypatch.setattr(OrtModel, "measure", measure)
+    assert on_disk == [0, 1, 2, 3]  # written after every batch: a kill loses at most one
+    monkeypatch.setattr(OrtModel, "_price_batch", price_batch)
     again = model()
     assert again.cached == 3
     again.costs(TIMED)

@@ -134,13 +134,17 @@ class CostModel(ABC):
     depend on which inputs are weight-only, so pricing fills :attr:`OpSignature.constants` (and
     passes each signature through :meth:`canonical`). ``precomputes_weights``: the runtime folds
     weight-only subgraphs before inference (an ONNX export does), so pricing charges them 0 unless
-    told otherwise (:class:`Pricing` ``precompute_weights``).
+    told otherwise (:class:`Pricing` ``precompute_weights``). ``rewrite_margin``: the relative
+    uncertainty of its prices (0 for a formula, a few percent for timings); extraction charges
+    every e-node a rule created that much more, so a rewrite is taken only when it saves more
+    than the noise of its own prices.
     """
 
     name: str
     device: str
     wants_constants: bool = False
     precomputes_weights: bool = False
+    rewrite_margin: float = 0.0
 
     @property
     def source(self) -> str:
