@@ -174,7 +174,7 @@ def _finish_onnx(
 
     original = Path(args.input).read_bytes()
     names = [o.name for o in onnx.load_from_string(original).graph.output]
-    if _same_graph(graph, result.graph):
+    if _unchanged(graph, result):
         console.print("no rewrite chosen: the input model is kept unchanged")
         _write_kept(args, original, graph)
         return _Outcome("original", "no rewrite", "not needed (unchanged)")
@@ -233,6 +233,12 @@ def _write_kept(args: argparse.Namespace, onnx_bytes: bytes, graph: Graph) -> No
     path = Path(args.output)
     data = onnx_bytes if path.suffix == ".onnx" else graph.to_json(indent=1).encode()
     _write_atomic(path, data)
+
+
+def _unchanged(graph: Graph, result: Any) -> bool:
+    """No rewrite was chosen: every chosen e-node is the input's (duplicates that hash-consing
+    merged aside), or the graphs are the same computation."""
+    return not result.rewrites() or _same_graph(graph, result.graph)
 
 
 def _same_graph(a: Graph, b: Graph) -> bool:

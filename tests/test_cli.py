@@ -163,7 +163,7 @@ def _fake_latency(monkeypatch: pytest.MonkeyPatch, verdict: str | None) -> None:
     with a ``verdict``, compare_latency answers it without timing."""
     from relsat import cli, latency
 
-    monkeypatch.setattr(cli, "_same_graph", lambda a, b: False)
+    monkeypatch.setattr(cli, "_unchanged", lambda graph, result: False)
     if verdict is not None:
         ratio = {"faster": 0.5, "slower": 2.0, "same": 1.0}[verdict]
         fake = latency.LatencyComparison(1.0, ratio, ratio, ratio * 0.9, ratio * 1.1, 9, verdict, 1)

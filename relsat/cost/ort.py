@@ -75,6 +75,10 @@ ORT_ZERO_COST = frozenset(
     {"input", "weight", "noop", "dropout", "split_0", "split_1", "reshape", "merge", "enlarge"}
 )
 
+#: The timing protocol's version, part of the cache identity: prices measured under another
+#: protocol (2: round-robin passes, :class:`OrtTiming`) are never mixed with these.
+PROTOCOL = 2
+
 #: The input positions whose constness changes what onnxruntime does (it prepacks a constant
 #: conv weight, a constant MatMul/Gemm B; batchnorm parameters fold): only there does a unit make
 #: a weight-only input an initializer. Opaque ops: every position (their kernels may prepack).
@@ -198,7 +202,7 @@ class OrtModel(CostModel):
     ) -> None:
         self.settings = settings if settings is not None else OrtSettings()
         self.timing = timing if timing is not None else OrtTiming()
-        self.device = self.settings.machine()
+        self.device = f"{self.settings.machine()}|protocol{PROTOCOL}"
         self.fallback = fallback if fallback is not None else AnalyticModel("cpu")
         self.save_every = save_every
         self.progress = progress
