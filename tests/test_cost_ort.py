@@ -93,9 +93,38 @@ def test_canonical_keeps_only_flags_onnxruntime_cares_about() -> None:
     add = OpSignature("ewadd", (), "", ((2, 4), (4,)), (2, 4), (False, True))
     assert m.canonical(add).constants is None  # a bias add is an add
     assert m.canonical(add).key == OpSignature(*_plain(add)).key  # type: ignore[arg-type]
-    assert m.canonical(CONV_W) == CONV_W
+    assert m.canonical(CONV) == CONV  # a weight computed at run time: as it is
     both = OpSignature("matmul", (0,), "", ((4, 8), (8, 16)), (4, 16), (True, True))
-    assert m.canonical(both).constants == (False, True)  # left operand: never prepacked
+    assert m.canonical(both).constants == (False, True, True)  # left operand: never prepacked
+
+
+def test_one_kernel_one_price() -> None:
+    """A Conv with or without bias and fused activation is one onnxruntime kernel, a MatMul with
+    a constant weight plus its bias Add one Gemm: each priced as one measured unit."""
+    m = model(cache=False)
+    fused = m.canonical(
+        OpSignature(
+            "conv2d_bias",
+            (1, 1, 0, 2),
+            "",
+            ((1, 4, 8, 8), (8, 4, 3, 3), (1, 8, 1, 1)),
+            (1, 8, 8, 8),
+            constants=(False, True, True),
+        )
+    )
+    assert m.canonical(CONV_W) == fused
+    assert (fused.op, fused.params[3], fused.inputs[2]) == ("conv2d_bias", 0, (1, 8, 1, 1))
+    plain = OpSignature("matmul", (2,), "", ((4, 16), (16, 8)), (4, 8), constants=(False, True))
+    gemm = m.canonical(plain)
+    assert (gemm.op, gemm.params[0], gemm.inputs[2], gemm.constants) == (
+        "matmul_bias",
+        0,
+        (8,),
+        (False, True, True),
+    )
+    attention = OpSignature("matmul", (0,), "", ((4, 16), (16, 8)), (4, 8), (False, False))
+    assert m.canonical(attention).op == "matmul"  # both operands computed: a MatMul
+    assert m.costs([CONV_W])[0] == m.costs([fused])[0] and m.measured == 1
 
 
 def _plain(sig: OpSignature) -> tuple[object, ...]:

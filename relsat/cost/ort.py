@@ -76,8 +76,9 @@ ORT_ZERO_COST = frozenset(
 )
 
 #: The timing protocol's version, part of the cache identity: prices measured under another
-#: protocol (2: round-robin passes, :class:`OrtTiming`) are never mixed with these.
-PROTOCOL = 2
+#: protocol (2: round-robin passes, :class:`OrtTiming`; 3: one kernel, one price) are never
+#: mixed with these.
+PROTOCOL = 3
 
 #: The input positions whose constness changes what onnxruntime does (it prepacks a constant
 #: conv weight, a constant MatMul/Gemm B; batchnorm parameters fold): only there does a unit make
@@ -244,7 +245,7 @@ class OrtModel(CostModel):
             else CONSTANT_INPUTS.get(sig.op, frozenset())
         )
         flags = tuple(c and i in keep for i, c in enumerate(sig.constants))
-        return replace(sig, constants=flags if any(flags) and not all(flags) else None)
+        return _one_kernel(replace(sig, constants=flags if any(flags) and not all(flags) else None))
 
     def cost(self, sig: OpSignature) -> float:
         return float(self.costs([sig])[0])
@@ -460,6 +461,39 @@ class OrtModel(CostModel):
         ) as bar:
             task = bar.add_task("timing units in onnxruntime", total=total)
             yield lambda op: bar.update(task, advance=1, description=f"timing {op} units")
+
+
+def _one_kernel(sig: OpSignature) -> OpSignature:
+    """The unit onnxruntime runs ``sig`` as, when another signature is the same kernel.
+
+    onnxruntime runs a Conv with or without a bias, with or without a fused activation, as one
+    kernel (bias and activation in its epilogue), and fuses MatMul + bias Add into a Gemm (and
+    Gemm + activation): those are priced as one measured unit, the activation free. Measured
+    apart, two near-equal timings differ by their noise, and extraction would take whichever
+    was lucky — e.g. un-fusing ResNet's convs into conv + Add + Relu for a "gain" that
+    onnxruntime's own fusion erases at run time."""
+    constant_weight = sig.constants is not None and len(sig.inputs) >= 2 and sig.constants[1]
+    if sig.op in ("conv2d", "conv2d_bias") and constant_weight:
+        x, w = sig.inputs[:2]
+        assert sig.constants is not None
+        return replace(
+            sig,
+            op="conv2d_bias",
+            params=(*sig.params[:3], 0),
+            inputs=(x, w, (1, w[0], 1, 1)),
+            constants=(sig.constants[0], True, True),
+        )
+    if sig.op in ("matmul", "matmul_bias") and len(sig.inputs[0]) == 2 and constant_weight:
+        a, w = sig.inputs[:2]
+        assert sig.constants is not None
+        return replace(
+            sig,
+            op="matmul_bias",
+            params=(0,),
+            inputs=(a, w, (w[-1],)),
+            constants=(sig.constants[0], True, True),
+        )
+    return sig
 
 
 def _bind(session: Any) -> Any:
