@@ -4,8 +4,8 @@
 (the configuration relsat's ``ort-cpu`` cost model prices with) and returns a
 :class:`LatencyComparison` whose ``verdict`` says ``"faster"``, ``"slower"`` or ``"same"``.
 
-Protocol. Both sessions get the same inputs (float tensors N(0, 1) drawn as
-:func:`relsat.onnx.random_inputs` draws them, integer tensors zeros, booleans False) and
+Protocol. Both sessions get the same inputs (drawn as :func:`relsat.onnx.random_inputs` draws
+them: N(0, 1) floats, token ids in range, padded 0/1 masks, booleans) and
 ``warmup`` runs each. Then *rounds*: each round runs original, optimized, optimized, original
 (ABBA, so a linear drift of the machine's speed hits both alike), each block ``k`` back-to-back
 runs, ``k`` chosen per model from the warm-up so a block lasts about ``max_seconds / 200`` (tiny
@@ -16,8 +16,8 @@ ratio: the order statistics ``[r_(j), r_(n+1-j)]`` with the largest ``j`` such t
 ``P(Binomial(n, 1/2) < j) <= (1 - confidence) / 2`` (with fewer than 6 rounds no 95 % interval
 exists and the interval is the full range).
 
-Budget. Rounds continue until ``max_seconds`` (default 3 s, warm-up included) have passed and at
-least ``min_rounds`` (default 7) are done, or ``max_rounds`` (default 400) are done: a tiny model
+Budget. Rounds continue until ``max_seconds`` (default 10 s, warm-up included) have passed and at
+least ``min_rounds`` (default 15) are done, or ``max_rounds`` (default 400) are done: a tiny model
 gets hundreds of rounds, a model taking seconds per run gets ``min_rounds`` however long they
 take.
 
@@ -36,7 +36,6 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,8 +103,8 @@ def compare_latency(
     optimized: Any,
     *,
     settings: OrtSettings | None = None,
-    max_seconds: float = 3.0,
-    min_rounds: int = 7,
+    max_seconds: float = 10.0,
+    min_rounds: int = 15,
     max_rounds: int = 400,
     warmup: int = 3,
     min_gain: float = 0.01,
@@ -125,7 +124,7 @@ def compare_latency(
     start = time.perf_counter()
     run_a = _runner(original, "original", settings)
     run_b = _runner(optimized, "optimized", settings)
-    feed = _draw_inputs(run_b.session, run_a.session, seed)
+    feed = _draw_inputs(run_b.session, run_a.session, seed, (original, optimized))
     block_s = max_seconds / BLOCKS_PER_BUDGET
     k_a, k_b = _block_size(run_a, feed, warmup, block_s), _block_size(run_b, feed, warmup, block_s)
     a_ms: list[float] = []
@@ -214,31 +213,21 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-#: How inputs of each ONNX element type are drawn (one generator, inputs in sorted name order).
-_DRAW: dict[str, Callable[[np.random.Generator, list[int]], np.ndarray]] = {
-    "tensor(float)": lambda rng, shape: rng.standard_normal(shape).astype(np.float32),
-    "tensor(float16)": lambda rng, shape: rng.standard_normal(shape).astype(np.float16),
-    "tensor(double)": lambda rng, shape: rng.standard_normal(shape),
-    "tensor(bool)": lambda rng, shape: np.zeros(shape, dtype=bool),
-    # Integers are often indices or sizes: zeros are valid for every Gather, Slice and Expand.
-    **{
-        f"tensor({t})": (lambda dt: lambda rng, shape: np.zeros(shape, dtype=dt))(t)
-        for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-    },
-}
+def _draw_inputs(
+    session: Any, other: Any, seed: int, models: tuple[Any, ...] = ()
+) -> dict[str, np.ndarray]:
+    """One set of inputs for both sessions, drawn as :func:`relsat.onnx.random_inputs` draws
+    them (what an integer input is — ids, a mask — read off ``models``); dims the first session
+    leaves dynamic are taken from the second."""
+    from relsat.onnx_inputs import DRAWABLE, draw, kinds_of
 
-
-def _draw_inputs(session: Any, other: Any, seed: int) -> dict[str, np.ndarray]:
-    """One set of inputs for both sessions (float32 values equal to ``random_inputs``'s); dims
-    the first session leaves dynamic are taken from the second."""
     inputs = {i.name: i for i in session.get_inputs()}
     others = {i.name: i for i in other.get_inputs()}
     if sorted(inputs) != sorted(others):
         raise OnnxError(
             f"the models' inputs differ: original {sorted(others)} vs optimized {sorted(inputs)}"
         )
-    rng = np.random.default_rng(seed)
-    feed = {}
+    specs = {}
     for name in sorted(inputs):
         meta, dims = inputs[name], others[name].shape
         shape = [d if _static(d) else o for d, o in zip(meta.shape, dims, strict=False)]
@@ -246,11 +235,10 @@ def _draw_inputs(session: Any, other: Any, seed: int) -> dict[str, np.ndarray]:
             raise OnnxError(
                 f"input shapes {meta.shape} and {dims} differ or are dynamic", tensor=name
             )
-        draw = _DRAW.get(meta.type)
-        if draw is None:
+        if meta.type not in DRAWABLE:
             raise OnnxError(f"cannot draw inputs of type {meta.type}", tensor=name)
-        feed[name] = draw(rng, shape)
-    return feed
+        specs[name] = (meta.type, shape)
+    return draw(specs, kinds_of(*models), seed=seed)
 
 
 def _static(dim: Any) -> bool:
