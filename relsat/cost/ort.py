@@ -76,9 +76,9 @@ ORT_ZERO_COST = frozenset(
 )
 
 #: The timing protocol's version, part of the cache identity: prices measured under another
-#: protocol (2: round-robin passes, :class:`OrtTiming`; 3: one kernel, one price) are never
-#: mixed with these.
-PROTOCOL = 3
+#: protocol (2: round-robin passes, :class:`OrtTiming`; 3: one kernel, one price; 4: sessions
+#: without spinning threads, :class:`~relsat.runtime.OrtSettings`) are never mixed with these.
+PROTOCOL = 4
 
 #: The input positions whose constness changes what onnxruntime does (it prepacks a constant
 #: conv weight, a constant MatMul/Gemm B; batchnorm parameters fold): only there does a unit make
