@@ -55,8 +55,9 @@ def test_shipped_counts(shipped: RuleSet) -> None:
     assert len(tensat_part.multi) == 15
     assert sum(r.symmetric for r in tensat_part.multi) == 13
     fusion = load_rules(RULES_DIR / FUSION)
-    assert len(fusion.single) == 48 and len(fusion.multi) == 18  # see rules/bias.rules
-    assert len(shipped) == len(tensat_part) + len(fusion) == 201
+    assert len(fusion.single) == 43 and len(fusion.multi) == 18  # see rules/bias.rules
+    assert len(shipped) == len(tensat_part) + len(fusion) == 196
+    assert len(load_rules(RULES_DIR / "extra")) == 5  # bias un-fusing, off by default
     assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == [
         f"{f}.rules"
         for f in (
