@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -82,7 +83,7 @@ def _optimize(args: argparse.Namespace) -> int:
     if onnx_in:
         from relsat import onnx as ronnx
 
-        graph = ronnx.load(args.input, batch=args.batch)
+        graph = ronnx.load(args.input, input_shapes=_input_shapes(args), batch=args.batch)
         source = args.input
     else:
         graph = models.load(args.model)
@@ -92,6 +93,7 @@ def _optimize(args: argparse.Namespace) -> int:
     rules = load_rules(args.rules) if args.rules else None
     limits = Limits(nodes=args.nodes, iterations=args.iterations, seconds=args.time_limit)
     console.print(f"optimizing {source}: {len(graph)} nodes")
+    _print_opaque(graph, console)
 
     def on_phase(s: IterationStats) -> None:
         seconds = s.search_s + s.apply_s + s.rebuild_s + s.cycle_s
@@ -135,6 +137,36 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
+    """``--input-shape NAME=D,D,...`` (repeatable) as ``{name: dims}``."""
+    shapes: dict[str, list[int]] = {}
+    for spec in args.input_shape or []:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            values = [int(d) for d in dims.split(",")]
+        except ValueError:
+            values = []
+        if not sep or not name or not values or any(d < 1 for d in values):
+            raise _Usage(f"--input-shape wants NAME=D,D,... with positive dims, got {spec!r}")
+        if name in shapes:
+            raise _Usage(f"--input-shape gives {name!r} twice")
+        shapes[name] = values
+    return shapes
+
+
+def _print_opaque(graph: Graph, console: Any) -> None:
+    """One line: the operators kept opaque (not rewritten), by type and count."""
+    kept = Counter(n.params["type"] for n in graph.nodes if n.op == "opaque")
+    if kept:
+        total = sum(graph.op_counts().values())
+        console.print(
+            f"opaque: {sum(kept.values())} of {total} ops ("
+            + ", ".join(f"{t} {k}" for t, k in kept.most_common())
+            + ")",
+            soft_wrap=True,
+        )
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
     if args.threads < 0:
         raise _Usage(f"--threads must be >= 0 (0: onnxruntime's default), got {args.threads}")
@@ -173,12 +205,12 @@ def _finish_onnx(
     from relsat import onnx as ronnx
 
     original = Path(args.input).read_bytes()
-    names = [o.name for o in onnx.load_from_string(original).graph.output]
     if _unchanged(graph, result):
         console.print("no rewrite chosen: the input model is kept unchanged")
         _write_kept(args, original, graph)
         return _Outcome("original", "no rewrite", "not needed (unchanged)")
-    model = ronnx.to_model(result.graph, output_names=names)
+    # The input's interface is kept: inputs (unused ones too), outputs, order, element types.
+    model = ronnx.to_model(result.graph, like=onnx.load_from_string(original))
     verified = "no (--no-verify)"
     if not args.no_verify:
         check = ronnx.verify(args.input, model)
@@ -193,7 +225,7 @@ def _finish_onnx(
     if outcome.kept == "original":
         _write_kept(args, original, graph)
     else:
-        _write_kept(args, model.SerializeToString(), result.graph)
+        _write_kept(args, model, result.graph)
     return replace(outcome, verified=verified)
 
 
@@ -226,13 +258,34 @@ def _choose(args: argparse.Namespace, model: Any, console: Any) -> _Outcome:
     return _Outcome("original", why, latency=latency)
 
 
-def _write_kept(args: argparse.Namespace, onnx_bytes: bytes, graph: Graph) -> None:
-    """Write the kept model: its ONNX bytes to an ``.onnx`` output, else its relsat JSON."""
+def _write_kept(args: argparse.Namespace, model: Any, graph: Graph) -> None:
+    """Write the kept model to an ``.onnx`` output — the input's bytes as they are, or an
+    optimized ModelProto — else its relsat JSON. An input whose tensors are in external files is
+    written with its data (beside the output when too big for one file), so that the output does
+    not depend on the input's data files."""
     if not args.output:
         return
     path = Path(args.output)
-    data = onnx_bytes if path.suffix == ".onnx" else graph.to_json(indent=1).encode()
-    _write_atomic(path, data)
+    if path.suffix != ".onnx":
+        _write_atomic(path, graph.to_json(indent=1).encode())
+        return
+    from relsat.onnx_export import write_model
+
+    if isinstance(model, bytes) and _has_external_data(model):
+        import onnx
+
+        model = onnx.load(args.input)  # with its data, resolved beside the input
+    if isinstance(model, bytes):
+        _write_atomic(path, model)
+    else:
+        write_model(model, path)
+
+
+def _has_external_data(onnx_bytes: bytes) -> bool:
+    import onnx
+
+    tensors = onnx.load_from_string(onnx_bytes).graph.initializer
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors)
 
 
 def _unchanged(graph: Graph, result: Any) -> bool:
@@ -474,6 +527,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ilp-time-limit", type=float, default=60.0)
     p.add_argument("--db", help="keep the e-graph in this DuckDB file for inspection")
     p.add_argument("--batch", type=int, help="fix a dynamic batch dimension of an ONNX input")
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        metavar="NAME=D,D,...",
+        help="fix the shape of an ONNX input, e.g. input_ids=1,128 (repeatable)",
+    )
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
     p.add_argument(
         "--threads",
@@ -484,8 +543,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timing-seconds",
         type=float,
-        default=3.0,
-        help="time budget for timing original vs optimized (at least 7 rounds run)",
+        default=10.0,
+        help="time budget for timing original vs optimized (at least 15 rounds run)",
     )
     p.add_argument(
         "--keep-slower",

@@ -54,6 +54,11 @@ def decode(
         built[cls] = _node(b, row, kids, values or {})
         return built[cls]
 
+    # The interface first: every input of the source graph, in its order, used or not.
+    for row in sorted(rows.values(), key=lambda r: r["id"]):
+        cls = row["class"]
+        if row["op"] == "input" and row["born"] == 0 and choice.get(cls, row["id"]) == row["id"]:
+            built[cls] = _node(b, row, [], values or {})
     return b.build([build(c)[0] for c in outputs])
 
 

@@ -136,9 +136,10 @@ class Graph:
         return flags
 
     def reachable(self) -> Graph:
-        """The graph restricted to nodes the outputs depend on, renumbered (order kept)."""
+        """The graph restricted to nodes the outputs depend on, renumbered (order kept). Every
+        input stays, used or not: the inputs are the graph's interface."""
         keep = set()
-        stack = [r.node for r in self.outputs]
+        stack = [r.node for r in self.outputs] + [n.id for n in self.nodes if n.op == "input"]
         while stack:
             i = stack.pop()
             if i not in keep:

@@ -12,8 +12,11 @@ express (dilated conv, Gemm with alpha != 1, pooling with ceil_mode that changes
 tensors, ...) — becomes an *opaque* node that keeps its op_type, domain, opset, attributes,
 constant (non-float) inputs and all outputs, and is exported back unchanged; its output shapes come
 from ONNX shape inference. Explicit conv padding that is neither VALID nor TASO's SAME becomes an
-opaque ``Pad`` before a VALID conv. Only float32 graph inputs and outputs are supported; dynamic
-dims must be fixed with ``input_shapes`` or ``batch``.
+opaque ``Pad`` before a VALID conv. Graph inputs and outputs may have any tensor element type:
+tensors other than float32 (token ids, attention masks, shapes, booleans) are read only by opaque
+nodes (Gather of an embedding, Cast, Where, ...), so rewrites never touch them, and the float32
+regions between them are rewritten as usual. Every graph input is kept, used or not, in its
+order. Dynamic dims must be fixed with ``input_shapes`` or ``batch``.
 
 **Export** (:func:`save`, :func:`to_model`) writes opset 17 (``OPSET``) by default — or, when the
 graph holds opaque nodes imported from another opset, that opset, so they keep their meaning — with
@@ -25,17 +28,23 @@ relsat's NumPy kernels and stored as new initializers. Weights without data get 
 :func:`relsat.execute.random_values` draws (same ``seed``: the values :func:`relsat.run` uses), so
 the model runs.
 
+Inputs and outputs are written with the element types the opaque nodes reading and writing them
+recorded; ``like=`` (the original model) keeps its interface exactly: inputs (unused ones too) and
+outputs in its order, with its names and element types.
+
 **Verification** (:func:`verify`) runs two models in onnxruntime (CPUExecutionProvider) on the same
-random N(0, 1) float32 inputs and compares outputs by position: ``|a - b| <= atol * max(1, max|b|)
-+ rtol * |b|`` element-wise, default ``rtol=1e-4, atol=1e-5`` — the absolute term scales with the
-output's largest magnitude, because rewrites reorder float32 sums.
+random inputs, valid per input (:mod:`relsat.onnx_inputs`: N(0, 1) floats, token ids below the
+embedding table's size, padded 0/1 masks, booleans), and compares outputs by position:
+``|a - b| <= atol * max(1, max|b|) + rtol * |b|`` element-wise, default ``rtol=1e-4, atol=1e-5``
+— the absolute term scales with the output's largest magnitude, because rewrites reorder float32
+sums; equal values (infinities, NaN in both) match, and outputs that are not floats must be equal.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -107,47 +116,13 @@ def load(
     ``input_shapes`` gives full shapes by input name, ``batch`` the value of dynamic leading dims;
     a dim left dynamic raises :class:`OnnxError` naming the input. Initializers and Constant nodes
     become weights with their real values (``graph.values``). Raises :class:`OnnxError` for an
-    unreadable or invalid file, an opset below 7, non-float32 inputs or outputs, a node reading a
-    tensor nobody defines, or a shape ONNX cannot infer.
+    unreadable or invalid file, an opset below 7, inputs or outputs that are not tensors of a
+    known element type, sparse tensors, subgraphs (If/Loop/Scan), a node reading a tensor nobody
+    defines, or a shape ONNX cannot infer.
     """
     from relsat.onnx_import import load_model
 
-    try:
-        return load_model(path_or_model, input_shapes=input_shapes, batch=batch)
-    except DynamicShapeError as first:
-        # Exporters compute shapes at run time (Shape → Gather → Slice …, e.g. torch's attention).
-        # onnxruntime's constant folding resolves them when the input shapes are static; retry
-        # once on the folded model, else report the original problem.
-        try:
-            folded = _fold_constants(path_or_model)
-        except Exception:
-            raise first from None
-        try:
-            return load_model(folded, input_shapes=input_shapes, batch=batch)
-        except OnnxError:
-            raise first from None
-
-
-def _fold_constants(path_or_model: Any) -> Any:
-    """The model after onnxruntime's BASIC graph optimizations (constant folding)."""
-    import tempfile
-
-    import onnx
-    import onnxruntime as ort
-
-    with tempfile.TemporaryDirectory() as tmp:
-        source = Path(tmp) / "in.onnx"
-        if isinstance(path_or_model, str | os.PathLike):
-            source = Path(path_or_model)
-        else:
-            onnx.save(path_or_model, str(source))
-        target = Path(tmp) / "folded.onnx"
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        options.optimized_model_filepath = str(target)
-        options.log_severity_level = 3
-        ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-        return onnx.load(str(target))
+    return load_model(path_or_model, input_shapes=input_shapes, batch=batch)
 
 
 def to_model(
@@ -156,15 +131,19 @@ def to_model(
     opset: int | None = None,
     seed: int = 0,
     output_names: Sequence[str] | None = None,
+    like: Any = None,
 ) -> Any:
     """``graph`` as a checked ``onnx.ModelProto`` (see the module docstring for what is emitted).
 
     ``opset=None``: the opset opaque nodes were imported at, else :data:`OPSET`. Outputs are named
-    ``output_names``, else after their node's label (as :func:`load` sets them), else ``output<i>``.
+    ``output_names``, else as ``like``'s, else after their node's label (as :func:`load` sets
+    them), else ``output<i>``. ``like`` (a ModelProto or path, normally the model ``graph`` was
+    loaded from) gives the interface to keep: its inputs, unused ones included, and outputs, in
+    its order, with its names and element types (shapes as fixed in ``graph``).
     """
     from relsat.onnx_export import build_model
 
-    return build_model(graph, opset=opset, seed=seed, output_names=output_names)
+    return build_model(graph, opset=opset, seed=seed, output_names=output_names, like=like)
 
 
 def save(
@@ -174,6 +153,7 @@ def save(
     opset: int | None = None,
     seed: int = 0,
     output_names: Sequence[str] | None = None,
+    like: Any = None,
 ) -> Any:
     """Write ``graph`` to ``path`` as an ONNX model (:func:`to_model`) and return the model.
 
@@ -182,7 +162,7 @@ def save(
     """
     from relsat.onnx_export import write_model
 
-    model = to_model(graph, opset=opset, seed=seed, output_names=output_names)
+    model = to_model(graph, opset=opset, seed=seed, output_names=output_names, like=like)
     write_model(model, path)
     return model
 
@@ -195,10 +175,15 @@ def _session(model_or_path: Any) -> Any:
     import onnx
     import onnxruntime as ort
 
+    from relsat.onnx_data import MAX_INLINE_BYTES, save_beside
+
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: no warnings about unused initializers
     source = model_or_path
     if isinstance(model_or_path, onnx.ModelProto):
+        if model_or_path.ByteSize() > MAX_INLINE_BYTES:  # too big to pass as one protobuf
+            with tempfile.TemporaryDirectory() as tmp:
+                return _session(save_beside(model_or_path, tmp, "model.onnx"))
         source = model_or_path.SerializeToString()
     elif isinstance(model_or_path, os.PathLike):
         source = os.fspath(model_or_path)
@@ -222,7 +207,10 @@ def run_onnx(model_or_path: Any, inputs: Mapping[str, Any] | Sequence[Any]) -> l
     Returns the outputs in the model's order. Raises :class:`OnnxError` when the model cannot be
     loaded or run, or when inputs are missing or unknown.
     """
-    session = _session(model_or_path)
+    return _run(_session(model_or_path), inputs)
+
+
+def _run(session: Any, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
     names = [i.name for i in session.get_inputs()]
     if isinstance(inputs, Mapping):
         feed = dict(inputs)
@@ -245,17 +233,35 @@ def run_onnx(model_or_path: Any, inputs: Mapping[str, Any] | Sequence[Any]) -> l
 
 
 def random_inputs(model_or_path: Any, *, seed: int = 0) -> dict[str, np.ndarray]:
-    """N(0, 1) float32 arrays for the model's inputs, by name (sorted names, one generator)."""
-    session = _session(model_or_path)
-    rng = np.random.default_rng(seed)
-    out = {}
-    for i in sorted(session.get_inputs(), key=lambda i: i.name):
-        if i.type != "tensor(float)":
-            raise OnnxError(f"only float32 inputs can be drawn, not {i.type}", tensor=i.name)
-        if not all(isinstance(d, int) and d > 0 for d in i.shape):
+    """Random inputs for the model, by name, valid for what each input is (N(0, 1) floats, ids
+    below the size of the embedding they index, padded 0/1 masks, ...: :mod:`relsat.onnx_inputs`);
+    one generator, inputs in sorted name order. Raises :class:`OnnxError` for a dynamic dim or
+    an element type that cannot be drawn (strings)."""
+    from relsat.onnx_inputs import kinds_of
+
+    return _draw(_session(model_or_path), None, kinds_of(model_or_path), seed)
+
+
+def _draw(session: Any, other: Any, kinds: Any, seed: int) -> dict[str, np.ndarray]:
+    """Inputs of ``session``; dims it leaves dynamic are taken from ``other`` when given."""
+    from relsat.onnx_inputs import DRAWABLE, draw
+
+    others = {i.name: i.shape for i in other.get_inputs()} if other is not None else {}
+    specs = {}
+    for i in session.get_inputs():
+        shape, alt = list(i.shape), others.get(i.name, i.shape)
+        if len(alt) == len(shape):
+            shape = [d if _static(d) else o for d, o in zip(shape, alt, strict=True)]
+        if not all(_static(d) for d in shape):
             raise OnnxError(f"input has dynamic shape {i.shape}", tensor=i.name)
-        out[i.name] = rng.standard_normal(i.shape).astype(np.float32)
-    return out
+        if i.type not in DRAWABLE:
+            raise OnnxError(f"cannot draw inputs of type {i.type}", tensor=i.name)
+        specs[i.name] = (i.type, shape)
+    return draw(specs, kinds, seed=seed)
+
+
+def _static(dim: Any) -> bool:
+    return isinstance(dim, int) and dim > 0
 
 
 def verify(
@@ -268,22 +274,29 @@ def verify(
 ) -> Comparison:
     """Run both models (ModelProto or path) in onnxruntime on the same random inputs and compare.
 
-    Inputs are drawn for the optimized model (whose dims are static) by :func:`random_inputs`; the
-    two models must have the same input names. Outputs are compared by position:
-    ``ok`` iff every pair has the same shape and ``|a - b| <= atol + rtol |b|`` everywhere.
+    Inputs are drawn for the optimized model (whose dims are static; dims it leaves dynamic come
+    from the original) as :func:`random_inputs` draws them, what an input is read off both
+    models; the two models must have the same input names. Outputs are compared by position
+    (:func:`compare_outputs`).
     """
-    inputs = random_inputs(optimized, seed=seed)
-    names_orig = sorted(i.name for i in _session(original).get_inputs())
-    if names_orig != sorted(inputs):
-        raise OnnxError(f"the models' inputs differ: {names_orig} vs {sorted(inputs)}")
-    out1, out2 = run_onnx(original, inputs), run_onnx(optimized, inputs)
-    return compare_outputs(out1, out2, rtol=rtol, atol=atol)
+    from relsat.onnx_inputs import kinds_of
+
+    first, second = _session(original), _session(optimized)
+    names_orig = sorted(i.name for i in first.get_inputs())
+    names_opt = sorted(i.name for i in second.get_inputs())
+    if names_orig != names_opt:
+        raise OnnxError(f"the models' inputs differ: {names_orig} vs {names_opt}")
+    inputs = _draw(second, first, kinds_of(original, optimized), seed)
+    return compare_outputs(_run(first, inputs), _run(second, inputs), rtol=rtol, atol=atol)
 
 
 def compare_outputs(
     out1: Sequence[np.ndarray], out2: Sequence[np.ndarray], *, rtol: float, atol: float
 ) -> Comparison:
-    """Two lists of output arrays compared position by position, as a :class:`Comparison`."""
+    """Two lists of output arrays compared position by position, as a :class:`Comparison`:
+    ``ok`` iff every pair has the same shape and ``|a - b| <= atol * max(1, max|b|) + rtol * |b|``
+    wherever the values differ (equal infinities and NaN in both count as equal); outputs that
+    are not floating point must be equal."""
     reason = None
     if len(out1) != len(out2):
         reason = f"{len(out1)} outputs vs {len(out2)}"
@@ -297,7 +310,9 @@ def compare_outputs(
     max_abs, max_rel, close = [], [], []
     for a, b in zip(out1, out2, strict=True):
         a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-        diff = np.abs(a64 - b64)
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        with np.errstate(invalid="ignore"):
+            diff = np.where(same, 0.0, np.abs(a64 - b64))
         scale = np.maximum(np.abs(a64), np.abs(b64))
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.where(diff == 0, 0.0, diff / scale)
@@ -305,6 +320,8 @@ def compare_outputs(
         max_rel.append(float(rel.max(initial=0.0)))
         # atol scales with the output's range: rewrites reorder float32 sums, and an element
         # near zero of a large output can only be as exact as the output's magnitude allows.
-        tolerance = atol * max(1.0, float(np.abs(b64).max(initial=0.0))) + rtol * np.abs(b64)
-        close.append(bool(np.all(diff <= tolerance)))
+        finite = np.abs(b64[np.isfinite(b64)])
+        tolerance = atol * max(1.0, float(finite.max(initial=0.0))) + rtol * np.abs(b64)
+        exact = not (np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating))
+        close.append(bool(np.all(same)) if exact else bool(np.all(same | (diff <= tolerance))))
     return Comparison(all(close), tuple(max_abs), tuple(max_rel), tuple(close), rtol, atol)

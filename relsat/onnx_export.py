@@ -25,6 +25,8 @@ from relsat.ops import same_padding
 
 __all__ = ["build_model", "write_model"]
 
+FLOAT = TensorProto.FLOAT
+
 _ACTIVATION_OPS = {"RELU": "Relu", "SIGMOID": "Sigmoid", "TANH": "Tanh"}
 _SIMPLE = {
     "ewadd": "Add",
@@ -37,23 +39,11 @@ _SIMPLE = {
 
 
 def write_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
-    """Write ``model`` to a temporary file beside ``path``, then rename it into place."""
-    target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".relsat-", suffix=".onnx.tmp", dir=folder)
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, target)
-        tmp = None
-    except (OSError, ValueError) as exc:
-        raise OnnxError(
-            f"cannot write: {getattr(exc, 'strerror', None) or exc}", path=target
-        ) from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write ``model`` to ``path`` atomically, with external data beside it when it is too big
+    for one file (:func:`relsat.onnx_data.write_model`)."""
+    from relsat.onnx_data import write_model as write
+
+    write(model, path)
 
 
 def build_model(
@@ -62,9 +52,32 @@ def build_model(
     opset: int | None = None,
     seed: int = 0,
     output_names: Sequence[str] | None = None,
+    like: Any = None,
 ) -> onnx.ModelProto:
     """See :func:`relsat.onnx.to_model`."""
-    return _Exporter(graph, opset, seed, output_names).model()
+    interface = _interface(like) if like is not None else None
+    if interface is not None and output_names is None:
+        output_names = [o.name for o in interface.output]
+    return _Exporter(graph, opset, seed, output_names, interface).model()
+
+
+def _interface(like: Any) -> onnx.GraphProto:
+    """The graph inputs (initializers left out) and outputs of ``like`` (a ModelProto or path)."""
+    if isinstance(like, onnx.ModelProto):
+        source = like.graph
+    else:
+        path = os.fspath(like)
+        try:
+            source = onnx.load(path, load_external_data=False).graph
+        except Exception as exc:
+            raise OnnxError(
+                f"cannot read the model whose interface to keep: {exc}", path=path
+            ) from None
+    inits = {i.name for i in source.initializer}
+    out = onnx.GraphProto()
+    out.input.extend(vi for vi in source.input if vi.name not in inits)
+    out.output.extend(source.output)
+    return out
 
 
 def _tensor_pads(
@@ -116,10 +129,17 @@ def _plain_type(value: Any) -> int:
 
 class _Exporter:
     def __init__(
-        self, graph: Graph, opset: int | None, seed: int, output_names: Sequence[str] | None
+        self,
+        graph: Graph,
+        opset: int | None,
+        seed: int,
+        output_names: Sequence[str] | None,
+        interface: onnx.GraphProto | None = None,
     ) -> None:
         self.graph = graph
         self.seed = seed
+        self.interface = interface
+        self.dtypes = _recorded_dtypes(graph)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[TensorProto] = []
         self.init_of: dict[tuple[Ref, int], str] = {}
@@ -502,15 +522,45 @@ class _Exporter:
         onnx_node.attribute.extend(proto_attrs)
         self.nodes.append(onnx_node)
 
-    def _finish(self) -> onnx.ModelProto:
-        def info(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
-            return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+    def _inputs(self) -> list[onnx.ValueInfoProto]:
+        """The graph inputs: the graph's own (element types as recorded by their opaque
+        readers), or — given an interface to keep — its inputs in its order with its element
+        types, shapes fixed as in the graph, and unused ones the graph lacks declared as there."""
+        own = {n.name or "": n for n in self.graph.inputs}
+        if self.interface is None:
+            return [
+                helper.make_tensor_value_info(name, self.dtypes.get(Ref(n.id, 0), FLOAT), n.shape)
+                for name, n in own.items()
+            ]
+        declared = [vi.name for vi in self.interface.input]
+        extra = sorted(set(own) - set(declared))
+        if extra:
+            raise OnnxError(f"graph inputs {extra} are not inputs of the model to imitate")
+        inputs = []
+        for vi in self.interface.input:
+            if vi.name not in own:
+                inputs.append(vi)
+                continue
+            elem = vi.type.tensor_type.elem_type
+            inputs.append(helper.make_tensor_value_info(vi.name, elem, own[vi.name].shape))
+        return inputs
 
-        inputs = [info(n.name or "", n.shape) for n in self.graph.inputs]
-        outputs = [
-            info(name, self.graph.shape(r))
-            for r, name in zip(self.outputs, self.output_names, strict=True)
-        ]
+    def _outputs(self) -> list[onnx.ValueInfoProto]:
+        declared = list(self.interface.output) if self.interface is not None else []
+        if declared and len(declared) != len(self.outputs):
+            raise OnnxError(
+                f"the graph has {len(self.outputs)} outputs, the model to imitate {len(declared)}"
+            )
+        outputs = []
+        for i, (ref, name) in enumerate(zip(self.outputs, self.output_names, strict=True)):
+            elem = self.dtypes.get(ref, FLOAT)
+            if declared:
+                elem = declared[i].type.tensor_type.elem_type
+            outputs.append(helper.make_tensor_value_info(name, elem, self.graph.shape(ref)))
+        return outputs
+
+    def _finish(self) -> onnx.ModelProto:
+        inputs, outputs = self._inputs(), self._outputs()
         read = {name for n in self.nodes for name in n.input}
         inits = [t for t in self.inits if t.name in read]  # e.g. a bias also written 1-D
         graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, inits)
@@ -521,12 +571,40 @@ class _Exporter:
             graph, opset_imports=opsets, ir_version=ir, producer_name="relsat"
         )
         try:
-            onnx.checker.check_model(model, full_check=True)
+            _check(model)
         except Exception as exc:
             raise OnnxError(
                 f"exported model fails onnx.checker: {str(exc).strip().splitlines()[0]}"
             ) from None
         return model
+
+
+def _check(model: onnx.ModelProto) -> None:
+    """``onnx.checker`` with shape inference; a model too big for one protobuf is checked as
+    written to a temporary folder with its external data."""
+    from relsat.onnx_data import MAX_INLINE_BYTES, save_beside
+
+    if model.ByteSize() <= MAX_INLINE_BYTES:
+        onnx.checker.check_model(model, full_check=True)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.checker.check_model(save_beside(model, tmp, "model.onnx"), full_check=True)
+
+
+def _recorded_dtypes(graph: Graph) -> dict[Ref, int]:
+    """Element types other than float32 that opaque nodes imported from ONNX record for the
+    tensors they read (``in_dtypes``) and write (``out_dtypes``)."""
+    dtypes: dict[Ref, int] = {}
+    for n in graph.nodes:
+        if n.op != "opaque":
+            continue
+        meta = json.loads(n.params["attrs"]).get("_onnx") or {}
+        pairs = [*zip(n.inputs, meta.get("in_dtypes", []), strict=False)]
+        pairs += [(Ref(n.id, i), d) for i, d in enumerate(meta.get("out_dtypes", []))]
+        for ref, name in pairs:
+            elem = TensorProto.DataType.Value(name) if name != "UNDEFINED" else FLOAT
+            dtypes.setdefault(ref, elem)
+    return dtypes
 
 
 def _same_schema(op_type: str, old: int, new: int) -> bool:

@@ -4,12 +4,21 @@ An opaque node's ``attrs`` are its ONNX attributes as plain JSON values (tensors
 ``{"dtype", "dims", "data"}``) plus one ``"_onnx"`` entry that :mod:`relsat.onnx_export` reads back:
 ``domain``, ``opset``, attribute ``types``, the input ``layout`` (per ONNX input: ``"t"`` a relsat
 input, in order; ``""`` an omitted optional input; a tensor dict for a non-float constant) and
-``outputs`` (per ONNX output: 1 present, 0 omitted).
+``outputs`` (per ONNX output: 1 present, 0 omitted); where a tensor input or an output is not
+float32, also ``in_dtypes`` (per ``"t"`` input) and ``out_dtypes`` (per present output), ONNX
+element type names.
+
+Tensors of other element types than float32 (token ids, masks, shapes, booleans) cross the graph
+as relsat tensors too, but only opaque nodes read them: every handler of :mod:`relsat.onnx_ops`
+reads its operands through :meth:`Importer.tensor`, which refuses them, so no rewrite rule ever
+sees one. A graph input of any tensor type is a relsat ``input``; its element type is recorded by
+the opaque nodes reading it (``in_dtypes``), and the exporter writes it back from there.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,6 +30,7 @@ from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 from relsat.errors import GraphError
 from relsat.graph import Graph, GraphBuilder, Tensor
 from relsat.onnx import DynamicShapeError, OnnxError
+from relsat.onnx_data import read_array, resolve
 from relsat.onnx_ops import HANDLERS, Unmapped, attrs_of, encode_tensor
 
 __all__ = ["Importer", "load_model"]
@@ -55,6 +65,14 @@ def _encode_attr(attr: AttributeProto, where: dict[str, Any]) -> Any:
     return value
 
 
+def _dtype_name(elem: int) -> str:
+    """An ONNX element type's name (``"INT64"``); ``"UNDEFINED"`` for one inference left open."""
+    try:
+        return str(TensorProto.DataType.Name(elem))
+    except ValueError:
+        return "UNDEFINED"
+
+
 def _read(path_or_model: Any) -> tuple[onnx.ModelProto, str | None]:
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model, None
@@ -82,7 +100,61 @@ def load_model(
 ) -> Graph:
     """See :func:`relsat.onnx.load`."""
     model, path = _read(path_or_model)
-    return Importer(model, path, input_shapes or {}, batch).run()
+    importer = Importer(model, path, input_shapes or {}, batch)
+    try:
+        return importer.run()
+    except DynamicShapeError as first:
+        # Exporters compute shapes at run time (Shape → Gather → Slice …, e.g. torch's attention).
+        # onnxruntime's constant folding resolves them once the input shapes are fixed: retry
+        # once on the folded model with fixed inputs, else report the original problem.
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                folded = _fold_constants(importer.model, importer.data_dir, tmp)
+            except Exception:
+                raise first from None
+            try:
+                model = onnx.load(folded, load_external_data=False)
+                return Importer(model, path, {}, None, source=folded).run()
+            except OnnxError:
+                raise first from None
+
+
+def _fold_constants(model: onnx.ModelProto, data_dir: str | None, folder: str) -> str:
+    """The model after onnxruntime's BASIC graph optimizations (constant folding), written in
+    ``folder`` (large initializers in an external file beside it); returns its path."""
+    import onnxruntime as ort
+    from onnx.external_data_helper import load_external_data_for_model
+
+    source, target = os.path.join(folder, "in.onnx"), os.path.join(folder, "folded.onnx")
+    model = _copy(model)  # saving moves the data out of the model it writes
+    if data_dir is not None:
+        load_external_data_for_model(model, data_dir)
+    onnx.save_model(
+        model,
+        source,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="in.onnx.data",
+        size_threshold=1024,
+    )
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = target
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", "folded.onnx.data"
+    )
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+    )
+    options.log_severity_level = 3
+    ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return target
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
 
 
 class Importer:
@@ -94,8 +166,11 @@ class Importer:
         path: str | None,
         input_shapes: Mapping[str, Sequence[int]],
         batch: int | None,
+        source: str | None = None,
     ) -> None:
         self.path = path
+        self.source = source or path  # the file holding the model (and beside it, its data)
+        self.data_dir = os.path.dirname(os.path.abspath(self.source)) if self.source else None
         self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
         self.opsets.setdefault("", self.opsets.get("ai.onnx", 0))
         if self.opsets[""] < MIN_OPSET:
@@ -104,6 +179,7 @@ class Importer:
             )
         self.model = onnx.ModelProto()
         self.model.CopyFrom(model)
+        self.external = resolve(self.model, self.data_dir, path)  # large weights left outside
         self.g = GraphBuilder()
         self.env: dict[str, Tensor] = {}  # ONNX tensor name → relsat tensor
         self.consts: dict[str, np.ndarray] = {}  # initializers and Constant outputs
@@ -129,14 +205,10 @@ class Importer:
                 f"input_shapes names unknown inputs {unknown}; inputs are "
                 f"{[vi.name for vi in self.inputs]}"
             )
+        self.input_types: dict[str, int] = {}
         for vi in self.inputs:
             ttype = vi.type.tensor_type
-            if ttype.elem_type != FLOAT:
-                raise self.error(
-                    f"input type {TensorProto.DataType.Name(ttype.elem_type)} is not supported "
-                    "(only float32)",
-                    tensor=vi.name,
-                )
+            self.input_types[vi.name] = self._elem_type(vi, "input")
             dims = ttype.shape.dim
             given = input_shapes.get(vi.name)
             if given is not None and len(given) != len(dims):
@@ -163,11 +235,30 @@ class Importer:
                 d.Clear()
                 d.dim_value = int(value)
 
+    def _elem_type(self, vi: onnx.ValueInfoProto, what: str) -> int:
+        """The element type of a graph input or output; OnnxError unless a known tensor type."""
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise self.error(
+                f"{what} is a {kind or 'value of no type'}, not a tensor; only tensors are "
+                "supported",
+                tensor=vi.name,
+            )
+        elem = vi.type.tensor_type.elem_type
+        if elem == TensorProto.UNDEFINED or elem not in TensorProto.DataType.values():
+            raise self.error(f"{what} has unknown element type {elem}", tensor=vi.name)
+        return int(elem)
+
     def _node_id(self, k: int, node: NodeProto) -> dict[str, Any]:
         return {"node": node.name or f"#{k}", "op_type": node.op_type}
 
     def _check_structure(self) -> None:
         graph = self.model.graph
+        if graph.sparse_initializer:
+            name = graph.sparse_initializer[0].values.name or None
+            raise self.error("sparse initializers are not supported", tensor=name)
+        for out in graph.output:
+            self._elem_type(out, "output")
         defined = {vi.name for vi in graph.input} | {i.name for i in graph.initializer}
         for k, node in enumerate(graph.node):
             for name in node.input:
@@ -181,8 +272,8 @@ class Importer:
         for out in graph.output:
             if out.name not in defined:
                 raise self.error("graph output is not computed by any node", tensor=out.name)
-        try:
-            onnx.checker.check_model(self.model)
+        try:  # with data left in external files, the checker needs the folder they are in
+            onnx.checker.check_model(self.source if self.external and self.source else self.model)
         except (onnx.checker.ValidationError, Exception) as exc:
             raise self.error(f"invalid model: {str(exc).strip().splitlines()[0]}") from None
 
@@ -202,8 +293,8 @@ class Importer:
                     for d in tt.shape.dim
                 )
             self.types[vi.name] = (tt.elem_type, shape)
-        for init in g.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
+        for init in self.model.graph.initializer:
+            self.consts[init.name] = read_array(init, self.data_dir, self.path)
             self.const_types[init.name] = init.data_type
             self.types[init.name] = (init.data_type, tuple(init.dims))
 
@@ -219,10 +310,16 @@ class Importer:
             return None
         return tuple(int(d) for d in shape)  # type: ignore[arg-type]
 
-    def is_float(self, name: str) -> bool:
+    def dtype(self, name: str) -> int:
+        """The ONNX element type of tensor ``name`` (0 when shape inference leaves it open)."""
         if name in self.consts:
-            return self.const_types[name] == FLOAT
-        return self.types.get(name, (0, None))[0] == FLOAT
+            return self.const_types[name]
+        if name in self.input_types:
+            return self.input_types[name]
+        return self.types.get(name, (0, None))[0]
+
+    def is_float(self, name: str) -> bool:
+        return self.dtype(name) == FLOAT
 
     def tensor(self, name: str) -> Tensor:
         """The relsat tensor of a float32 ONNX tensor (constants become weights); else opaque."""
@@ -265,14 +362,16 @@ class Importer:
                 self.convert(k, node)
         outputs = []
         for out in graph.output:
-            if not self.is_float(out.name):
-                elem = self.types.get(out.name, (0, None))[0]
+            if out.name in self.env:
+                outputs.append(self.env[out.name])
+            elif self.is_float(out.name):
+                outputs.append(self.tensor(out.name))
+            else:
                 raise self.error(
-                    f"output type {TensorProto.DataType.Name(elem)} is not supported "
-                    "(only float32)",
+                    "a graph output that is a constant of type "
+                    f"{_dtype_name(self.dtype(out.name))} is not supported",
                     tensor=out.name,
                 )
-            outputs.append(self.tensor(out.name))
         try:
             return self.g.build(outputs).reachable()
         except GraphError as exc:
@@ -328,23 +427,22 @@ class Importer:
 
     def opaque(self, node: NodeProto, where: dict[str, Any]) -> None:
         layout: list[Any] = []
-        tensors = []
+        tensors, in_dtypes = [], []
         for name in node.input:
             if not name:
                 layout.append("")
-            elif name in self.env:
+                continue
+            if name in self.env:
                 tensors.append(self.env[name])
-                layout.append("t")
             elif self.is_float(name):
                 tensors.append(self.tensor(name))
-                layout.append("t")
             elif name in self.consts:
                 layout.append(encode_tensor(self.consts[name], self.const_types[name]))
-            else:  # a non-float tensor computed by an earlier opaque node
-                if name not in self.env:
-                    raise self.error(f"input {name!r} has no value", **where)
-                tensors.append(self.env[name])
-                layout.append("t")
+                continue
+            else:
+                raise self.error(f"input {name!r} has no value", **where)
+            layout.append("t")
+            in_dtypes.append(self.dtype(name))
         shapes, names = [], []
         for name in node.output:
             if not name:
@@ -359,7 +457,8 @@ class Importer:
                 )
             shapes.append(shape)
             names.append(name)
-        attrs: dict[str, Any] = {a.name: _encode_attr(a, where) for a in node.attribute}
+        located = {"path": self.path, **where}
+        attrs: dict[str, Any] = {a.name: _encode_attr(a, located) for a in node.attribute}
         attrs["_onnx"] = {
             "domain": node.domain,
             "opset": self.opsets.get(node.domain or "", self.opsets[""]),
@@ -367,6 +466,13 @@ class Importer:
             "inputs": layout,
             "outputs": [1 if o else 0 for o in node.output],
         }
+        out_dtypes = [self.dtype(name) for name in names]
+        # Element types other than float32 are recorded: the exporter declares graph inputs and
+        # outputs of these types from them (only where needed, so float graphs' attrs stay as
+        # they were).
+        for key, dtypes in (("in_dtypes", in_dtypes), ("out_dtypes", out_dtypes)):
+            if any(d != FLOAT for d in dtypes):
+                attrs["_onnx"][key] = [_dtype_name(d) for d in dtypes]
         try:
             outs = self.g.opaque(node.op_type, tensors, shapes, attrs, name=node.name or names[0])
         except GraphError as exc:

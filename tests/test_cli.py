@@ -252,3 +252,121 @@ def test_same_graph_ignores_node_order_and_inner_labels() -> None:
     b = GraphBuilder()
     x = b.input([4, 4], name="x")
     assert not _same_graph(graph("tr", None), b.build(b.add(b.relu(x), b.tanh(x))))
+
+
+# --- ONNX inputs of any element type; --input-shape ---------------------------------------------
+
+
+def _token_model(path: Path, dims: list[int | str]) -> None:
+    """int64 input_ids → Gather of an embedding → Linear, times the cast int64 attention_mask;
+    dims may be dynamic."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+        helper.make_node("MatMul", ["h", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["lin"]),
+        helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["maskf", "axis2"], ["mask3"]),
+        helper.make_node("Mul", ["lin", "mask3"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in (("emb", (40, 16)), ("w", (16, 16)), ("b", (16,)))
+    ]
+    inits.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "axis2"))
+    ids, mask = (
+        helper.make_tensor_value_info(n, TensorProto.INT64, dims)
+        for n in ("input_ids", "attention_mask")
+    )
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [*dims, 16])
+    graph = helper.make_graph(nodes, "tokens", [ids, mask], [y], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_token_ids_with_input_shapes_optimize_and_verify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import onnx
+
+    src, out = tmp_path / "tokens.onnx", tmp_path / "out.onnx"
+    _token_model(src, ["batch", "seq"])
+    _fake_latency(monkeypatch, None)  # export and verify whatever the rules find
+    shapes = ["--input-shape", "input_ids=2,8", "--input-shape", "attention_mask=2,8"]
+    assert main(["optimize", str(src), "-o", str(out), "--no-timing", *shapes]) == 0
+    text = capsys.readouterr().out
+    assert "opaque: 2 of" in text and "Gather 1" in text and "Cast 1" in text
+    assert "verified in onnxruntime" in text
+    written = onnx.load(str(out))
+    assert [(i.name, i.type.tensor_type.elem_type) for i in written.graph.input] == [
+        ("input_ids", onnx.TensorProto.INT64),
+        ("attention_mask", onnx.TensorProto.INT64),
+    ]
+    dims = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in written.graph.input]
+    assert dims == [[2, 8], [2, 8]]
+
+
+def test_input_shape_usage_and_onnx_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, out = tmp_path / "tokens.onnx", tmp_path / "out.onnx"
+    _token_model(src, ["batch", "seq"])
+    for bad in ("input_ids=2,x", "input_ids", "=2,8", "input_ids=0,8"):
+        assert main(["optimize", str(src), "-o", str(out), "--input-shape", bad]) == EXIT_USAGE
+        assert "--input-shape wants NAME=D,D,..." in capsys.readouterr().err
+    assert main(["optimize", str(src), "-o", str(out), "--input-shape", "ids=2,8"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown inputs ['ids']" in err and "tokens.onnx" in err
+    assert main(["optimize", str(src), "-o", str(out), "--batch", "1"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "'input_ids': dim 1 (seq) is dynamic" in err
+    assert list(tmp_path.iterdir()) == [src]  # nothing written
+
+
+def test_a_subgraph_is_one_error_line_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    r = helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "branch", [], [r])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Sign", ["s"], ["sign"]),
+        helper.make_node("Cast", ["sign"], ["c"], to=TensorProto.BOOL),
+        helper.make_node("If", ["c"], ["y"], name="choose", then_branch=branch, else_branch=branch),
+    ]
+    src, out = tmp_path / "if.onnx", tmp_path / "out.onnx"
+    graph = helper.make_graph(nodes, "if", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    assert main(["optimize", str(src), "-o", str(out)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "if.onnx" in err and "node 'choose' (If)" in err
+    assert list(tmp_path.iterdir()) == [src]
+
+
+def test_an_input_with_external_data_is_written_with_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import onnx
+
+    from relsat import cli
+    from relsat import onnx as ronnx
+
+    src, out = tmp_path / "in" / "tokens.onnx", tmp_path / "out" / "kept.onnx"
+    src.parent.mkdir()
+    out.parent.mkdir()
+    _token_model(tmp_path / "inline.onnx", [1, 8])
+    model = onnx.load(str(tmp_path / "inline.onnx"))
+    onnx.save_model(model, str(src), save_as_external_data=True, size_threshold=0)
+    monkeypatch.setattr(cli, "_unchanged", lambda graph, result: True)  # keep the input
+    assert main(["optimize", str(src), "-o", str(out), "--no-timing"]) == 0
+    assert "kept unchanged" in capsys.readouterr().out
+    assert sorted(p.name for p in out.parent.iterdir()) == ["kept.onnx"]  # the data came along
+    assert ronnx.verify(tmp_path / "inline.onnx", out).ok

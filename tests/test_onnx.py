@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,11 +14,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import relsat
 from relsat import models
-from relsat.graph import GraphBuilder
+from relsat.graph import Graph, GraphBuilder, Ref
 from relsat.onnx import OnnxError, load, random_inputs, run_onnx, save, to_model, verify
+from relsat.onnx_inputs import Kind, input_kinds
 
 RNG = np.random.default_rng(7)
 F = TensorProto.FLOAT
+I64 = TensorProto.INT64
 
 
 def init(name: str, *shape: int, scale: float = 0.3) -> onnx.TensorProto:
@@ -401,18 +404,6 @@ def test_missing_input_names_the_node() -> None:
     assert exc.value.node == "Add:y" and exc.value.op_type == "Add"
 
 
-def test_non_float_input_refused() -> None:
-    graph = helper.make_graph(
-        [node("Cast", ["x"], ["y"], to=F)],
-        "t",
-        [helper.make_tensor_value_info("x", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("y", F, [2])],
-    )
-    with pytest.raises(OnnxError, match="INT64") as exc:
-        load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    assert exc.value.tensor == "x"
-
-
 def test_unwritable_path_leaves_nothing(tmp_path: Path) -> None:
     graph = load(cnn())
     with pytest.raises(OnnxError, match="nowhere"):
@@ -484,3 +475,273 @@ def test_torch_transformer_export_loads(tmp_path: Path) -> None:
     out = tmp_path / "transformer-opt.onnx"
     save(relsat.optimize(graph, verify=False).graph, out, output_names=["y"])
     assert verify(path, str(out)).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# Any element type crosses the graph; the interface is kept
+
+
+def vi(name: str, elem: int, dims: Sequence[int | str]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, list(dims))
+
+
+def token_model(dims: Sequence[int | str] = (1, 8)) -> onnx.ModelProto:
+    """A transformer's embedding and masking: int64 input_ids → Gather of an embedding table →
+    Linear; the int64 attention_mask cast to float multiplies it; an int64 ArgMax output."""
+    nodes = [
+        node("Gather", ["emb", "input_ids"], ["h"]),
+        node("MatMul", ["h", "w"], ["m"]),
+        node("Add", ["m", "b"], ["lin"]),
+        node("Cast", ["attention_mask"], ["maskf"], to=F),
+        node("Unsqueeze", ["maskf", "axis2"], ["mask3"]),
+        node("Mul", ["lin", "mask3"], ["y"]),
+        node("ArgMax", ["y"], ["best"], axis=-1, keepdims=0),
+    ]
+    inits = [init("emb", 50, 16), init("w", 16, 16), init("b", 16), ints("axis2", [2])]
+    graph = helper.make_graph(
+        nodes,
+        "tokens",
+        [vi("input_ids", I64, dims), vi("attention_mask", I64, dims)],
+        [vi("y", F, [*dims, 16]), vi("best", I64, dims)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def non_float_readers(graph: Graph) -> set[str]:
+    """The ops reading a tensor that is not float32 (as the opaque nodes record it)."""
+    other: set[Ref] = set()
+    for n in graph.nodes:
+        if n.op == "opaque":
+            meta = json.loads(n.params["attrs"]).get("_onnx", {})
+            ins = zip(n.inputs, meta.get("in_dtypes", []), strict=False)
+            other |= {r for r, d in ins if d != "FLOAT"}
+            outs = enumerate(meta.get("out_dtypes", []))
+            other |= {Ref(n.id, i) for i, d in outs if d != "FLOAT"}
+    return {n.op for n in graph.nodes for r in n.inputs if r in other}
+
+
+def interface(model: onnx.ModelProto) -> list[list[tuple[str, int, list[int]]]]:
+    def sig(vis: Sequence[onnx.ValueInfoProto]) -> list[tuple[str, int, list[int]]]:
+        return [
+            (
+                v.name,
+                v.type.tensor_type.elem_type,
+                [d.dim_value for d in v.type.tensor_type.shape.dim],
+            )
+            for v in vis
+        ]
+
+    return [sig(model.graph.input), sig(model.graph.output)]
+
+
+def test_token_ids_and_masks_cross_the_graph() -> None:
+    model = token_model()
+    graph = load(model)
+    assert [(n.name, n.shape) for n in graph.inputs] == [
+        ("input_ids", (1, 8)),
+        ("attention_mask", (1, 8)),
+    ]
+    opaque = sorted(n.params["type"] for n in graph.nodes if n.op == "opaque")
+    assert opaque == ["ArgMax", "Cast", "Gather"]
+    assert graph.op_counts()["matmul_bias"] == 1  # the float region between them is mapped
+    assert non_float_readers(graph) == {"opaque"}  # no rule can see an int64 tensor
+    exported = to_model(graph, output_names=["y", "best"])  # types from the opaque records
+    assert interface(exported) == interface(model)
+    assert verify(model, exported).ok
+    optimized = relsat.optimize(graph, verify=False, cost_model="analytic").graph
+    assert non_float_readers(optimized) == {"opaque"}
+    assert verify(model, to_model(optimized, like=model)).ok
+
+
+def test_inputs_are_drawn_valid_per_element_type() -> None:
+    nodes = [
+        node("Cast", ["ids"], ["ids32"], to=TensorProto.INT32),
+        node("Gather", ["small_table", "ids32"], ["g1"]),
+        node("Gather", ["big_table", "ids"], ["g2"]),
+        node("Add", ["g1", "g2"], ["y"]),
+    ]
+    inits = [init("small_table", 7, 3), init("big_table", 30, 3)]
+    dims = [4, 6]
+    inputs = [
+        vi("ids", I64, dims),
+        vi("attention_mask", I64, dims),
+        vi("flags", TensorProto.BOOL, dims),
+        vi("steps", TensorProto.INT32, [3]),
+        vi("x", F, dims),
+    ]
+    graph = helper.make_graph(nodes, "draw", inputs, [vi("y", F, [*dims, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert input_kinds(model) == {
+        "ids": Kind("index", 7),  # the smaller of the two tables it indexes
+        "attention_mask": Kind("mask"),
+        "steps": Kind("small"),
+    }
+    drawn = random_inputs(model, seed=3)
+    assert drawn["ids"].dtype == np.int64 and 0 <= drawn["ids"].min() <= drawn["ids"].max() < 7
+    mask = drawn["attention_mask"]
+    assert mask.dtype == np.int64 and set(np.unique(mask)) <= {0, 1}
+    assert (mask[:, 0] == 1).all() and (np.diff(mask, axis=1) <= 0).all()  # padded rows
+    assert drawn["flags"].dtype == np.bool_
+    assert drawn["steps"].dtype == np.int32 and drawn["steps"].max() < 4
+    assert drawn["x"].dtype == np.float32
+    assert verify(model, model, seed=3).ok  # every id is in range for onnxruntime's Gather
+
+
+def dead_inputs_model() -> onnx.ModelProto:
+    """Two unused inputs (one bool), outputs in an order of their own, one of them int64."""
+    nodes = [node("Relu", ["x"], ["a"]), node("ArgMax", ["a"], ["b"], axis=1, keepdims=0)]
+    inputs = [vi("unused", F, [3]), vi("x", F, [2, 4]), vi("flags", TensorProto.BOOL, [2])]
+    graph = helper.make_graph(nodes, "dead", inputs, [vi("b", I64, [2]), vi("a", F, [2, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_interface_is_kept_exactly() -> None:
+    model = dead_inputs_model()
+    graph = load(model)
+    assert [n.name for n in graph.inputs] == ["unused", "x", "flags"]  # used or not, in order
+    assert interface(to_model(graph, like=model)) == interface(model)
+    assert verify(model, to_model(graph, like=model)).ok
+    optimized = relsat.optimize(graph, verify=False, cost_model="analytic").graph
+    assert interface(to_model(optimized, like=model)) == interface(model)
+    # without ``like`` only the types opaque nodes record are known: the unused bool is float
+    assert [i.name for i in to_model(optimized).graph.input] == ["unused", "x", "flags"]
+
+
+def test_a_built_graph_with_a_dead_input_optimizes_and_verifies() -> None:
+    b = GraphBuilder()
+    b.input([3], name="unused")
+    x = b.input([4, 8], name="x")
+    y = b.matmul(x, b.weight([8, 8]), activation="RELU")
+    graph = b.build(b.add(y, y))
+    assert [n.name for n in graph.reachable().inputs] == ["unused", "x"]
+    result = relsat.optimize(graph)
+    assert result.verified
+    assert [n.name for n in result.graph.inputs] == ["unused", "x"]
+    assert verify(to_model(graph), to_model(result.graph)).ok
+
+
+def _if_model() -> onnx.ModelProto:
+    branch = helper.make_graph([node("Relu", ["x"], ["r"])], "branch", [], [vi("r", F, [2])])
+    nodes = [
+        node("ReduceSum", ["x"], ["s"], keepdims=0),
+        node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], name="choose", then_branch=branch, else_branch=branch),
+    ]
+    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+    return make(nodes, {"x": [2]}, {"y": [2]}, [zero])
+
+
+def _sparse_model() -> onnx.ModelProto:
+    model = make([node("Add", ["x", "sp"], ["y"])], {"x": [4]}, {"y": [4]})
+    values = numpy_helper.from_array(np.array([1.0], dtype=np.float32), "sp")
+    indices = numpy_helper.from_array(np.array([2], dtype=np.int64), "sp_idx")
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [4]))
+    return model
+
+
+def _unknown_dtype_model() -> onnx.ModelProto:
+    model = make([node("Identity", ["x"], ["y"])], {"x": [2]}, {"y": [2]})
+    model.graph.input[0].type.tensor_type.elem_type = 99
+    return model
+
+
+def _sequence_input_model() -> onnx.ModelProto:
+    model = make([node("SequenceLength", ["x"], ["y"])], {}, {})
+    model.graph.input.append(helper.make_tensor_sequence_value_info("x", F, [2]))
+    model.graph.output.append(vi("y", I64, []))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("build", "message", "fields"),
+    [
+        (_if_model, "GRAPH.*subgraphs", {"node": "choose", "op_type": "If"}),
+        (_sparse_model, "sparse", {"tensor": "sp"}),
+        (_unknown_dtype_model, "unknown element type 99", {"tensor": "x"}),
+        (_sequence_input_model, "sequence_type, not a tensor", {"tensor": "x"}),
+    ],
+)
+def test_unsupported_constructs_are_one_onnx_error(
+    build: object, message: str, fields: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(build().SerializeToString())  # type: ignore[operator]
+    with pytest.raises(OnnxError, match=message) as exc:
+        load(path)
+    assert exc.value.path == str(path) and str(exc.value).startswith(str(path))
+    assert "\n" not in str(exc.value)
+    for key, value in fields.items():
+        assert getattr(exc.value, key) == value
+
+
+# ---------------------------------------------------------------------------------------------
+# External data
+
+
+def save_external(model: onnx.ModelProto, path: Path) -> None:
+    """``model`` at ``path`` with every tensor in ``path.data`` (as exporters write big models)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    onnx.save_model(
+        copy, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=0
+    )
+
+
+def test_external_data_is_read_relative_to_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = cnn()
+    path = tmp_path / "models" / "cnn.onnx"
+    save_external(model, path)
+    assert any(
+        t.data_location == TensorProto.EXTERNAL
+        for t in onnx.load(path, load_external_data=False).graph.initializer
+    )
+    monkeypatch.chdir(tmp_path)  # not the model's folder
+    graph = load(path)
+    assert graph == load(model)
+    assert verify(model, to_model(graph)).ok
+    shapes = tmp_path / "shapes" / "m.onnx"  # the constant-folding retry reads the data too
+    save_external(_shape_computing_model(), shapes)
+    assert load(shapes).output_shapes == [(2, 3, 2)]
+    with pytest.raises(OnnxError, match="from its path") as exc:  # in memory: no folder
+        load(onnx.load(path, load_external_data=False))
+    assert exc.value.tensor == "w1"
+
+
+def test_a_missing_external_data_file_is_one_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cnn.onnx"
+    save_external(cnn(), path)
+    (tmp_path / "cnn.onnx.data").rename(tmp_path / "elsewhere.data")
+    with pytest.raises(OnnxError, match=r"external data file 'cnn\.onnx\.data' is missing") as exc:
+        load(path)
+    assert exc.value.path == str(path) and exc.value.tensor == "w1"
+    from relsat.cli import EXIT_ERROR, main
+
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(path), "-o", str(out)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cnn.onnx.data" in err and "'w1'" in err
+    assert sorted(os.listdir(tmp_path)) == ["cnn.onnx", "elsewhere.data"]
+
+
+def test_a_model_too_big_for_one_file_is_written_with_external_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relsat import onnx_data
+
+    model = cnn()
+    graph = load(model)
+    monkeypatch.setattr(onnx_data, "MAX_INLINE_BYTES", 1000)  # cnn() is ~3 kB: "too big"
+    monkeypatch.setattr(onnx_data, "EXTERNAL_MIN_BYTES", 100)
+    path = tmp_path / "out.onnx"
+    written = save(graph, path)
+    assert sorted(os.listdir(tmp_path)) == ["out.onnx", "out.onnx.data"]  # no temporary left
+    assert path.stat().st_size < written.ByteSize() / 2
+    assert written.graph.initializer[0].HasField("raw_data")  # the returned model keeps its data
+    assert verify(model, path).ok and verify(model, written).ok
+    assert load(path) == load(written)
