@@ -53,6 +53,7 @@ def test_a_much_lighter_model_is_faster(heavy: Any, light: Any) -> None:
     assert c.ratio_low <= c.ratio <= c.ratio_high < 0.2
     assert c.rounds >= 7 and len(c.ratios) == c.rounds
     assert c.optimized_ms < c.original_ms
+    assert c.control_low <= c.control <= c.control_high  # the A/A control: only noise
     assert c.report().startswith("onnxruntime CPU (1 thread): ")
     assert "x faster (ratio " in c.report() and f"{c.rounds} rounds)" in c.report()
 
@@ -65,7 +66,7 @@ def test_a_much_heavier_model_is_slower_and_bytes_work(heavy: Any, light: Any) -
 
 
 def test_paths_are_read_and_non_float_inputs_drawn(tmp_path: Path) -> None:
-    """int64 indices are drawn as zeros (valid for Gather), booleans as False."""
+    """Paths are read, and int64 and bool inputs are drawn (relsat.onnx.random_inputs)."""
     inputs = [
         helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256]),
         helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
@@ -127,5 +128,9 @@ def test_verdicts_follow_the_interval() -> None:
     assert _verdict(0.98, 0.995, 0.01) == "same"  # faster, but by less than the 1 % minimum
     assert _verdict(0.97, 1.02, 0.01) == "same"
     assert _verdict(1.01, 1.2, 0.01) == "slower"
+    # beyond what the A/A control shows, too: a burst of load moves the control as well
+    assert _verdict(0.8, 0.98, 0.01, control_low=0.96, control_high=0.99) == "same"
+    assert _verdict(0.8, 0.95, 0.01, control_low=0.96, control_high=0.99) == "faster"
+    assert _verdict(1.01, 1.2, 0.01, control_low=1.0, control_high=1.05) == "same"
     same = LatencyComparison(2.0, 2.0, 1.0, 0.97, 1.02, 9, "same", 2)
     assert "no difference beyond noise" in same.report() and same.speedup == 1.0
