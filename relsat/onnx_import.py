@@ -357,6 +357,15 @@ class Importer:
         for vi in self.inputs:
             dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
             self.env[vi.name] = self.g.input(dims, name=vi.name)
+        # Constants first: a handler may look ahead at a reader's constant operands (a Conv
+        # fusing the Clip after it reads the Clip's bounds, which exporters emit after the Conv).
+        plain = (AttributeProto.TENSOR, AttributeProto.FLOAT, AttributeProto.FLOATS)
+        plain += (AttributeProto.INT, AttributeProto.INTS)
+        for k, node in enumerate(graph.node):
+            is_const = node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+            if is_const and node.attribute and node.attribute[0].type in plain:
+                self.constant(node, self._node_id(k, node))
+                self.skip.add(k)
         for k, node in enumerate(graph.node):
             if k not in self.skip:
                 self.convert(k, node)

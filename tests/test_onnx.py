@@ -162,6 +162,20 @@ def test_linear_layers_become_fused_gemms_and_merge() -> None:
     assert sum(n.op_type == "Gemm" for n in merged.graph.node) == 2
 
 
+def test_conv_fuses_a_relu6_whose_bounds_come_later() -> None:
+    """torch writes ReLU6 as Clip(conv, Constant, Constant) with the Constants after the Conv."""
+    lo = helper.make_node("Constant", [], ["lo"], value=numpy_helper.from_array(np.float32(0)))
+    hi = helper.make_node("Constant", [], ["hi"], value=numpy_helper.from_array(np.float32(6)))
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), lo, hi]
+    nodes.append(node("Clip", ["c", "lo", "hi"], ["y"]))
+    model = make(
+        nodes, {"x": [1, 2, 6, 6]}, {"y": [1, 4, 6, 6]}, [init("w", 4, 2, 3, 3), init("b", 4)]
+    )
+    graph = check_model(model)
+    assert graph.op_counts() == {"conv2d_bias": 1}
+    assert graph.nodes[-1].params["activation"] == "RELU6"
+
+
 def test_clip_relu6_and_other_clips() -> None:
     nodes = [
         node("Clip", ["x", "lo", "hi"], ["a"]),
