@@ -69,15 +69,18 @@ def test_unit_weights_are_initializers_and_fused_units_export_as_written() -> No
     assert [i.name for i in to_model(unit_graph(CONV)).graph.input] == ["x0", "x1"]
 
 
+CONV_BIAS = OpSignature(  # CONV_W with a bias: one fused Conv+bias+Relu unit
+    "conv2d_bias",
+    (1, 1, 0, 2),
+    "",
+    ((1, 4, 8, 8), (8, 4, 3, 3), (1, 8, 1, 1)),
+    (1, 8, 8, 8),
+    constants=(False, True, True),
+)
+
+
 def test_fused_bias_units_are_timed_as_one_conv_or_gemm() -> None:
-    conv = OpSignature(
-        "conv2d_bias",
-        (1, 1, 0, 2),
-        "",
-        ((1, 4, 8, 8), (8, 4, 3, 3), (1, 8, 1, 1)),
-        (1, 8, 8, 8),
-        constants=(False, True, True),
-    )
+    conv = CONV_BIAS
     gemm = OpSignature(
         "matmul_bias", (0,), "", ((4, 16), (16, 8), (8,)), (4, 8), constants=(False, True, True)
     )
@@ -102,16 +105,7 @@ def test_one_kernel_one_price() -> None:
     """A Conv with or without bias and fused activation is one onnxruntime kernel, a MatMul with
     a constant weight plus its bias Add one Gemm: each priced as one measured unit."""
     m = model(cache=False)
-    fused = m.canonical(
-        OpSignature(
-            "conv2d_bias",
-            (1, 1, 0, 2),
-            "",
-            ((1, 4, 8, 8), (8, 4, 3, 3), (1, 8, 1, 1)),
-            (1, 8, 8, 8),
-            constants=(False, True, True),
-        )
-    )
+    fused = m.canonical(CONV_BIAS)
     assert m.canonical(CONV_W) == fused
     assert (fused.op, fused.params[3], fused.inputs[2]) == ("conv2d_bias", 0, (1, 8, 1, 1))
     plain = OpSignature("matmul", (2,), "", ((4, 16), (16, 8)), (4, 8), constants=(False, True))
