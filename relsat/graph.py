@@ -70,9 +70,12 @@ class Graph:
         self.outputs: tuple[Ref, ...] = tuple(outputs)
         frozen = {}
         for key, arr in (values or {}).items():
-            arr = np.array(arr, dtype=np.float32)
-            arr.setflags(write=False)
-            frozen[key] = arr
+            if not (
+                isinstance(arr, np.ndarray) and arr.dtype == np.float32 and not arr.flags.writeable
+            ):
+                arr = np.array(arr, dtype=np.float32)  # a private, read-only copy, once
+                arr.setflags(write=False)
+            frozen[key] = arr  # already one: graphs derived from a graph share its weights
         #: Weight values by weight name, for weights that have real data (e.g. from ONNX).
         self.values: Mapping[str, np.ndarray] = MappingProxyType(frozen)
         self._by_name = {n.name: n for n in self.nodes if n.op in ("input", "weight")}

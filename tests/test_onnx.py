@@ -759,3 +759,20 @@ def test_a_model_too_big_for_one_file_is_written_with_external_data(
     assert written.graph.initializer[0].HasField("raw_data")  # the returned model keeps its data
     assert verify(model, path).ok and verify(model, written).ok
     assert load(path) == load(written)
+
+
+def test_checks_and_shape_inference_skip_big_weight_data() -> None:
+    """The checker and shape inference see a skeleton: big initializers as typed inputs (no data
+    serialized), small ones (shape operands) kept; the import itself keeps every value."""
+    from relsat.onnx_import import SKELETON_MAX_ELEMENTS, _skeleton
+
+    n = SKELETON_MAX_ELEMENTS + 1
+    nodes = [node("MatMul", ["x", "w"], ["m"]), node("Reshape", ["m", "shape"], ["y"])]
+    inits = [init("w", 8, n), ints("shape", [n, 2])]
+    model = make(nodes, {"x": [2, 8]}, {"y": [n, 2]}, inits)
+    skeleton = _skeleton(model)
+    assert [t.name for t in skeleton.graph.initializer] == ["shape"]
+    assert [i.name for i in skeleton.graph.input] == ["x", "w"]
+    assert len(model.graph.initializer) == 2  # the model itself is untouched
+    graph = check_model(model)
+    np.testing.assert_array_equal(graph.values["w"], numpy_helper.to_array(inits[0]))
