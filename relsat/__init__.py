@@ -16,6 +16,7 @@ from relsat.errors import (
     RelsatError,
     RuleError,
     RuleSyntaxError,
+    SettingsError,
     UnknownModelError,
 )
 from relsat.execute import Comparison, allclose, compare, random_values, run
@@ -47,6 +48,7 @@ __all__ = [
     "RuleError",
     "RuleSet",
     "RuleSyntaxError",
+    "SettingsError",
     "Tensor",
     "TensorType",
     "UnknownModelError",

@@ -15,8 +15,9 @@ noise (``--keep-slower`` writes it anyway, ``--no-timing`` skips the timing). Wh
 chosen the input is written unchanged without timing.
 
 Exit codes: 0 success (also when the original is kept); 1 an error in the input or the run (one
-line on stderr, a traceback with ``--debug``); 2 bad command-line usage; 3 the optimized graph
-failed verification (nothing is written).
+line on stderr, a traceback with ``--debug``); 2 bad command-line usage, a numeric option out of
+its range included; 3 the optimized graph failed verification (nothing is written); 130
+interrupted (Ctrl-C; one line, ``relsat: interrupted``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from relsat.errors import RelsatError
+from relsat.errors import RelsatError, SettingsError
 
 if TYPE_CHECKING:
     from relsat.graph import Graph
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_VERIFY = 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
 def _console() -> Any:
@@ -167,11 +169,27 @@ def _print_opaque(graph: Graph, console: Any) -> None:
         )
 
 
+#: The numeric options' ranges: option → (smallest valid value, whether it is excluded).
+_RANGES: dict[str, tuple[float, bool]] = {
+    "--k-multi": (0, False),
+    "--nodes": (1, False),
+    "--iterations": (0, False),
+    "--time-limit": (0, False),
+    "--ilp-time-limit": (0, True),
+    "--batch": (1, False),
+    "--threads": (0, False),  # 0: onnxruntime's default
+    "--timing-seconds": (0, True),
+    "--eclass": (0, False),
+    "--depth": (0, False),
+}
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
-    if args.threads < 0:
-        raise _Usage(f"--threads must be >= 0 (0: onnxruntime's default), got {args.threads}")
-    if not args.timing_seconds > 0:
-        raise _Usage(f"--timing-seconds must be > 0, got {args.timing_seconds}")
+    """Refuse a numeric option out of its range (:data:`_RANGES`) as bad usage, one line."""
+    for option, (low, strict) in _RANGES.items():
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if value is not None and not (value > low if strict else value >= low):
+            raise _Usage(f"{option} must be {'>' if strict else '>='} {low}, got {value}")
 
 
 def _cost_model(args: argparse.Namespace, onnx_in: bool) -> Any:
@@ -385,6 +403,7 @@ def _show(args: argparse.Namespace) -> int:
     from relsat import Graph, models
     from relsat.dot import eclass_dot, graph_dot, render
 
+    _check_numbers(args)
     if args.db:
         from relsat.db import Database
         from relsat.egraph import EGraph
@@ -418,7 +437,7 @@ def _sql(args: argparse.Namespace) -> int:
 
     db = Database(args.db, read_only=True)
     try:
-        table = db.arrow(args.query)
+        table = db.query(args.query)
     finally:
         db.close()
     _print_arrow(table)
@@ -466,14 +485,23 @@ def _print_arrow(table: Any, limit: int = 200) -> None:
 
 
 def _temp_beside(path: Path) -> Path:
-    """A temporary file in the output's folder (so the final rename is atomic); fails early,
-    as a RelsatError, when the folder cannot be written."""
+    """A temporary file in the output's folder (so the final rename is atomic), with the
+    permissions a plain ``open`` would give (``0o666`` less the umask; ``mkstemp`` makes it
+    owner-only); fails early, as a RelsatError, when the folder cannot be written."""
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
     except OSError as exc:
         raise RelsatError(f"{path}: cannot write the output ({exc.strerror})") from None
     os.close(fd)
+    os.chmod(name, 0o666 & ~_umask())
     return Path(name)
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -515,18 +543,24 @@ def _parser() -> argparse.ArgumentParser:
         help="where to write the optimized model (ONNX for an ONNX input, relsat JSON for --model)",
     )
     p.add_argument("--rules", nargs="*", help="rule files or folders (default: rules/)")
-    p.add_argument("--k-multi", type=int, default=1, help="iterations with multi-pattern rules")
-    p.add_argument("--nodes", type=int, default=50_000, help="e-node limit")
-    p.add_argument("--iterations", type=int, default=15, help="iteration limit")
-    p.add_argument("--time-limit", type=float, default=3600.0, help="exploration seconds")
+    p.add_argument(
+        "--k-multi", type=int, default=1, help="iterations with multi-pattern rules (>= 0)"
+    )
+    p.add_argument("--nodes", type=int, default=50_000, help="e-node limit (>= 1)")
+    p.add_argument("--iterations", type=int, default=15, help="iteration limit (>= 0)")
+    p.add_argument("--time-limit", type=float, default=3600.0, help="exploration seconds (>= 0)")
     p.add_argument(
         "--cost-model",
         help="ort-cpu, analytic, h100 or t4 (default: ort-cpu for an ONNX input, else analytic)",
     )
     p.add_argument("--extractor", default="ilp", choices=("ilp", "greedy", "greedy-dag"))
-    p.add_argument("--ilp-time-limit", type=float, default=60.0)
+    p.add_argument(
+        "--ilp-time-limit", type=float, default=60.0, help="ILP extraction seconds (> 0)"
+    )
     p.add_argument("--db", help="keep the e-graph in this DuckDB file for inspection")
-    p.add_argument("--batch", type=int, help="fix a dynamic batch dimension of an ONNX input")
+    p.add_argument(
+        "--batch", type=int, help="fix a dynamic batch dimension of an ONNX input (>= 1)"
+    )
     p.add_argument(
         "--input-shape",
         action="append",
@@ -568,7 +602,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="the original as a bundled model: highlight what changed")
     p.add_argument("--db", help="a stored e-graph (relsat optimize --db)")
     p.add_argument("--eclass", type=int, help="the e-class to draw from --db")
-    p.add_argument("--depth", type=int, default=1, help="child levels around the e-class")
+    p.add_argument("--depth", type=int, default=1, help="child levels around the e-class (>= 0)")
     p.add_argument("-o", "--output", help=".dot, or .svg/.png/.pdf rendered with Graphviz")
     p.set_defaults(run=_show)
     p = sub.add_parser("sql", help="run a query against a stored e-graph")
@@ -588,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
-    except _Usage as exc:
+    except (_Usage, SettingsError) as exc:  # a setting no option check caught: still usage
         print(f"relsat: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RelsatError as exc:
@@ -596,6 +630,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"relsat: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:  # Ctrl-C: a stored e-graph is left at its last committed phase
+        if args.debug:
+            raise
+        print("relsat: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class Database:
 
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = None if path is None else str(path)
+        self.read_only = read_only
         try:
             self.con = duckdb.connect(self.path or ":memory:", read_only=read_only)
         except duckdb.Error as exc:
@@ -175,6 +176,23 @@ class Database:
         table: pa.Table = self._exec(sql, params, "arrow")
         return table
 
+    def query(self, sql: str) -> pa.Table:
+        """Run a user's read-only query (``relsat sql``) as an Arrow table. Only statements that
+        read (SELECT and its forms, EXPLAIN, PRAGMA, CALL) are run: any other is refused, as a
+        :class:`DatabaseError` naming its type, before it reaches DuckDB."""
+        try:
+            kinds = [s.type.name for s in duckdb.extract_statements(sql)]
+        except duckdb.Error as exc:  # one line: DuckDB adds the statement and a caret below
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise DatabaseError(f"{type(exc).__name__}: {first}", path=self.path) from None
+        writes = [k for k in kinds if k not in _READING]
+        if writes:
+            raise DatabaseError(
+                f"the e-graph is opened read-only: {writes[0]} statements are refused",
+                path=self.path,
+            )
+        return self.arrow(sql)
+
     def scalar(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
         rows = self.execute(sql, params)
         return rows[0][0] if rows else None
@@ -200,6 +218,10 @@ class Database:
 
     def close(self) -> None:
         self.con.close()
+
+
+#: The DuckDB statement types that only read (what :meth:`Database.query` runs).
+_READING = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL"})
 
 
 def _strip_comments(text: str) -> str:

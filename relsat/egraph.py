@@ -87,17 +87,33 @@ class EGraph:
                 path=self.db.path,
             )
         if version is None:  # a new database: create the tables (an existing one is left as is,
-            for name in _SCHEMA:  # so that a read-only file can be inspected)
+            if self.db.read_only:  # so that a read-only file can be inspected)
+                raise DatabaseError("not a relsat e-graph (an empty database)", path=self.db.path)
+            for name in _SCHEMA:
                 self.db.script(name)
             self.db.execute("INSERT INTO meta VALUES ('schema_version', $v)", {"v": SCHEMA_VERSION})
 
     def _stored_version(self) -> str | None:
-        exists = self.db.scalar(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
-        )
-        if not exists:
-            return None
-        value = self.db.scalar("SELECT value FROM meta WHERE key = 'schema_version'")
+        """The stored schema version; None for an empty database. A database that holds tables
+        but no relsat version (another program's DuckDB file) is refused untouched."""
+        tables = {
+            str(r[0])
+            for r in self.db.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_catalog = current_database()"
+            )
+        }
+        value = None
+        if "meta" in tables:
+            try:
+                value = self.db.scalar("SELECT max(value) FROM meta WHERE key = 'schema_version'")
+            except DatabaseError:  # another program's table named meta
+                value = None
+        if value is None and tables:
+            some = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+            raise DatabaseError(
+                f"not a relsat e-graph (it holds other tables: {some})", path=self.db.path
+            )
         return None if value is None else str(value)
 
     @classmethod

@@ -23,12 +23,48 @@ __all__ = [
     "RelsatError",
     "RuleError",
     "RuleSyntaxError",
+    "SettingsError",
     "UnknownModelError",
 ]
 
 
 class RelsatError(Exception):
     """Base class of every error relsat raises on purpose."""
+
+
+class SettingsError(RelsatError, ValueError):
+    """An argument out of its range or not one of its choices (``Limits(nodes=0)``,
+    ``optimize(concat="gratis")``, a bad onnxruntime setting).
+
+    ``option`` names the setting, ``value`` is what was given and ``wanted`` says what is valid
+    (e.g. ``"an integer >= 1"``); the message reads ``nodes must be an integer >= 1, got 0``.
+    """
+
+    def __init__(self, option: str, value: object, wanted: str) -> None:
+        self.option = option
+        self.value = value
+        self.wanted = wanted
+        super().__init__(f"{option} must be {wanted}, got {value!r}")
+
+
+def check_int(option: str, value: object, low: int) -> None:
+    """Raise :class:`SettingsError` unless ``value`` is an integer (not a bool) ``>= low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SettingsError(option, value, f"an integer >= {low}")
+
+
+def check_number(option: str, value: object, low: float, *, strict: bool = False) -> None:
+    """Raise :class:`SettingsError` unless ``value`` is a real number ``>= low`` (``> low`` when
+    ``strict``); NaN is refused, infinity allowed (no limit)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not (value > low if strict else value >= low):  # type: ignore[operator]
+        raise SettingsError(option, value, f"a number {'>' if strict else '>='} {low:g}")
+
+
+def check_choice(option: str, value: object, choices: Sequence[object]) -> None:
+    """Raise :class:`SettingsError` unless ``value`` is one of ``choices``."""
+    if not any(value == c and type(value) is type(c) for c in choices):
+        raise SettingsError(option, value, "one of " + ", ".join(repr(c) for c in choices))
 
 
 class GraphError(RelsatError, ValueError):

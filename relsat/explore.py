@@ -25,7 +25,7 @@ import pyarrow as pa
 from relsat.compile import Program, compile_rules
 from relsat.cycles import MODES, prefilter, remove_cycles
 from relsat.egraph import EGraph
-from relsat.errors import AuditError
+from relsat.errors import AuditError, check_choice, check_int, check_number
 from relsat.rebuild import rebuild
 from relsat.rules import Rule
 from relsat.shapecheck import check_new
@@ -47,11 +47,18 @@ class Limits:
     """TENSAT's settings (MLSys 2021, ``reference/ALGORITHMS.md`` §1.1) as defaults.
 
     The node limit is checked between phases, so one phase can overshoot it (as in TENSAT).
+    ``nodes`` is an integer >= 1, ``iterations`` an integer >= 0 and ``seconds`` a number >= 0
+    (infinity: no limit); anything else raises :class:`~relsat.errors.SettingsError`.
     """
 
     nodes: int = 50_000
     iterations: int = 15
     seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        check_int("nodes", self.nodes, 1)
+        check_int("iterations", self.iterations, 0)
+        check_number("seconds", self.seconds, 0)
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,8 @@ def explore(
     ``cycle_filter``: ``"efficient"`` (TENSAT's Algorithm 2: rank-pruned pre-filter of
     multi-pattern matches, then a post-pass after every phase that filters the newest e-node of
     each remaining cycle), ``"vanilla"`` (per-match descendant sets, no post-pass: the paper's
-    Table 6 ablation) or ``"off"``.
+    Table 6 ablation) or ``"off"``. ``k_multi`` (an integer >= 0) is the number of iterations
+    that run the multi-pattern rules. A bad setting raises :class:`~relsat.errors.SettingsError`.
     ``audit=True`` runs the invariant checks (:meth:`EGraph.audit`) after every phase and raises
     :class:`~relsat.errors.AuditError` (rolling the iteration back) when one fails.
     ``on_phase`` is called with each phase's :class:`IterationStats` (progress display).
@@ -138,8 +146,8 @@ def explore(
     from relsat.rulefile import load_rules
 
     limits = limits or Limits()
-    if cycle_filter not in MODES:
-        raise ValueError(f"cycle_filter must be one of {MODES}, not {cycle_filter!r}")
+    check_int("k_multi", k_multi, 0)
+    check_choice("cycle_filter", cycle_filter, MODES)
     program = compile_rules(load_rules() if rules is None else rules, guards=guards)
     runner = _Runner(egraph, program, k_multi, cycle_filter)
     start = time.perf_counter()

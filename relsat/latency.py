@@ -179,16 +179,16 @@ def _check_budget(
     confidence: float,
 ) -> None:
     problems = [
-        (not max_seconds > 0, f"max_seconds must be > 0, got {max_seconds!r}"),
-        (min_rounds < 1, f"min_rounds must be >= 1, got {min_rounds!r}"),
-        (max_rounds < min_rounds, f"max_rounds {max_rounds!r} is below min_rounds {min_rounds}"),
-        (warmup < 1, f"warmup must be >= 1, got {warmup!r}"),
-        (not 0 <= min_gain < 1, f"min_gain must be in [0, 1), got {min_gain!r}"),
-        (not 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}"),
+        (not max_seconds > 0, "max_seconds", max_seconds, "> 0"),
+        (min_rounds < 1, "min_rounds", min_rounds, ">= 1"),
+        (max_rounds < min_rounds, "max_rounds", max_rounds, f">= min_rounds ({min_rounds})"),
+        (warmup < 1, "warmup", warmup, ">= 1"),
+        (not 0 <= min_gain < 1, "min_gain", min_gain, "in [0, 1)"),
+        (not 0 < confidence < 1, "confidence", confidence, "in (0, 1)"),
     ]
-    for bad, message in problems:
+    for bad, option, value, wanted in problems:
         if bad:
-            raise RuntimeSettingsError(message)
+            raise RuntimeSettingsError(option, value, wanted)
 
 
 @dataclass(frozen=True)

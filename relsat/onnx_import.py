@@ -362,8 +362,8 @@ class Importer:
             self.env[vi.name] = self.g.input(dims, name=vi.name)
         # Constants first: a handler may look ahead at a reader's constant operands (a Conv
         # fusing the Clip after it reads the Clip's bounds, which exporters emit after the Conv).
-        plain = (AttributeProto.TENSOR, AttributeProto.FLOAT, AttributeProto.FLOATS)
-        plain += (AttributeProto.INT, AttributeProto.INTS)
+        plain = {AttributeProto.TENSOR, AttributeProto.FLOAT, AttributeProto.FLOATS}
+        plain |= {AttributeProto.INT, AttributeProto.INTS}
         for k, node in enumerate(graph.node):
             is_const = node.op_type == "Constant" and node.domain in ("", "ai.onnx")
             if is_const and node.attribute and node.attribute[0].type in plain:

@@ -18,13 +18,14 @@ import numpy as np
 
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
 from relsat.cost.ort import OrtModel
+from relsat.cycles import MODES
 from relsat.db import Database
 from relsat.decode import decode
 from relsat.egraph import EGraph
-from relsat.errors import RelsatError
+from relsat.errors import RelsatError, SettingsError, check_choice, check_int, check_number
 from relsat.execute import Comparison, compare
 from relsat.explore import Exploration, IterationStats, Limits, StopReason, explore
-from relsat.extract import Extraction, Problem, dag_cost, extract
+from relsat.extract import EXTRACTORS, Extraction, Problem, dag_cost, extract
 from relsat.extract.egraph import egraph_problem
 from relsat.graph import Graph
 from relsat.kernels import has_kernel
@@ -179,9 +180,11 @@ def _cost_model(cost_model: str | CostModel) -> CostModel:
         if table is None:
             return AnalyticModel(name)
         return TableModel(table, name, fallback=AnalyticModel(name))
-    raise RelsatError(
-        f"unknown cost model {cost_model!r}: use 'analytic', a device "
-        f"({', '.join(sorted(DEVICES))}), 'analytic-<device>', 'ort-cpu' or a CostModel"
+    raise SettingsError(
+        "cost_model",
+        cost_model,
+        f"'analytic', a device ({', '.join(sorted(DEVICES))}), 'analytic-<device>', 'ort-cpu' "
+        "or a CostModel",
     )
 
 
@@ -218,7 +221,26 @@ def optimize(
     """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
     it in that file), prices from ``cost_model``, extraction (``"ilp"`` with HiGHS, ``"greedy"``,
     ``"greedy-dag"``), and — with ``verify`` — a NumPy check that the optimized graph computes
-    what ``graph`` computes (:class:`VerificationError` otherwise)."""
+    what ``graph`` computes (:class:`VerificationError` otherwise).
+
+    Valid settings: ``k_multi`` an integer >= 0; ``limits`` a :class:`Limits`; ``extractor`` one
+    of ``"ilp"``, ``"greedy"``, ``"greedy-dag"``; ``cycle_filter`` ``"efficient"``,
+    ``"vanilla"`` or ``"off"``; ``time_limit`` (ILP seconds) a number > 0; ``mip_gap`` a number
+    in [0, 1]; ``order`` None, ``"real"`` or ``"int"``; ``concat`` ``"copy"`` or ``"free"``;
+    ``precompute_weights`` None, False or True. Anything else raises
+    :class:`~relsat.errors.SettingsError` (a ``ValueError``) naming the argument, before any work.
+    """
+    _check_settings(
+        k_multi,
+        limits,
+        extractor,
+        cycle_filter,
+        time_limit,
+        mip_gap,
+        order,
+        concat,
+        precompute_weights,
+    )
     model = _cost_model(cost_model)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -311,6 +333,32 @@ def optimize(
         settings,
         _Priced(problem, tied.node_cost, enode_ids, extractor, kw),
     )
+
+
+def _check_settings(
+    k_multi: object,
+    limits: object,
+    extractor: object,
+    cycle_filter: object,
+    time_limit: object,
+    mip_gap: object,
+    order: object,
+    concat: object,
+    precompute_weights: object,
+) -> None:
+    """:func:`optimize`'s argument checks (:class:`SettingsError` naming the first bad one)."""
+    check_int("k_multi", k_multi, 0)
+    if limits is not None and not isinstance(limits, Limits):
+        raise SettingsError("limits", limits, "a relsat.Limits or None")
+    check_choice("extractor", extractor, tuple(EXTRACTORS))
+    check_choice("cycle_filter", cycle_filter, MODES)
+    check_number("time_limit", time_limit, 0, strict=True)
+    check_number("mip_gap", mip_gap, 0)
+    if not mip_gap <= 1:  # type: ignore[operator]
+        raise SettingsError("mip_gap", mip_gap, "a number in [0, 1]")
+    check_choice("order", order, (None, "real", "int"))
+    check_choice("concat", concat, ("copy", "free"))
+    check_choice("precompute_weights", precompute_weights, (None, False, True))
 
 
 @dataclass(frozen=True)

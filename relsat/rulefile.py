@@ -389,8 +389,25 @@ def load_rules(paths: str | Path | Sequence[str | Path] | None = None) -> RuleSe
         files += sorted(item.glob("*.rules")) if item.is_dir() else [item]
     rules: list[Rule] = []
     for f in files:
-        rules += parse_rules(f.read_text(encoding="utf-8"), path=f)
+        rules += parse_rules(_read_text(f), path=f)
     return RuleSet(rules)
+
+
+def _read_text(path: Path) -> str:
+    """A rule file's text; a missing or unreadable file is a :class:`RuleError` and a byte that
+    is not UTF-8 a :class:`RuleSyntaxError` at its line and column, both naming the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RuleError(f"cannot read the rule file ({exc.strerror})", path=str(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise RuleSyntaxError(
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x})", path=str(path), line=line, col=col
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,7 +477,7 @@ def load_tensat(reference_rules_dir: str | Path) -> RuleSet:
 
     def read(name: str, **kw: object) -> RuleSet:
         f = folder / name
-        return parse_tensat(f.read_text(encoding="utf-8"), path=f, **kw)  # type: ignore[arg-type]
+        return parse_tensat(_read_text(f), path=f, **kw)  # type: ignore[arg-type]
 
     single = read("converted.txt")
     single += read("predefined_rules.txt", start=len(single))

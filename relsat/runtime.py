@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from relsat.errors import RelsatError
+from relsat.errors import SettingsError, check_choice, check_int
 
 __all__ = ["LEVELS", "OrtSettings", "cpu_name"]
 
@@ -45,12 +45,11 @@ class OrtSettings:
     spin: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 0:
-            raise RuntimeSettingsError(f"threads must be an integer >= 0, got {self.threads!r}")
-        if self.level not in LEVELS:
-            raise RuntimeSettingsError(
-                f"optimization level must be one of {', '.join(LEVELS)}, got {self.level!r}"
-            )
+        try:
+            check_int("threads", self.threads, 0)
+            check_choice("level", self.level, LEVELS)
+        except SettingsError as exc:
+            raise RuntimeSettingsError(exc.option, exc.value, exc.wanted) from None
 
     def session_options(self) -> Any:
         """A fresh ``onnxruntime.SessionOptions`` with these settings (errors-only logging)."""
@@ -104,8 +103,9 @@ class OrtSettings:
         return f"ort-cpu|{cpu_name()}|{threads}|ort{ort.__version__}|{self.level}{spin}"
 
 
-class RuntimeSettingsError(RelsatError, ValueError):
-    """An invalid onnxruntime setting (thread count, optimization level)."""
+class RuntimeSettingsError(SettingsError):
+    """An invalid onnxruntime setting (thread count, optimization level) or timing budget: a
+    :class:`~relsat.errors.SettingsError`."""
 
 
 @cache

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from relsat import Graph
-from relsat.cli import EXIT_ERROR, EXIT_USAGE, main
+from relsat.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, main
 
 
 def test_models_lists_the_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -225,6 +227,102 @@ def test_timing_options_are_validated(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--threads must be >= 0" in capsys.readouterr().err
     assert main(["optimize", str(PATH), "--timing-seconds", "0"]) == EXIT_USAGE
     assert "--timing-seconds must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--nodes", "0"],
+        ["--nodes", "-5"],
+        ["--iterations", "-1"],
+        ["--time-limit", "-3"],
+        ["--time-limit", "nan"],
+        ["--k-multi", "-1"],
+        ["--ilp-time-limit", "-1"],
+        ["--ilp-time-limit", "0"],
+        ["--batch", "0"],
+    ],
+)
+def test_numeric_options_are_range_checked(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.json"
+    assert main(["optimize", "--model", "squeezenet", *args, "-o", str(out)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"relsat: error: {args[0]} must be ") and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_other_bad_settings_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["optimize", "--model", "squeezenet", "--cost-model", "tpu"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("relsat: error: cost_model must be ")
+    assert main(["show", "--db", "x.duckdb", "--eclass", "1", "--depth", "-1"]) == EXIT_USAGE
+    assert capsys.readouterr().err == "relsat: error: --depth must be >= 0, got -1\n"
+
+
+def test_a_bad_rule_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.rules"
+    bad.write_bytes(b"# name: r\n\xfe(relu ?x) => (relu ?x)\n")
+    assert main(["optimize", "--model", "squeezenet", "--rules", str(bad)]) == EXIT_ERROR
+    assert capsys.readouterr().err == f"relsat: error: {bad}:2:1: not UTF-8 text (byte 0xfe)\n"
+
+
+def test_foreign_databases_and_sql_writes_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import duckdb
+
+    other = tmp_path / "sales.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE sales (a INTEGER)")
+    con.close()
+    before = other.read_bytes()
+    assert main(["optimize", "--model", "squeezenet", "--db", str(other)]) == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"relsat: error: {other}: not a relsat e-graph (it holds other tables: sales)\n"
+    )
+    assert other.read_bytes() == before
+    db = tmp_path / "e.duckdb"
+    assert main(["optimize", "--model", "squeezenet", "--iterations", "1", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["sql", str(db), "DELETE FROM enode"]) == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"relsat: error: {db}: the e-graph is opened read-only: DELETE statements are refused\n"
+    )
+
+
+def test_ctrl_c_is_one_line_and_exit_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relsat import explore
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(explore._Runner, "phase", interrupted)
+    db, out = tmp_path / "e.duckdb", tmp_path / "out.json"
+    argv = ["optimize", "--model", "squeezenet", "--db", str(db), "-o", str(out)]
+    assert main(argv) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "relsat: interrupted\n"
+    assert not out.exists()
+    monkeypatch.undo()
+    assert main(["inspect", str(db)]) == 0  # the stored e-graph opens: the input graph only
+    with pytest.raises(KeyboardInterrupt):  # --debug shows the traceback
+        monkeypatch.setattr(explore._Runner, "phase", interrupted)
+        main(["--debug", "optimize", "--model", "squeezenet"])
+
+
+def test_outputs_follow_the_umask(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = os.umask(0o027)
+    try:
+        assert main(["summary", "squeezenet", "--json", str(tmp_path / "s.json")]) == 0
+        argv = ["optimize", "--model", "squeezenet", "--iterations", "1", "--no-verify"]
+        assert main([*argv, "-o", str(tmp_path / "o.json")]) == 0
+        assert main([*argv, "-o", str(tmp_path / "o.onnx")]) == 0
+    finally:
+        os.umask(old)
+    for name in ("s.json", "o.json", "o.onnx"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o640, name
 
 
 def test_the_default_cost_model_follows_the_input() -> None:

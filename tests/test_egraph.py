@@ -143,6 +143,38 @@ def test_read_only_database_can_be_inspected_not_changed(tmp_path: Path) -> None
     assert eg.counts() == (70, 70)
 
 
+def test_another_programs_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "sales.duckdb"
+    db = Database(path)
+    db.execute("CREATE TABLE sales (a INTEGER)")
+    db.execute("CREATE TABLE meta (key VARCHAR)")  # a table named like relsat's, not relsat's
+    db.close()
+    for read_only in (False, True):
+        with pytest.raises(DatabaseError, match=r"not a relsat e-graph .*: meta, sales"):
+            EGraph(Database(path, read_only=read_only))
+    db = Database(path, read_only=True)
+    assert db.scalar("SELECT count(*) FROM information_schema.tables") == 2
+    db.close()
+    empty = tmp_path / "empty.duckdb"
+    Database(empty).close()
+    with pytest.raises(DatabaseError, match=r"not a relsat e-graph \(an empty database\)"):
+        EGraph(Database(empty, read_only=True))
+
+
+def test_read_only_queries_refuse_writes(tmp_path: Path) -> None:
+    path = tmp_path / "ro.duckdb"
+    EGraph.from_graph(models.load("vgg19"), path).close()
+    db = Database(path, read_only=True)
+    assert db.query("SELECT count(*) AS n FROM enode").to_pylist() == [{"n": 70}]
+    with pytest.raises(DatabaseError, match="read-only: DELETE statements are refused"):
+        db.query("DELETE FROM enode")
+    with pytest.raises(DatabaseError, match="read-only: DROP statements are refused"):
+        db.query("SELECT 1; DROP TABLE enode")
+    with pytest.raises(DatabaseError, match=r"^[^\n]*ParserException[^\n]*$"):
+        db.query("SELEC 1")
+    assert db.scalar("SELECT count(*) FROM enode") == 70
+
+
 def test_locked_database_is_a_typed_error(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from relsat import GraphBuilder, models
+from relsat.cost import AnalyticModel
+from relsat.cost.model import Pricing
 from relsat.egraph import EGraph
-from relsat.errors import RelsatError
+from relsat.errors import RelsatError, SettingsError
 from relsat.pipeline import Limits, VerificationError, optimize
+from relsat.runtime import OrtSettings
+
+NASRNN = models.load("nasrnn")
 
 
 def depthwise_pair():  # type: ignore[no-untyped-def]
@@ -61,11 +67,43 @@ def test_egraph_kept_in_a_file(tmp_path: Path) -> None:
     assert again.db.scalar("SELECT count(*) FROM run") == 1
 
 
-def test_bad_options_are_typed_errors() -> None:
-    with pytest.raises(RelsatError, match="unknown cost model"):
-        optimize(models.load("vgg19"), cost_model="tpu")
-    with pytest.raises(RelsatError):
-        optimize(models.load("vgg19"), extractor="annealing")
+BAD_SETTINGS = [  # (what is called, the option its SettingsError names)
+    (lambda: Limits(nodes=0), "nodes"),
+    (lambda: Limits(nodes=-5), "nodes"),
+    (lambda: Limits(nodes=2.5), "nodes"),
+    (lambda: Limits(iterations=-1), "iterations"),
+    (lambda: Limits(iterations=True), "iterations"),
+    (lambda: Limits(seconds=-3), "seconds"),
+    (lambda: Limits(seconds=float("nan")), "seconds"),
+    (lambda: optimize(NASRNN, k_multi=-1), "k_multi"),
+    (lambda: optimize(NASRNN, limits=15), "limits"),  # type: ignore[arg-type]
+    (lambda: optimize(NASRNN, cost_model="tpu"), "cost_model"),
+    (lambda: optimize(NASRNN, extractor="annealing"), "extractor"),
+    (lambda: optimize(NASRNN, cycle_filter="sometimes"), "cycle_filter"),
+    (lambda: optimize(NASRNN, time_limit=0), "time_limit"),
+    (lambda: optimize(NASRNN, time_limit=-1), "time_limit"),
+    (lambda: optimize(NASRNN, mip_gap=-0.1), "mip_gap"),
+    (lambda: optimize(NASRNN, mip_gap=2), "mip_gap"),
+    (lambda: optimize(NASRNN, order="topological"), "order"),
+    (lambda: optimize(NASRNN, concat="gratis"), "concat"),
+    (lambda: optimize(NASRNN, precompute_weights="yes"), "precompute_weights"),  # type: ignore[arg-type]
+    (lambda: AnalyticModel("z80"), "device"),
+    (lambda: AnalyticModel(compute_efficiency=0), "compute_efficiency"),
+    (lambda: AnalyticModel(bandwidth_efficiency=1.5), "bandwidth_efficiency"),
+    (lambda: AnalyticModel(gemm_tile=(16, 0, 8)), "gemm_tile"),
+    (lambda: Pricing(concat="sometimes"), "concat"),  # type: ignore[arg-type]
+    (lambda: OrtSettings(threads=-1), "threads"),
+    (lambda: OrtSettings(level="max"), "level"),
+]
+
+
+@pytest.mark.parametrize(("call", "option"), BAD_SETTINGS)
+def test_bad_settings_are_typed_value_errors(call: Callable[[], object], option: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        call()
+    assert isinstance(err.value, RelsatError) and isinstance(err.value, ValueError)
+    assert err.value.option == option
+    assert str(err.value).startswith(f"{option} must be ")
 
 
 def test_egraph_written_as_extraction_gym_json(tmp_path: Path) -> None:

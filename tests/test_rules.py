@@ -294,6 +294,15 @@ def test_duplicate_names_name_both_places(tmp_path: Path) -> None:
     assert err.value.line == 2
 
 
+def test_unreadable_rule_files_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.rules"
+    bad.write_bytes(b"# name: r\n(relu ?x) => \xff(relu ?x)\n")
+    with pytest.raises(RuleSyntaxError, match=r"bad\.rules:2:14: not UTF-8 text \(byte 0xff\)"):
+        load_rules(bad)
+    with pytest.raises(RuleError, match=r"missing\.rules: cannot read the rule file"):
+        load_rules(tmp_path / "missing.rules")
+
+
 def test_rule_construction_checks() -> None:
     relu = Pattern("relu", (Var("x"),))
     with pytest.raises(RuleError, match="2 left-hand sides but 1 right-hand sides"):

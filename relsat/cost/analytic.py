@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from relsat.cost.model import ZERO_COST, CostModel, OpSignature
+from relsat.errors import SettingsError, check_choice, check_int
 
 __all__ = ["DEVICES", "AnalyticModel", "Device", "Kernel", "kernels"]
 
@@ -283,7 +284,9 @@ class AnalyticModel(CostModel):
     """Roofline costs (ms) for ``device`` (a name in :data:`DEVICES`, or a :class:`Device`).
 
     ``compute_efficiency`` and ``bandwidth_efficiency`` are the fractions of peak reached;
-    ``gemm_tile`` the (M, N, K) granularity GEMM dimensions are rounded up to.
+    ``gemm_tile`` the (M, N, K) granularity GEMM dimensions are rounded up to (three integers
+    >= 1). An unknown device or an efficiency outside (0, 1] raises
+    :class:`~relsat.errors.SettingsError`.
     """
 
     name = "analytic"
@@ -297,11 +300,18 @@ class AnalyticModel(CostModel):
         gemm_tile: tuple[int, int, int] = (16, 16, 8),
     ) -> None:
         if isinstance(device, str):
-            if device not in DEVICES:
-                raise ValueError(f"unknown device {device!r}; known: {', '.join(DEVICES)}")
+            check_choice("device", device, tuple(DEVICES))
             device = DEVICES[device]
-        if not (0 < compute_efficiency <= 1 and 0 < bandwidth_efficiency <= 1):
-            raise ValueError("efficiencies must be in (0, 1]")
+        for option, value in (
+            ("compute_efficiency", compute_efficiency),
+            ("bandwidth_efficiency", bandwidth_efficiency),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+                raise SettingsError(option, value, "a number in (0, 1]")
+        if not isinstance(gemm_tile, tuple) or len(gemm_tile) != 3:
+            raise SettingsError("gemm_tile", gemm_tile, "three integers >= 1 (M, N, K)")
+        for size in gemm_tile:
+            check_int("gemm_tile", size, 1)
         self.spec = device
         self.device = device.name
         self.compute_efficiency = compute_efficiency

@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from relsat.errors import CostError
+from relsat.errors import CostError, check_choice
 
 __all__ = [
     "ZERO_COST",
@@ -176,7 +176,8 @@ class Pricing:
     ``precompute_weights=True`` prices every operator whose inputs are all weight-only at 0: it
     can be evaluated once before inference (TASO's ``preprocess_weights``, which the published
     "optimized" runtimes include). Default False, as in TENSAT's extraction, which charges
-    weight-only work in full: charging it 0 made the ILP behave badly (§6.3).
+    weight-only work in full: charging it 0 made the ILP behave badly (§6.3). Any other value
+    raises :class:`~relsat.errors.SettingsError`.
 
     >>> Pricing().adjust("concat", 0.01, all_weights=True), Pricing().adjust("concat", 0.01, False)
     (0.0, 0.01)
@@ -186,8 +187,7 @@ class Pricing:
     precompute_weights: bool = False
 
     def __post_init__(self) -> None:
-        if self.concat not in ("copy", "free"):
-            raise ValueError(f"concat policy must be 'copy' or 'free', got {self.concat!r}")
+        check_choice("concat", self.concat, ("copy", "free"))
 
     def adjust(self, op: str, ms: float, all_weights: bool) -> float:
         """The cost of one operator of cost ``ms`` whose inputs are all weight-only or not."""
