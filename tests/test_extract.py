@@ -278,3 +278,17 @@ def test_blocked_order_keeps_the_incumbent(reference: Path) -> None:
         q = _order_restriction(p, _dfs_order(p, inc, rng, block=True))
         assert not any(q.forbidden[i] for i in inc.values())
         assert find_cycle(q, greedy_tree(q).choice) is None
+
+
+def test_an_order_that_strands_the_root_is_skipped() -> None:
+    """Found by the brute-force property test: one class order of the order-restricted search
+    leaves the root no acyclic term; the search must try the next order, not fail."""
+    p = Problem(
+        node_class=np.array([0, 0, 1, 2, 3]),
+        node_cost=np.array([1.0, 0.0, 0.0, 0.0, 0.0]),
+        child_ptr=np.array([0, 0, 1, 2, 2, 4]),
+        child_idx=np.array([1, 0, 0, 1]),
+        roots=np.array([3]),
+    )
+    e = extract(p, "ilp")
+    assert e.cost == 1.0 and e.choice == {3: 4, 1: 2, 0: 0}

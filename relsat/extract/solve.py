@@ -98,16 +98,20 @@ def ilp(
             pos = _dfs_order(p, best, rng, block=rounds % 2 == 1)
             q = _order_restriction(p, pos)
             inner = best if not any(q.forbidden[i] for i in best.values()) else None
-            e = ilp(
-                q,
-                time_limit=left,
-                mip_gap=mip_gap,
-                threads=threads,
-                search=0,
-                cycle_len=0,
-                start=inner,
-            )
             rounds += 1
+            try:
+                e = ilp(
+                    q,
+                    time_limit=left,
+                    mip_gap=mip_gap,
+                    threads=threads,
+                    search=0,
+                    cycle_len=0,
+                    start=inner,
+                )
+            except ExtractionError:  # this class order leaves a root no acyclic term: next one
+                stale += 1
+                continue
             solver_s += e.seconds
             if e.cost < best_cost - 1e-9 * max(1.0, best_cost):
                 best, best_cost = e.choice, e.cost
