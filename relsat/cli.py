@@ -287,7 +287,7 @@ def _write_kept(args: argparse.Namespace, model: Any, graph: Graph) -> None:
     if path.suffix != ".onnx":
         _write_atomic(path, graph.to_json(indent=1).encode())
         return
-    from relsat.onnx_export import write_model
+    from relsat.onnx.exporter import write_model
 
     if isinstance(model, bytes) and _has_external_data(model):
         import onnx

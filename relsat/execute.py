@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ __all__ = [
     "OpaqueKernel",
     "allclose",
     "compare",
+    "compare_outputs",
     "evaluate",
     "random_values",
     "register_opaque",
@@ -188,12 +189,13 @@ def run(
 
 @dataclass(frozen=True)
 class Comparison:
-    """The numerical comparison of two graphs' outputs (:func:`compare`)."""
+    """The numerical comparison of two lists of outputs (:func:`compare_outputs`): two graphs'
+    in NumPy (:func:`compare`) or two models' in onnxruntime (:func:`relsat.onnx.verify`)."""
 
     ok: bool
-    max_abs: tuple[float, ...]  # per output: max |a - b|
+    max_abs: tuple[float, ...]  # per output: max |a - b| (0 where a and b are equal, NaN in both)
     max_rel: tuple[float, ...]  # per output: max |a - b| / max(|a|, |b|)
-    close: tuple[bool, ...]  # per output: |a - b| <= atol + rtol |b| everywhere
+    close: tuple[bool, ...]  # per output: within tolerance everywhere (:func:`compare_outputs`)
     rtol: float
     atol: float
     reason: str | None = None  # why the outputs could not be compared at all
@@ -239,29 +241,60 @@ def compare(
     """Run both graphs on the same values (drawn by name) and compare their outputs.
 
     Inputs must agree in names and shapes (else :class:`~relsat.errors.ExecutionError`); weights
-    are matched by name. Different output counts or shapes give ``ok=False`` with a ``reason``.
+    are matched by name. Outputs are compared by :func:`compare_outputs` (``atol`` scaled by the
+    output's magnitude, ``rtol`` per element); different output counts or shapes give ``ok=False``
+    with a ``reason``.
     """
     v1, v2 = _shared_values(g1, g2, seed)
-    out1, out2 = run(g1, v1), run(g2, v2)
+    return compare_outputs(run(g1, v1), run(g2, v2), rtol=rtol, atol=atol)
+
+
+def compare_outputs(
+    out1: Sequence[np.ndarray], out2: Sequence[np.ndarray], *, rtol: float, atol: float
+) -> Comparison:
+    """Two lists of output arrays compared position by position: the one tolerance rule of
+    :func:`compare` (NumPy) and :func:`relsat.onnx.verify` (onnxruntime).
+
+    ``ok`` iff both lists have the same length, every pair the same shape, and element-wise
+    ``|a - b| <= atol * max(1, max|b|) + rtol * |b|`` (``max|b|`` over the finite elements of the
+    second output) wherever ``a`` and ``b`` differ: ``atol`` scales with the output's magnitude,
+    because rewrites reorder float sums and an element near zero of a large output is only as
+    exact as that magnitude allows; ``rtol`` is relative to each element. Equal values match,
+    equal infinities and NaN in both included; an infinity or NaN against anything else does
+    not. Outputs that are not both floating point (ids, masks, booleans) must be equal.
+    Different counts or shapes give ``ok=False`` with a ``reason``.
+
+    >>> one = [np.array([1000.0, 0.0])]
+    >>> compare_outputs(one, [np.array([1000.0, 0.005])], rtol=1e-4, atol=1e-5).ok
+    True
+    >>> compare_outputs([np.array([1, 2])], [np.array([1, 3])], rtol=1.0, atol=1.0).ok
+    False
+    """
     reason = None
     if len(out1) != len(out2):
         reason = f"{len(out1)} outputs vs {len(out2)}"
     else:
-        bad = [i for i, (a, b) in enumerate(zip(out1, out2, strict=True)) if a.shape != b.shape]
-        if bad:
-            i = bad[0]
-            reason = f"output {i} has shape {list(out1[i].shape)} vs {list(out2[i].shape)}"
+        for i, (a, b) in enumerate(zip(out1, out2, strict=True)):
+            if a.shape != b.shape:
+                reason = f"output {i} has shape {list(a.shape)} vs {list(b.shape)}"
+                break
     if reason is not None:
         return Comparison(False, (), (), (), rtol, atol, reason)
     max_abs, max_rel, close = [], [], []
     for a, b in zip(out1, out2, strict=True):
-        diff = np.abs(a - b)
-        scale = np.maximum(np.abs(a), np.abs(b))
+        a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        with np.errstate(invalid="ignore"):
+            diff = np.where(same, 0.0, np.abs(a64 - b64))
+        scale = np.maximum(np.abs(a64), np.abs(b64))
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.where(diff == 0, 0.0, diff / scale)
         max_abs.append(float(diff.max(initial=0.0)))
         max_rel.append(float(rel.max(initial=0.0)))
-        close.append(bool(np.allclose(a, b, rtol=rtol, atol=atol)))
+        finite = np.abs(b64[np.isfinite(b64)])
+        tolerance = atol * max(1.0, float(finite.max(initial=0.0))) + rtol * np.abs(b64)
+        exact = not (np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating))
+        close.append(bool(np.all(same)) if exact else bool(np.all(same | (diff <= tolerance))))
     return Comparison(all(close), tuple(max_abs), tuple(max_rel), tuple(close), rtol, atol)
 
 

@@ -237,7 +237,7 @@ def _draw_inputs(
     """One set of inputs for both sessions, drawn as :func:`relsat.onnx.random_inputs` draws
     them (what an integer input is — ids, a mask — read off ``models``); dims the first session
     leaves dynamic are taken from the second."""
-    from relsat.onnx_inputs import DRAWABLE, draw, kinds_of
+    from relsat.onnx.inputs import DRAWABLE, draw, kinds_of
 
     inputs = {i.name: i for i in session.get_inputs()}
     others = {i.name: i for i in other.get_inputs()}

@@ -16,7 +16,7 @@ import relsat
 from relsat import models
 from relsat.graph import Graph, GraphBuilder, Ref
 from relsat.onnx import OnnxError, load, random_inputs, run_onnx, save, to_model, verify
-from relsat.onnx_inputs import Kind, input_kinds
+from relsat.onnx.inputs import Kind, input_kinds
 
 RNG = np.random.default_rng(7)
 F = TensorProto.FLOAT
@@ -388,6 +388,45 @@ def test_verify_detects_a_difference() -> None:
     assert not comparison.ok and "DIFFERENT" in comparison.report()
 
 
+INF, NAN = float("inf"), float("nan")
+TOLERANCE_CASES = [  # (first output, second output, within rtol=1e-4, atol=1e-5?)
+    ([1000.0, 0.0], [1000.0, 0.005], True),  # atol scales with max|b|: 0.005 <= 1e-5 * 1000
+    ([1.0, 0.0], [1.0, 0.005], False),  # ... and at magnitude 1 it does not
+    ([2.0, 3.0], [2.0002, 3.0], True),  # rtol relative to each element
+    ([INF, NAN, 1.0], [INF, NAN, 1.0], True),  # equal infinities, NaN in both
+    ([NAN, 1.0], [1.0, 1.0], False),
+    ([INF, 1.0], [1e30, 1.0], False),
+]
+
+
+@pytest.mark.parametrize(("first", "second", "ok"), TOLERANCE_CASES)
+def test_numpy_and_onnxruntime_verification_share_one_tolerance_rule(
+    first: list[float], second: list[float], ok: bool
+) -> None:
+    """relsat.compare (NumPy) and relsat.onnx.verify (onnxruntime) judge the same outputs alike:
+    each graph/model outputs Relu(constant), so the outputs are exactly the constants."""
+    from relsat import execute
+    from relsat.onnx import compare_outputs
+
+    assert compare_outputs is execute.compare_outputs
+
+    def graph(name: str, values: list[float]) -> Graph:
+        b = GraphBuilder()
+        return b.build(b.relu(b.weight([len(values)], name, np.array(values))))
+
+    def model(values: list[float]) -> onnx.ModelProto:
+        c = numpy_helper.from_array(np.array(values, dtype=np.float32), "c")
+        node = helper.make_node("Relu", ["c"], ["y"])
+        y = helper.make_tensor_value_info("y", F, [len(values)])
+        g = helper.make_graph([node], "g", [], [y], initializer=[c])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    numpy_result = relsat.compare(graph("a", first), graph("b", second))
+    ort_result = verify(model(first), model(second))
+    assert numpy_result.ok is ort_result.ok is ok
+    assert numpy_result.close == ort_result.close == (ok,)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input
 
@@ -746,7 +785,7 @@ def test_a_missing_external_data_file_is_one_error(
 def test_a_model_too_big_for_one_file_is_written_with_external_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from relsat import onnx_data
+    from relsat.onnx import data as onnx_data
 
     model = cnn()
     graph = load(model)
@@ -764,7 +803,7 @@ def test_a_model_too_big_for_one_file_is_written_with_external_data(
 def test_checks_and_shape_inference_skip_big_weight_data() -> None:
     """The checker and shape inference see a skeleton: big initializers as typed inputs (no data
     serialized), small ones (shape operands) kept; the import itself keeps every value."""
-    from relsat.onnx_import import SKELETON_MAX_ELEMENTS, _skeleton
+    from relsat.onnx.importer import SKELETON_MAX_ELEMENTS, _skeleton
 
     n = SKELETON_MAX_ELEMENTS + 1
     nodes = [node("MatMul", ["x", "w"], ["m"]), node("Reshape", ["m", "shape"], ["y"])]

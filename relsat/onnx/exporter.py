@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from relsat.execute import random_values
 from relsat.graph import Graph, Node, Ref
 from relsat.kernels import Lazy, Value, apply
-from relsat.onnx import OPSET, OnnxError
+from relsat.onnx.errors import OPSET, OnnxError
 from relsat.ops import same_padding
 
 __all__ = ["build_model", "write_model"]
@@ -40,8 +40,8 @@ _SIMPLE = {
 
 def write_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
     """Write ``model`` to ``path`` atomically, with external data beside it when it is too big
-    for one file (:func:`relsat.onnx_data.write_model`)."""
-    from relsat.onnx_data import write_model as write
+    for one file (:func:`relsat.onnx.data.write_model`)."""
+    from relsat.onnx.data import write_model as write
 
     write(model, path)
 
@@ -582,7 +582,7 @@ class _Exporter:
 def _check(model: onnx.ModelProto) -> None:
     """``onnx.checker`` with shape inference; a model too big for one protobuf is checked as
     written to a temporary folder with its external data."""
-    from relsat.onnx_data import MAX_INLINE_BYTES, save_beside
+    from relsat.onnx.data import MAX_INLINE_BYTES, save_beside
 
     if model.ByteSize() <= MAX_INLINE_BYTES:
         onnx.checker.check_model(model, full_check=True)

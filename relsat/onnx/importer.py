@@ -1,7 +1,8 @@
 """ONNX → relsat graph (see :mod:`relsat.onnx` for what is mapped and what stays opaque).
 
 An opaque node's ``attrs`` are its ONNX attributes as plain JSON values (tensors as
-``{"dtype", "dims", "data"}``) plus one ``"_onnx"`` entry that :mod:`relsat.onnx_export` reads back:
+``{"dtype", "dims", "data"}``) plus one ``"_onnx"`` entry that :mod:`relsat.onnx.exporter` reads
+back:
 ``domain``, ``opset``, attribute ``types``, the input ``layout`` (per ONNX input: ``"t"`` a relsat
 input, in order; ``""`` an omitted optional input; a tensor dict for a non-float constant) and
 ``outputs`` (per ONNX output: 1 present, 0 omitted); where a tensor input or an output is not
@@ -9,7 +10,7 @@ float32, also ``in_dtypes`` (per ``"t"`` input) and ``out_dtypes`` (per present 
 element type names.
 
 Tensors of other element types than float32 (token ids, masks, shapes, booleans) cross the graph
-as relsat tensors too, but only opaque nodes read them: every handler of :mod:`relsat.onnx_ops`
+as relsat tensors too, but only opaque nodes read them: every handler of :mod:`relsat.onnx.opmap`
 reads its operands through :meth:`Importer.tensor`, which refuses them, so no rewrite rule ever
 sees one. A graph input of any tensor type is a relsat ``input``; its element type is recorded by
 the opaque nodes reading it (``in_dtypes``), and the exporter writes it back from there.
@@ -30,9 +31,9 @@ from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 
 from relsat.errors import GraphError
 from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.onnx import DynamicShapeError, OnnxError
-from relsat.onnx_data import read_array, resolve
-from relsat.onnx_ops import HANDLERS, Unmapped, attrs_of, encode_tensor
+from relsat.onnx.data import read_array, resolve
+from relsat.onnx.errors import DynamicShapeError, OnnxError
+from relsat.onnx.opmap import HANDLERS, Unmapped, attrs_of, encode_tensor
 
 __all__ = ["Importer", "load_model"]
 

@@ -20,7 +20,7 @@ from relsat.graph import Tensor
 from relsat.ops import conv_out_size, same_padding
 
 if TYPE_CHECKING:
-    from relsat.onnx_import import Importer
+    from relsat.onnx.importer import Importer
 
 __all__ = ["HANDLERS", "Unmapped", "attrs_of", "encode_tensor"]
 

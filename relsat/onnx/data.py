@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
 
-from relsat.onnx import OnnxError
+from relsat.onnx.errors import OnnxError
 
 __all__ = [
     "INLINE_BYTES",

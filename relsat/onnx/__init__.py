@@ -1,0 +1,135 @@
+"""ONNX in and out: import a model as a relsat graph, export a graph as a model, check it in
+onnxruntime.
+
+The public surface is chosen here. The modules, each importing only those listed before it:
+:mod:`~relsat.onnx.errors` (:class:`OnnxError`, :data:`OPSET`), :mod:`~relsat.onnx.inputs`
+(input values per dtype), :mod:`~relsat.onnx.data` (external tensor data),
+:mod:`~relsat.onnx.opmap` (one handler per mapped op; it names the importer's class for type
+checking only), :mod:`~relsat.onnx.importer` (ONNX → graph),
+:mod:`~relsat.onnx.exporter` (graph → ONNX), :mod:`~relsat.onnx.verification` (onnxruntime
+sessions, :func:`run_onnx`, :func:`verify`). :func:`load`, :func:`to_model` and :func:`save`
+import the importer and exporter when called, so that ``import relsat`` does not import ``onnx``.
+
+**Import** (:func:`load`) maps Conv (2-D; groups, strides, pads, bias), MatMul, Gemm, Add, Mul,
+Relu, Tanh, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Concat, Split,
+Reshape, Flatten, Squeeze, Unsqueeze, Transpose, BatchNormalization, Identity, Dropout and
+Constant onto relsat's operators. Everything else — and a supported op in a form relsat cannot
+express (dilated conv, Gemm with alpha != 1, pooling with ceil_mode that changes the size, non-float
+tensors, ...) — becomes an *opaque* node that keeps its op_type, domain, opset, attributes,
+constant (non-float) inputs and all outputs, and is exported back unchanged; its output shapes come
+from ONNX shape inference. Explicit conv padding that is neither VALID nor TASO's SAME becomes an
+opaque ``Pad`` before a VALID conv. Graph inputs and outputs may have any tensor element type:
+tensors other than float32 (token ids, attention masks, shapes, booleans) are read only by opaque
+nodes (Gather of an embedding, Cast, Where, ...), so rewrites never touch them, and the float32
+regions between them are rewritten as usual. Every graph input is kept, used or not, in its
+order. Dynamic dims must be fixed with ``input_shapes`` or ``batch``.
+
+**Export** (:func:`save`, :func:`to_model`) writes opset 17 (``OPSET``) by default — or, when the
+graph holds opaque nodes imported from another opset, that opset, so they keep their meaning — with
+the lowest IR version supporting it (8 for opset 17), in the default domain plus the custom domains
+of opaque nodes. Fused activations become a separate Relu/Sigmoid/Tanh node; TASO's SAME padding
+becomes explicit pads giving exactly the declared output size; subgraphs of weights only (TASO's
+``preprocess_weights``: concat/split/enlarge/merge/transpose/... of weights) are evaluated with
+relsat's NumPy kernels and stored as new initializers. Weights without data get the values
+:func:`relsat.execute.random_values` draws (same ``seed``: the values :func:`relsat.run` uses), so
+the model runs.
+
+Inputs and outputs are written with the element types the opaque nodes reading and writing them
+recorded; ``like=`` (the original model) keeps its interface exactly: inputs (unused ones too) and
+outputs in its order, with its names and element types.
+
+**Verification** (:func:`verify`) runs two models in onnxruntime (CPUExecutionProvider) on the same
+random inputs, valid per input (:mod:`relsat.onnx.inputs`: N(0, 1) floats, token ids below the
+embedding table's size, padded 0/1 masks, booleans), and compares outputs by position:
+``|a - b| <= atol * max(1, max|b|) + rtol * |b|`` element-wise, default ``rtol=1e-4, atol=1e-5``
+— the absolute term scales with the output's largest magnitude, because rewrites reorder float32
+sums; equal values (infinities, NaN in both) match, and outputs that are not floats must be equal.
+This is :func:`compare_outputs` (:func:`relsat.execute.compare_outputs`), the rule NumPy
+verification (:func:`relsat.execute.compare`) applies too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from relsat.execute import compare_outputs
+from relsat.graph import Graph
+from relsat.onnx.errors import OPSET, DynamicShapeError, OnnxError
+from relsat.onnx.verification import random_inputs, run_onnx, verify
+
+__all__ = [
+    "OPSET",
+    "DynamicShapeError",
+    "OnnxError",
+    "compare_outputs",
+    "load",
+    "random_inputs",
+    "run_onnx",
+    "save",
+    "to_model",
+    "verify",
+]
+
+
+def load(
+    path_or_model: str | os.PathLike[str] | Any,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    batch: int | None = None,
+) -> Graph:
+    """Read an ONNX model (a path or an ``onnx.ModelProto``) as a relsat :class:`Graph`.
+
+    ``input_shapes`` gives full shapes by input name, ``batch`` the value of dynamic leading dims;
+    a dim left dynamic raises :class:`OnnxError` naming the input. Initializers and Constant nodes
+    become weights with their real values (``graph.values``). Raises :class:`OnnxError` for an
+    unreadable or invalid file, an opset below 7, inputs or outputs that are not tensors of a
+    known element type, sparse tensors, subgraphs (If/Loop/Scan), a node reading a tensor nobody
+    defines, or a shape ONNX cannot infer.
+    """
+    from relsat.onnx.importer import load_model
+
+    return load_model(path_or_model, input_shapes=input_shapes, batch=batch)
+
+
+def to_model(
+    graph: Graph,
+    *,
+    opset: int | None = None,
+    seed: int = 0,
+    output_names: Sequence[str] | None = None,
+    like: Any = None,
+) -> Any:
+    """``graph`` as a checked ``onnx.ModelProto`` (see the module docstring for what is emitted).
+
+    ``opset=None``: the opset opaque nodes were imported at, else :data:`OPSET`. Outputs are named
+    ``output_names``, else as ``like``'s, else after their node's label (as :func:`load` sets
+    them), else ``output<i>``. ``like`` (a ModelProto or path, normally the model ``graph`` was
+    loaded from) gives the interface to keep: its inputs, unused ones included, and outputs, in
+    its order, with its names and element types (shapes as fixed in ``graph``).
+    """
+    from relsat.onnx.exporter import build_model
+
+    return build_model(graph, opset=opset, seed=seed, output_names=output_names, like=like)
+
+
+def save(
+    graph: Graph,
+    path: str | os.PathLike[str],
+    *,
+    opset: int | None = None,
+    seed: int = 0,
+    output_names: Sequence[str] | None = None,
+    like: Any = None,
+) -> Any:
+    """Write ``graph`` to ``path`` as an ONNX model (:func:`to_model`) and return the model.
+
+    The file is written beside ``path`` and renamed into place, so a failure (:class:`OnnxError`
+    naming the path) leaves no partial file.
+    """
+    from relsat.onnx.exporter import write_model
+
+    model = to_model(graph, opset=opset, seed=seed, output_names=output_names, like=like)
+    write_model(model, path)
+    return model

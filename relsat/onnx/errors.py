@@ -1,0 +1,52 @@
+"""What every module of :mod:`relsat.onnx` shares: its errors and the default export opset.
+
+A leaf module (it imports nothing of the package), so the importer, the exporter and the
+external-data reader can raise :class:`OnnxError` without importing each other or the package's
+public surface.
+"""
+
+from __future__ import annotations
+
+from relsat.errors import RelsatError
+
+__all__ = ["OPSET", "DynamicShapeError", "OnnxError"]
+
+#: The default opset of exported models.
+OPSET = 17
+
+
+class OnnxError(RelsatError, ValueError):
+    """An ONNX model relsat cannot read, write or run.
+
+    ``path`` names the file, ``node`` the ONNX node (its name, or ``#k`` for the k-th unnamed one),
+    ``op_type`` its operator and ``tensor`` the tensor (e.g. a graph input) at fault; any may be
+    None. ``reason`` is the message without them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        node: str | None = None,
+        op_type: str | None = None,
+        tensor: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.path = path
+        self.node = node
+        self.op_type = op_type
+        self.tensor = tensor
+        where = []
+        if node is not None:
+            where.append(f"node {node!r}" + (f" ({op_type})" if op_type else ""))
+        elif op_type is not None:
+            where.append(op_type)
+        if tensor is not None:
+            where.append(f"tensor {tensor!r}")
+        text = f"{', '.join(where)}: {message}" if where else message
+        super().__init__(f"{path}: {text}" if path else text)
+
+
+class DynamicShapeError(OnnxError):
+    """An operator's output shape is computed at run time (ONNX shape inference leaves it open)."""
