@@ -815,3 +815,12 @@ def test_checks_and_shape_inference_skip_big_weight_data() -> None:
     assert len(model.graph.initializer) == 2  # the model itself is untouched
     graph = check_model(model)
     np.testing.assert_array_equal(graph.values["w"], numpy_helper.to_array(inits[0]))
+
+
+@pytest.mark.parametrize(("c_shape", "fused"), [((5,), True), ((3, 5), False)])
+def test_gemm_alpha_and_beta_fold_into_the_constants(c_shape: tuple[int, ...], fused: bool) -> None:
+    nodes = [node("Gemm", ["x", "w", "c"], ["y"], alpha=2.0, beta=0.5, transB=1)]
+    model = make(nodes, {"x": [3, 4]}, {"y": [3, 5]}, [init("w", 5, 4), init("c", *c_shape)])
+    graph = check_model(model)  # relsat.run and the exported model agree with onnxruntime
+    assert graph.op_counts().get("opaque", 0) == 0
+    assert graph.op_counts().get("matmul_bias", 0) == (1 if fused else 0)

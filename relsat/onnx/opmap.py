@@ -281,21 +281,39 @@ def _global_pool(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -
 
 def _gemm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     c_name = node.input[2] if len(node.input) > 2 else ""
-    if a.get("alpha", 1.0) != 1.0 or (c_name and a.get("beta", 1.0) != 1.0):
+    alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+    w_value, c = imp.const(node.input[1]), imp.const(c_name)
+    # alpha and beta are folded into the constant they scale (alpha·(A·B) = A·(alpha·B)).
+    if (alpha != 1.0 and w_value is None) or (c_name and beta != 1.0 and c is None):
         raise Unmapped
-    x, w = imp.tensor(node.input[0]), imp.tensor(node.input[1])
+    x = imp.tensor(node.input[0])
+    if alpha == 1.0:
+        w = imp.tensor(node.input[1])
+    else:
+        if w_value is None or not imp.is_float(node.input[1]):
+            raise Unmapped
+        w_scaled = w_value * np.float32(alpha)
+        w = imp.derived_weight(node.input[1], f"x{alpha:g}", lambda: w_scaled)
     if a.get("transA", 0):
         x = imp.g.transpose(x, (1, 0))
     if a.get("transB", 0):
         w = imp.g.transpose(w, (1, 0))
     name, n = node.output[0], w.shape[-1]
-    c = imp.const(c_name)
+    scale = "" if beta == 1.0 else f"_x{beta:g}"
     if c_name and c is not None and c.dtype == np.float32 and c.size == n and c.shape[-1:] == (n,):
-        bias = imp.derived_weight(c_name, "1d", lambda: c.reshape(n))
+        bias = imp.derived_weight(c_name, "1d" + scale, lambda: c.reshape(n) * np.float32(beta))
         act, name = _fuse_activation(imp, name)
         return {name: imp.g.matmul_bias(x, w, bias, act, name=name)}
     y = imp.g.matmul(x, w, name=None if c_name else name)
-    return {name: imp.g.add(y, imp.tensor(c_name), name=name) if c_name else y}
+    if not c_name:
+        return {name: y}
+    if beta == 1.0:
+        return {name: imp.g.add(y, imp.tensor(c_name), name=name)}
+    if c is None or not imp.is_float(c_name):
+        raise Unmapped
+    c_scaled = c * np.float32(beta)
+    addend = imp.derived_weight(c_name, scale[1:], lambda: c_scaled)
+    return {name: imp.g.add(y, addend, name=name)}
 
 
 def _matmul(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
