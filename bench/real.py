@@ -128,6 +128,7 @@ class Run:
     rewrites: str | None = None
     kept: str | None = None  # what the CLI says it handed back, when it says
     timing: str | None = None  # the CLI's own latency comparison, when it timed
+    verified: str | None = None  # the CLI's "verified" row, or "no: ..." when outputs differed
     stdout: str = ""
 
     @property
@@ -150,6 +151,8 @@ def _parse(run: Run, stdout: str, stderr: str) -> None:
             # Result.report()'s "rewrites rule n, ..." or the CLI's "gains by rule (model): ..."
             run.rewrites = (line.split(": ", 1)[1] if ": " in line else line[8:]).strip()
             run.rewrites = run.rewrites or "none"
+        elif line.startswith("verified ") and not line.startswith("verified in "):
+            run.verified = line.removeprefix("verified ").strip()  # the final table's row
         elif line.startswith("onnxruntime CPU") and run.timing is None:
             run.timing = line
         elif line.startswith("kept ") or line == "kept":
@@ -162,6 +165,8 @@ def _parse(run: Run, stdout: str, stderr: str) -> None:
         tagged = [s for s in lines if s.startswith("relsat:")]
         message = (tagged or lines or [f"exit code {run.rc}"])[-1]
         run.error = message.removeprefix("relsat: error: ").removeprefix("relsat: ")
+        if "outputs differ" in run.error or "verification failed" in run.error:
+            run.verified = "no: " + run.error
 
 
 def relsat_optimize(
@@ -352,6 +357,7 @@ class Row:
     sim_optimize_s: float = float("nan")
     cost: tuple[float, float] | None = None
     handed: str = ""
+    verified: str = ""  # relsat's own verification, as its CLI reported it
     relsat_timing: str = ""
     ms: dict[str, float] = field(default_factory=dict)
     checks: dict[str, str] = field(default_factory=dict)
@@ -360,14 +366,18 @@ class Row:
 
 
 def _loads(path: Path) -> str:
-    """Whether relsat's importer reads the file, and how much of it stays opaque."""
+    """Whether relsat's importer reads the file, how much of it stays opaque, and how long the
+    import takes (``relsat.onnx.load``, weights included)."""
+    start = time.perf_counter()
     try:
         graph = ronnx.load(path, batch=1)
     # Broad on purpose: an importer crash is a finding for the table, not the end of the bench.
     except Exception as exc:
         return "no: " + _first_line(exc)
-    opaque = graph.op_counts().get("opaque", 0)
-    return f"yes ({opaque}/{len(graph)} opaque)"
+    seconds = time.perf_counter() - start
+    opaque, total = graph.op_counts().get("opaque", 0), len(graph)
+    share = 100 * opaque / total if total else 0
+    return f"yes ({opaque}/{total} opaque, {share:.0f} %; import {seconds:.2f} s)"
 
 
 def bench_model(name: str, args: argparse.Namespace, flags: set[str]) -> Row:
@@ -402,6 +412,7 @@ def bench_model(name: str, args: argparse.Namespace, flags: set[str]) -> Row:
         + (f": {raw.error}" if raw.error else "")
     )
     row.optimize_s, row.cost = raw.seconds, raw.cost
+    row.verified = raw.verified or ""
     row.rewrites = raw.rewrites or handed.rewrites or ""
     if raw.error:
         row.notes.append(f"relsat: refused: {raw.error}")
@@ -489,6 +500,15 @@ def _price_error(row: Row) -> str:
     return f"{text} ({'ranked right' if priced == measured else 'ranked wrong'})"
 
 
+def _verified(row: Row) -> str:
+    """relsat's verification as its CLI reported it, then the bench's own check of relsat's
+    output against the original's outputs in onnxruntime (rtol 1e-4, atol 1e-5)."""
+    parts = [f"relsat: {row.verified}"] if row.verified else []
+    if "relsat" in row.checks:
+        parts.append(f"bench: {row.checks['relsat']}")
+    return _short("; ".join(parts), 120) or "–"
+
+
 def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -504,6 +524,7 @@ def markdown(rows: list[Row]) -> str:
         "ops orig → relsat",
         "ops sim → sim+relsat",
         "rewrites",
+        "verified?",
         "optimize s",
         "priced cost",
         "priced / measured",
@@ -526,6 +547,7 @@ def markdown(rows: list[Row]) -> str:
                 _ops(r, "original", "relsat"),
                 _ops(r, "onnxsim", "onnxsim+relsat"),
                 _short(r.rewrites) or "–",
+                _verified(r).replace("|", "/"),
                 f"{r.optimize_s:.1f}" if r.optimize_s == r.optimize_s else "–",
                 f"{r.cost[0]:.4f} → {r.cost[1]:.4f}" if r.cost else "–",
                 _price_error(r),
@@ -557,6 +579,7 @@ CSV_HEADERS = [
     *(f"ratio {v}" for v in VARIANTS[1:]),
     *(f"check {v}" for v in VARIANTS[2:]),
     "notes",
+    "verified",  # added later: last, so the rows written before it keep their columns
 ]
 
 
@@ -583,7 +606,25 @@ def csv_row(r: Row, args: argparse.Namespace, machine: str) -> list[Any]:
         *(round(r.ms[v] / base, 4) if v in r.ms and base else "" for v in VARIANTS[1:]),
         *(r.checks.get(v, "") for v in VARIANTS[2:]),
         "; ".join(r.notes),
+        r.verified,
     ]
+
+
+def _extend_csv_header() -> None:
+    """Add the columns appended to ``CSV_HEADERS`` since real.csv was started to its header
+    line; earlier rows are kept as written (their trailing fields empty)."""
+    path = common.RESULTS / "real.csv"
+    if not path.exists():
+        return
+    with path.open(newline="") as f:  # csv writes \r\n line endings: keep them
+        lines = f.readlines()
+    header = ["when", "machine", *CSV_HEADERS]
+    first = lines[0].rstrip("\r\n")
+    old = first.split(",")
+    if old != header and header[: len(old)] == old:
+        lines[0] = ",".join(header) + lines[0][len(first) :]  # its own line ending
+        with path.open("w", newline="") as f:
+            f.writelines(lines)
 
 
 def main() -> None:
@@ -649,6 +690,7 @@ def main() -> None:
         "relsat --keep-slower on the onnxsim output. Ops: ONNX nodes other than Constant. "
         "Priced cost: relsat's cost model (ms), before → after."
     )
+    _extend_csv_header()
     path = common.append_csv("real", CSV_HEADERS, [csv_row(r, args, machine) for r in rows])
     log(f"rows appended to {path}")
 

@@ -8,7 +8,9 @@ Nothing is downloaded: every model is randomly initialised from a fixed seed. Th
 architectures are re-implemented here in plain ``torch.nn``, layer for layer as torchvision
 0.2x defines them (torchvision's wheels do not import beside the CPU torch the bench uses):
 ``resnet50``, ``resnext50_32x4d``, ``squeezenet1_1``, ``inception_v3`` (aux logits off, 299x299,
-``transform_input=False``), ``vgg19``, ``mobilenet_v2`` (ReLU6, exported as Clip). Batch-norm
+``transform_input=False``), ``vgg19``, ``mobilenet_v2`` (ReLU6, exported as Clip),
+``densenet121`` and ``efficientnet_b0`` (SiLU, squeeze-excitation; stochastic depth is the
+identity at inference and left out), with torchvision's parameter counts. Batch-norm
 running statistics are calibrated on one seeded random batch (as if trained), so activations stay
 in range through 50+ layers and numerical comparisons mean something; the exporter folds them
 into the convolutions as it does for every user. The Hugging Face models are built from configs
@@ -411,6 +413,158 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
+class DenseLayer(nn.Module):
+    """DenseNet's layer: BN-ReLU-Conv1x1 (to ``bn_size * growth``), BN-ReLU-Conv3x3 (to ``growth``),
+    on the concatenation of every earlier feature map of the block (no dropout, as torchvision)."""
+
+    def __init__(self, cin: int, growth: int, bn_size: int) -> None:
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(cin)
+        self.conv1 = nn.Conv2d(cin, bn_size * growth, 1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth)
+        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
+
+    def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
+        x = self.conv1(torch.relu(self.norm1(torch.cat(features, 1))))
+        return self.conv2(torch.relu(self.norm2(x)))
+
+
+class DenseBlock(nn.Module):
+    def __init__(self, layers: int, cin: int, growth: int, bn_size: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DenseLayer(cin + i * growth, growth, bn_size) for i in range(layers)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class DenseNet(nn.Module):
+    """torchvision's DenseNet: growth ``growth``, ``blocks`` layers per dense block, transitions
+    BN-ReLU-Conv1x1 (halving the channels) then 2x2 average pooling."""
+
+    def __init__(
+        self, growth: int = 32, blocks: Sequence[int] = (6, 12, 24, 16), init: int = 64
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [
+            nn.Conv2d(3, init, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(init),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+        ]
+        c = init
+        for i, n in enumerate(blocks):
+            layers.append(DenseBlock(n, c, growth, bn_size=4))
+            c += n * growth
+            if i != len(blocks) - 1:
+                layers += [
+                    nn.BatchNorm2d(c),
+                    nn.ReLU(inplace=True),
+                    nn.Conv2d(c, c // 2, 1, bias=False),
+                    nn.AvgPool2d(2, 2),
+                ]
+                c //= 2
+        layers.append(nn.BatchNorm2d(c))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(c, 1000)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight)
+            elif isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.adaptive_avg_pool2d(torch.relu(self.features(x)), (1, 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+def _conv_bn_silu(
+    cin: int, cout: int, kernel: int = 1, stride: int = 1, groups: int = 1, act: bool = True
+) -> nn.Module:
+    """torchvision's ``Conv2dNormActivation`` with SiLU (or none)."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+    ]
+    return nn.Sequential(*layers, *([nn.SiLU(inplace=True)] if act else []))
+
+
+class SqueezeExcitation(nn.Module):
+    """torchvision's: global average pool, 1x1 conv, SiLU, 1x1 conv, sigmoid, scale the input."""
+
+    def __init__(self, channels: int, squeeze: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = nn.functional.adaptive_avg_pool2d(x, 1)
+        scale = torch.sigmoid(self.fc2(nn.functional.silu(self.fc1(scale))))
+        return scale * x
+
+
+class MBConv(nn.Module):
+    """EfficientNet's block: 1x1 expand, kxk depthwise, squeeze-excitation (input channels / 4),
+    1x1 linear projection, skip if it fits (stochastic depth: the identity at inference)."""
+
+    def __init__(self, expand: int, kernel: int, stride: int, cin: int, cout: int) -> None:
+        super().__init__()
+        hidden = cin * expand  # already a multiple of 8 for B0
+        self.use_res_connect = stride == 1 and cin == cout
+        layers: list[nn.Module] = []
+        if hidden != cin:
+            layers.append(_conv_bn_silu(cin, hidden))
+        layers += [
+            _conv_bn_silu(hidden, hidden, kernel, stride, groups=hidden),
+            SqueezeExcitation(hidden, max(1, cin // 4)),
+            _conv_bn_silu(hidden, cout, act=False),
+        ]
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.use_res_connect else self.block(x)
+
+
+class EfficientNetB0(nn.Module):
+    """torchvision's ``efficientnet_b0`` (width and depth 1.0, batch-norm eps 1e-5)."""
+
+    #: (expansion, kernel, first stride, input channels, output channels, blocks) per stage.
+    SETTINGS: tuple[tuple[int, int, int, int, int, int], ...] = (
+        (1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+        (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1),
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        features: list[nn.Module] = [_conv_bn_silu(3, 32, 3, 2)]
+        for t, k, s, cin, cout, n in self.SETTINGS:
+            stage = [
+                MBConv(t, k, s if i == 0 else 1, cin if i == 0 else cout, cout) for i in range(n)
+            ]
+            features.append(nn.Sequential(*stage))
+        features.append(_conv_bn_silu(320, 1280))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                bound = 1.0 / m.out_features**0.5
+                nn.init.uniform_(m.weight, -bound, bound)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
 def _calibrated(model: nn.Module, example: torch.Tensor) -> nn.Module:
     """``model`` in eval mode, its batch-norm statistics those of one seeded random batch of 4.
 
@@ -465,6 +619,16 @@ def mobilenet_v2() -> tuple[nn.Module, Example]:
     return _vision(MobileNetV2)
 
 
+def densenet121() -> tuple[nn.Module, Example]:
+    """torchvision ``densenet121``: growth 32, dense blocks (6, 12, 24, 16); 1x3x224x224."""
+    return _vision(DenseNet)
+
+
+def efficientnet_b0() -> tuple[nn.Module, Example]:
+    """torchvision ``efficientnet_b0`` (SiLU, squeeze-excitation); 1x3x224x224."""
+    return _vision(EfficientNetB0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face models (random init from a config)
 
@@ -510,6 +674,30 @@ def hf_gpt2() -> tuple[nn.Module, Example]:
     return model.eval(), _tokens(config.vocab_size)
 
 
+def hf_distilbert() -> tuple[nn.Module, Example]:
+    """transformers ``DistilBertModel``: 4 layers, hidden 256, 4 heads, FFN 1024; seq 128, int64
+    input_ids + attention_mask; output last_hidden_state."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(SEED)
+    config = DistilBertConfig(dim=256, n_layers=4, n_heads=4, hidden_dim=1024)
+    model = _HiddenState(DistilBertModel(config), ["input_ids", "attention_mask"])
+    return model.eval(), _tokens(config.vocab_size)
+
+
+def hf_vit() -> tuple[nn.Module, Example]:
+    """transformers ``ViTModel`` without its pooler: 4 layers, hidden 256, 4 heads, FFN 1024,
+    16x16 patches; 1x3x224x224; output last_hidden_state."""
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(SEED)
+    config = ViTConfig(
+        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+    )
+    model = _HiddenState(ViTModel(config, add_pooling_layer=False), ["pixel_values"])
+    return model.eval(), (torch.randn(1, 3, 224, 224),)
+
+
 def hf_convnext() -> tuple[nn.Module, Example]:
     """transformers ``ConvNextModel``, the default config (ConvNeXt-T: depths 3-3-9-3, widths
     96-768, 7x7 depthwise convs); 1x3x224x224; output last_hidden_state."""
@@ -538,19 +726,21 @@ TORCHVISION = {
     "inception_v3": inception_v3,
     "vgg19": vgg19,
     "mobilenet_v2": mobilenet_v2,
+    "densenet121": densenet121,
+    "efficientnet_b0": efficientnet_b0,
 }
 HUGGINGFACE = {
     "hf-bert": hf_bert,
     "hf-gpt2": hf_gpt2,
+    "hf-distilbert": hf_distilbert,
+    "hf-vit": hf_vit,
     "hf-convnext-tiny": hf_convnext,
     "hf-resnet50": hf_resnet50,
 }
 MODELS: dict[str, Callable[[], tuple[nn.Module, Example]]] = {**TORCHVISION, **HUGGINGFACE}
-INPUT_NAMES = {
-    "hf-bert": ["input_ids", "attention_mask"],
-    "hf-gpt2": ["input_ids", "attention_mask"],
-}
-INPUT_NAMES |= {"hf-convnext-tiny": ["pixel_values"], "hf-resnet50": ["pixel_values"]}
+INPUT_NAMES = {name: ["input_ids", "attention_mask"] for name in ("hf-bert", "hf-gpt2")}
+INPUT_NAMES["hf-distilbert"] = ["input_ids", "attention_mask"]
+INPUT_NAMES |= {n: ["pixel_values"] for n in ("hf-vit", "hf-convnext-tiny", "hf-resnet50")}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pyarrow as pa
 from relsat.db import SCHEMA_VERSION, SQL_DIR, Database
 from relsat.errors import DatabaseError, GraphError
 from relsat.graph import Graph, Node, Ref
-from relsat.ops import ACTIVATIONS, PADDINGS
+from relsat.ops import ACTIVATIONS, PADDINGS, Params, infer
 
 __all__ = ["MAX_CHILDREN", "EGraph", "encode_node"]
 
@@ -180,6 +180,8 @@ class EGraph:
 
         for node in graph.nodes:
             kids = [classes[r] for r in node.inputs]
+            if node.op == "concat" and len(kids) > MAX_CHILDREN:
+                kids = _nest_concat(graph, node, kids, add, weights)
             if len(kids) > MAX_CHILDREN:
                 raise GraphError(
                     f"{len(kids)} inputs; the e-graph supports {MAX_CHILDREN}",
@@ -290,3 +292,34 @@ def _identifier(name: str) -> str:
     if not name.replace("_", "").isalnum():
         raise DatabaseError(f"not a table name: {name!r}")
     return name
+
+
+def _nest_concat(
+    graph: Graph, node: Node, kids: list[int], add: Any, weights: Sequence[bool]
+) -> list[int]:
+    """The children of a concat of more than :data:`MAX_CHILDREN` inputs (DenseNet's dense blocks
+    concatenate up to 25), with the leading ones folded into nested concats on the same axis
+    until the rest fit: the same tensor and the same split history, since a concat keeps the
+    boundaries of its inputs."""
+    types = [graph.nodes[r.node].outputs[r.index] for r in node.inputs]
+    flags = [weights[r.node] for r in node.inputs]
+    op, ints, s = encode_node(node)
+    while len(kids) > MAX_CHILDREN:
+        (head,) = infer("concat", Params(axis=node.params["axis"]), types[:MAX_CHILDREN])
+        w = all(flags[:MAX_CHILDREN])
+        cid = add(
+            op,
+            ints,
+            s,
+            kids[:MAX_CHILDREN],
+            "tensor",
+            [head.shape],
+            [list(x) for x in head.splits],
+            w,
+        )
+        kids, types, flags = (
+            [cid, *kids[MAX_CHILDREN:]],
+            [head, *types[MAX_CHILDREN:]],
+            [w, *flags[MAX_CHILDREN:]],
+        )
+    return kids

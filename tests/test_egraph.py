@@ -98,8 +98,8 @@ def test_three_way_split_chains() -> None:
 def test_too_many_inputs_is_a_graph_error() -> None:
     b = GraphBuilder()
     xs = [b.input([1, 2]) for _ in range(9)]
-    with pytest.raises(GraphError, match="9 inputs"):
-        EGraph.from_graph(b.build(b.concat(0, xs)))
+    with pytest.raises(GraphError, match="9 inputs"):  # (a concat this wide nests instead)
+        EGraph.from_graph(b.build(b.noop(*xs)))
 
 
 def test_database_file_persists_and_reopens(tmp_path: Path) -> None:
@@ -200,3 +200,21 @@ def test_locked_database_is_a_typed_error(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_concat_wider_than_an_enode_nests() -> None:
+    """DenseNet concatenates up to 25 inputs; an e-node has 8 children: the leading inputs fold
+    into nested concats on the same axis, the same tensor with the same split history."""
+    from relsat.execute import compare
+    from relsat.pipeline import optimize
+
+    b = GraphBuilder()
+    x = b.input([1, 2, 4, 4], name="x")
+    parts = [b.relu(b.conv2d(x, b.weight([1 + i % 3, 2, 1, 1]))) for i in range(20)]
+    g = b.build(b.concat(1, parts))
+    eg = EGraph.from_graph(g)
+    assert not any(eg.audit().values())
+    arities = [r[0] for r in eg.db.execute("SELECT arity FROM enode WHERE op = 'concat'")]
+    assert max(arities) <= 8 and len(arities) == 3  # 8 + 7 + the rest, nested
+    result = optimize(g)
+    assert result.verified and compare(g, result.graph).ok
