@@ -20,11 +20,12 @@ import duckdb
 import pyarrow as pa
 
 from relsat.errors import DatabaseError
+from relsat.paths import data_dir
 
 __all__ = ["SCHEMA_VERSION", "SQL_DIR", "Counters", "Database", "sql_text"]
 
 #: Where the hand-written SQL lives.
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = data_dir("sql")
 #: Bumped whenever a table changes shape; a stored e-graph of another version is refused.
 SCHEMA_VERSION = "3"
 

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relsat.errors import RuleError, RuleSyntaxError
+from relsat.paths import data_dir
 from relsat.rules import (
     _KIND_TEXT,
     OPERATORS,
@@ -77,7 +78,7 @@ from relsat.rules import (
 __all__ = ["RULES_DIR", "format_rules", "load_rules", "load_tensat", "parse_rules", "parse_tensat"]
 
 #: The shipped rule files, ``rules/*.rules`` at the repository root.
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+RULES_DIR = data_dir("rules")
 
 # ---------------------------------------------------------------------------------------------
 # S-expressions
