@@ -9,7 +9,7 @@ from relsat.decode import decode, random_choice
 from relsat.egraph import EGraph
 from relsat.errors import AuditError, DatabaseError
 from relsat.explore import Limits, StopReason, explore
-from relsat.rulefile import load_rules
+from relsat.rulefile import load_rules, parse_rules
 
 RULES = load_rules()
 
@@ -182,3 +182,24 @@ def test_audit_failure_is_reported_and_rolled_back(monkeypatch: pytest.MonkeyPat
     with pytest.raises(AuditError, match=r"after iteration 0 \(multi\): dangling_ids \(2 rows\)"):
         explore(eg, RULES, audit=True)
     assert eg.counts() == before
+
+
+def test_a_rule_that_changes_a_shape_is_refused_when_it_fires() -> None:
+    """A user rule whose right side computes another type than the matched class is never
+    applied (counted as rejected per rule), so no e-class mixes shapes and no wrong graph can be
+    extracted."""
+    bad = parse_rules(
+        "# name: bad-concat\n(ewadd ?a ?b) => (concat 0 2 ?a ?b)\n\n"
+        "# name: bad-relu\n(matmul 0 ?a ?b) => (relu ?b)\n"
+    )
+    eg = EGraph.from_graph(models.load("nasrnn"))
+    before = eg.counts()
+    explore(eg, list(bad))
+    stats = {
+        r["rule"]: (int(r["a"]), int(r["r"]))
+        for r in eg.sql(
+            "SELECT rule, sum(applied) AS a, sum(rejected) AS r FROM rule_stats GROUP BY rule"
+        ).to_pylist()
+    }
+    assert stats == {"bad-concat": (0, 55), "bad-relu": (0, 80)}
+    assert eg.counts() == before and not any(eg.audit().values())
