@@ -123,6 +123,13 @@ def _optimize(args: argparse.Namespace) -> int:
     except VerificationError as exc:
         console.print(f"[red]relsat: verification failed, nothing written: {exc}[/red]")
         return EXIT_VERIFY
+    mismatch = _interface_mismatch(graph, result.graph)
+    if mismatch:  # checked whatever --no-verify says: such a graph is never written
+        console.print(
+            f"[red]relsat: the optimized graph's interface differs, nothing written: "
+            f"{mismatch}[/red]"
+        )
+        return EXIT_VERIFY
     if result.rewrites():  # which rewrite bought what (marginal priced gain per rule)
         console.print(f"gains by rule ({result.settings['cost_model']}): {result.gains_text()}")
     if onnx_in:
@@ -304,6 +311,20 @@ def _has_external_data(onnx_bytes: bytes) -> bool:
 
     tensors = onnx.load_from_string(onnx_bytes).graph.initializer
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors)
+
+
+def _interface_mismatch(original: Graph, optimized: Graph) -> str | None:
+    """How the optimized graph's inputs (names, shapes, order) or outputs (count, shapes) differ
+    from the original's, or None."""
+    want = [(n.name, n.shape) for n in original.inputs]
+    got = [(n.name, n.shape) for n in optimized.inputs]
+    if want != got:
+        return f"inputs {want} became {got}"
+    want_out = [original.shape(r) for r in original.outputs]
+    got_out = [optimized.shape(r) for r in optimized.outputs]
+    if want_out != got_out:
+        return f"output shapes {want_out} became {got_out}"
+    return None
 
 
 def _unchanged(graph: Graph, result: Any) -> bool:

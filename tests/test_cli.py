@@ -468,3 +468,27 @@ def test_an_input_with_external_data_is_written_with_its_data(
     assert "kept unchanged" in capsys.readouterr().out
     assert sorted(p.name for p in out.parent.iterdir()) == ["kept.onnx"]  # the data came along
     assert ronnx.verify(tmp_path / "inline.onnx", out).ok
+
+
+def test_an_interface_change_is_never_written_even_unverified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relsat import GraphBuilder, cli
+
+    b = GraphBuilder()
+    x = b.input([1, 4], name="x")
+    g = b.build(b.relu(x))
+    b2 = GraphBuilder()
+    y = b2.input([1, 4], name="y")
+    assert cli._interface_mismatch(g, b2.build(b2.relu(y))) is not None  # an input renamed
+    b3 = GraphBuilder()
+    x3 = b3.input([1, 4], name="x")
+    other = b3.build(b3.concat(1, [x3, x3]))
+    assert "output shapes" in (cli._interface_mismatch(g, other) or "")
+    assert cli._interface_mismatch(g, g) is None
+
+    monkeypatch.setattr(cli, "_interface_mismatch", lambda a, b: "inputs ['x'] became []")
+    out = tmp_path / "o.json"
+    code = main(["optimize", "--model", "squeezenet", "--no-verify", "-o", str(out)])
+    assert code == 3 and not out.exists()
+    assert "interface differs, nothing written" in capsys.readouterr().out
