@@ -372,19 +372,23 @@ class _Priced:
     kw: dict[str, Any]
 
 
+def _enode_column(egraph: EGraph, enode_ids: np.ndarray, column: str) -> np.ndarray:
+    """Per problem node, ``column`` (``"born"`` or ``"rule"``, '' for none) of its e-node: one
+    Arrow query, looked up with a vectorized search."""
+    table = egraph.db.arrow("SELECT id, born, coalesce(rule, '') AS rule FROM enode ORDER BY id")
+    ids = table["id"].to_numpy()
+    values = table[column].to_numpy(zero_copy_only=False)
+    return values[np.searchsorted(ids, enode_ids)]
+
+
 def _enode_rules(egraph: EGraph, enode_ids: np.ndarray) -> np.ndarray:
     """Per problem node: the rule that created its e-node ('' for the input graph's)."""
-    by_id = dict(egraph.db.execute("SELECT id, coalesce(rule, '') FROM enode"))
-    return np.array([by_id[int(e)] for e in enode_ids.tolist()], dtype=object)
+    return _enode_column(egraph, enode_ids, "rule")
 
 
 def _input_enodes(egraph: EGraph, enode_ids: np.ndarray) -> np.ndarray:
     """Per problem node: whether it is an e-node of the input graph (born 0)."""
-    born0 = np.array(
-        [int(r[0]) for r in egraph.db.execute("SELECT id FROM enode WHERE born = 0")],
-        dtype=np.int64,
-    )
-    return np.isin(enode_ids, born0)
+    return np.asarray(_enode_column(egraph, enode_ids, "born") == 0)
 
 
 def _original_choice(problem: Problem, born0: np.ndarray) -> dict[int, int]:

@@ -36,8 +36,8 @@ class OrtSettings:
     ``spin``: let idle intra-op threads spin-wait (onnxruntime's default). Off by default here:
     relsat keeps several sessions alive and alternates between them (two models interleaved, a
     batch of units), and a session's spinning threads take the cores from the next one —
-    measured on this 2-core machine: ResNet-50 at 90 ms per run interleaved with spinning, 37 ms
-    without; SqueezeNet 15–19 ms against 3.7 ms (3.5 ms alone).
+    measured on this 2-core machine, ResNet-50 in ``compare_latency`` (three interleaved
+    sessions): 37–42 ms per run with spinning, 19.5–19.7 ms without.
     """
 
     threads: int = 0

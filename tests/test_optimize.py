@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from relsat import GraphBuilder, models
-from relsat.cost import AnalyticModel
+from relsat.cost import AnalyticModel, CostModel, OpSignature
 from relsat.cost.model import Pricing
 from relsat.egraph import EGraph
 from relsat.errors import RelsatError, SettingsError
@@ -173,6 +173,28 @@ def test_ties_go_to_the_input_graph() -> None:
     result = optimize(g)
     assert result.cost_after < result.cost_before
     assert result.rewrites() == {"conv-relu-fuse": 1}
+
+
+class _FreeActivations(CostModel):
+    """ReLU and concat cost nothing, a conv 2 ms, 1 ms with its ReLU fused."""
+
+    name, device = "test", "test"
+
+    def cost(self, sig: OpSignature) -> float:
+        return {"conv2d": 1.0 if sig.params[3] == 2 else 2.0}.get(sig.op, 0.0)
+
+
+def test_an_exact_tie_with_fewer_enodes_still_keeps_the_input() -> None:
+    """Moving two free ReLUs through a concat is an exact price tie that saves an e-node: only
+    the input graph's preference keeps the ReLUs where they were (without it, fewer e-nodes win),
+    while a real gain beside it is taken."""
+    b = GraphBuilder()
+    x, y = b.input([1, 4, 8, 8], name="x"), b.input([1, 4, 8, 8], name="y")
+    conv = b.relu(b.conv2d(x, b.weight([4, 4, 3, 3], name="w")))
+    g = b.build([b.concat(1, [b.relu(x), b.relu(y)]), conv])
+    result = optimize(g, cost_model=_FreeActivations())
+    assert result.rewrites() == {"conv-relu-fuse": 1}
+    assert (result.cost_before, result.cost_after) == (2.0, 1.0)
 
 
 def test_attribution_names_the_rules_that_paid() -> None:

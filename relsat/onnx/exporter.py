@@ -335,7 +335,7 @@ class _Exporter:
         self.inits.append(numpy_helper.from_array(np.array(value, dtype=np.float32), name))
         return name
 
-    def bias_input(self, ref: Ref, consumer: Node) -> str | None:
+    def bias_input(self, ref: Ref) -> str | None:
         """A fused op's bias as the 1-D initializer Conv's B / Gemm's C take, or None when the
         bias is computed at run time (then it is added by a separate Add)."""
         if not self.foldable[ref.node]:
@@ -386,48 +386,35 @@ class _Exporter:
         return keep
 
     def node(self, node: Node, outs: list[str]) -> None:
-        ins = [self.name_of(r, node) for r in node.inputs]
         p = node.params
         shapes = [self.graph.shape(r) for r in node.inputs]
+        # A fused op's constant bias goes in as the 1-D B / C operand; else it is added after.
+        bias = None
+        if node.op == "conv2d_bias" or (node.op == "matmul_bias" and len(shapes[0]) == 2):
+            bias = self.bias_input(node.inputs[2])
+        ins = [self.name_of(r, node) for r in (node.inputs[:2] if bias else node.inputs)]
+        add = ins[2] if len(ins) == 3 and node.op in ("conv2d_bias", "matmul_bias") else None
         if node.op in _SIMPLE:
             self.emit(_SIMPLE[node.op], ins, outs)
-        elif node.op == "conv2d":
-            x, w = shapes
+        elif node.op in ("conv2d", "conv2d_bias"):
+            x, w = shapes[:2]
             kernel = list(w[2:])
-            pads = _tensor_pads(x[2:], kernel, p["stride"], p["padding"])
-            self.with_activation(
-                "Conv",
-                node,
-                ins,
-                outs[0],
-                kernel_shape=kernel,
-                strides=list(p["stride"]),
-                pads=pads,
-                group=x[1] // w[1],
-            )
-        elif node.op == "conv2d_bias":
-            x, w, _ = shapes
-            kernel = list(w[2:])
-            bias = self.bias_input(node.inputs[2], node)
             self.with_activation(
                 "Conv",
                 node,
                 ins[:2] + ([bias] if bias else []),
                 outs[0],
-                add=None if bias else ins[2],
+                add=add,
                 kernel_shape=kernel,
                 strides=list(p["stride"]),
                 pads=_tensor_pads(x[2:], kernel, p["stride"], p["padding"]),
                 group=x[1] // w[1],
             )
-        elif node.op == "matmul":
-            self.with_activation("MatMul", node, ins, outs[0])
-        elif node.op == "matmul_bias":
-            bias = self.bias_input(node.inputs[2], node) if len(shapes[0]) == 2 else None
+        elif node.op in ("matmul", "matmul_bias"):
             if bias is not None:  # Gemm takes 2-D operands and a bias it broadcasts
-                self.with_activation("Gemm", node, [ins[0], ins[1], bias], outs[0])
+                self.with_activation("Gemm", node, [*ins, bias], outs[0])
             else:
-                self.with_activation("MatMul", node, ins[:2], outs[0], add=ins[2])
+                self.with_activation("MatMul", node, ins[:2], outs[0], add=add)
         elif node.op == "relu6":
             self.activation("RELU6", ins[0], outs[0])
         elif node.op in ("poolmax", "poolavg"):
@@ -561,9 +548,7 @@ class _Exporter:
 
     def _finish(self) -> onnx.ModelProto:
         inputs, outputs = self._inputs(), self._outputs()
-        read = {name for n in self.nodes for name in n.input}
-        inits = [t for t in self.inits if t.name in read]  # e.g. a bias also written 1-D
-        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, inits)
+        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, self.inits)
         opsets = [helper.make_opsetid("", self.opset)]
         opsets += [helper.make_opsetid(d, v) for d, v in sorted(self.domains.items())]
         ir = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
