@@ -17,7 +17,7 @@ import numpy as np
 from relsat.egraph import EGraph
 from relsat.errors import GraphError
 from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.ops import ACTIVATIONS, PADDINGS
+from relsat.ops import ACTIVATIONS, PADDINGS, int_params
 
 __all__ = ["decode", "random_choice"]
 
@@ -122,6 +122,9 @@ def _node(
         return b.opaque(kind, xs, json.loads(shapes), json.loads(attrs))
     if op == "noop":
         return (b.noop(*xs),)
+    floats = int_params(op, p)  # scalar, layernorm, skiplayernorm: float32 bits in p0
+    if floats is not None:
+        return b.add_node(op, xs, floats)
     return b.add_node(op, xs)  # ewadd, ewmul, relu, relu6, tanh, sigmoid, dropout, enlarge
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from relsat.errors import GraphError
-from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer
+from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, f32, infer
 
 __all__ = ["Graph", "GraphBuilder", "Node", "Ref", "Tensor"]
 
@@ -132,8 +132,8 @@ class Graph:
         """Per node: can its value be computed from weights alone (TENSAT's ``all_weights``)?"""
         flags: list[bool] = []
         for n in self.nodes:
-            if n.op in ("input", "weight"):
-                flags.append(n.op == "weight")
+            if n.op in ("input", "weight", "scalar"):
+                flags.append(n.op != "input")
             else:
                 flags.append(bool(n.inputs) and all(flags[r.node] for r in n.inputs))
         return flags
@@ -567,6 +567,77 @@ class GraphBuilder:
         name: str | None = None,
     ) -> Tensor:
         return self._one("batchnorm", [x, scale, bias, mean, var], name, epsilon=epsilon)
+
+    # --- transformer operators --------------------------------------------------------------
+
+    def scalar(self, value: float, name: str | None = None) -> Tensor:
+        """A float32 constant of shape ``[]`` (rank 0); ``value`` is rounded to float32."""
+        return self._one("scalar", [], name, value=f32(value))
+
+    def sub(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a - b`` (broadcasting)."""
+        return self._one("ewsub", [a, b], name)
+
+    def div(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a / b`` (broadcasting)."""
+        return self._one("ewdiv", [a, b], name)
+
+    def pow(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a ** b`` (broadcasting; ONNX ``Pow``)."""
+        return self._one("ewpow", [a, b], name)
+
+    ewsub = sub
+    ewdiv = div
+    ewpow = pow
+
+    def sqrt(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._one("sqrt", [x], name)
+
+    def erf(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._one("erf", [x], name)
+
+    def reducemean(self, x: Tensor, name: str | None = None) -> Tensor:
+        """The mean over the last axis, kept as a dim of size 1."""
+        return self._one("reducemean", [x], name)
+
+    def softmax(self, x: Tensor, name: str | None = None) -> Tensor:
+        """Softmax over the last axis."""
+        return self._one("softmax", [x], name)
+
+    def layernorm(
+        self,
+        x: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: float = 1e-5,
+        name: str | None = None,
+    ) -> Tensor:
+        """Layer normalization over the last axis; ``scale`` and ``bias`` are ``[N]``."""
+        return self._one("layernorm", [x, scale, bias], name, epsilon=f32(epsilon))
+
+    def skiplayernorm(
+        self,
+        x: Tensor,
+        skip: Tensor,
+        scale_bias: Tensor,
+        epsilon: float = 1e-5,
+        name: str | None = None,
+    ) -> Tensor:
+        """``layernorm(x + skip)`` as one fused op; ``scale_bias`` is scale and bias packed as one
+        ``[2N]`` tensor (``concat(0, [scale, bias])``), ``skip`` the shape of ``x``."""
+        return self._one("skiplayernorm", [x, skip, scale_bias], name, epsilon=f32(epsilon))
+
+    def gelu(self, x: Tensor, approximate: str = "none", name: str | None = None) -> Tensor:
+        """GELU: exact (erf, ``approximate="none"``) or the tanh approximation (``"tanh"``)."""
+        if approximate not in ("none", "tanh"):
+            raise GraphError(
+                f"approximate={approximate!r} must be 'none' or 'tanh'", op="gelu", name=name
+            )
+        return self._one("gelu" if approximate == "none" else "gelu_tanh", [x], name)
+
+    def biasgelu(self, x: Tensor, bias: Tensor, name: str | None = None) -> Tensor:
+        """``gelu(x + bias)`` as one fused op; ``bias`` is ``[N]``."""
+        return self._one("biasgelu", [x, bias], name)
 
     def opaque(
         self,

@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 
 from relsat.errors import GraphError
 from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.ops import TensorType
+from relsat.ops import TensorType, from_f32_bits
 from relsat.rules import Guard, Pattern, Rule, Term, Var
 
 __all__ = [
@@ -175,6 +175,19 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value
     "poolavg": _pool("avg"),
     "batchnorm": lambda b, i, xs: b.batchnorm(xs[0], xs[1], xs[2], xs[3], xs[4]),
     "noop": lambda b, i, xs: b.noop(*xs),
+    "scalar": lambda b, i, xs: b.scalar(from_f32_bits(i[0])),
+    "ewsub": lambda b, i, xs: b.sub(xs[0], xs[1]),
+    "ewdiv": lambda b, i, xs: b.div(xs[0], xs[1]),
+    "ewpow": lambda b, i, xs: b.pow(xs[0], xs[1]),
+    "sqrt": lambda b, i, xs: b.sqrt(xs[0]),
+    "erf": lambda b, i, xs: b.erf(xs[0]),
+    "reducemean": lambda b, i, xs: b.reducemean(xs[0]),
+    "softmax": lambda b, i, xs: b.softmax(xs[0]),
+    "layernorm": lambda b, i, xs: b.layernorm(xs[0], xs[1], xs[2], from_f32_bits(i[0])),
+    "skiplayernorm": lambda b, i, xs: b.skiplayernorm(xs[0], xs[1], xs[2], from_f32_bits(i[0])),
+    "gelu": lambda b, i, xs: b.gelu(xs[0]),
+    "gelu_tanh": lambda b, i, xs: b.gelu(xs[0], approximate="tanh"),
+    "biasgelu": lambda b, i, xs: b.biasgelu(xs[0], xs[1]),
 }
 
 

@@ -9,6 +9,7 @@ weight-shaping ops in between (concat, enlarge, split, merge) pass that group co
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -286,6 +287,47 @@ def _opaque(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(a, dtype=dtype) for a in outs)
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    """The error function, element-wise, in the input's precision (``math.erf`` per element:
+    NumPy has no erf, and SciPy is not a dependency)."""
+    x = np.asarray(x)
+    return np.vectorize(math.erf, otypes=[x.dtype if x.dtype.kind == "f" else np.float64])(x)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _normalize(x: np.ndarray, epsilon: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    return centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + epsilon)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _layernorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, scale, bias = args
+    return (_normalize(x, node.params["epsilon"]) * scale + bias,)
+
+
+def _skiplayernorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, skip, packed = args
+    n = x.shape[-1]
+    return (_normalize(x + skip, node.params["epsilon"]) * packed[:n] + packed[n:],)
+
+
+def _scalar(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    return (np.array(node.params["value"], dtype=np.float64),)
+
+
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> _ArrayKernel:
     return lambda node, args: (fn(args[0]),)
 
@@ -319,6 +361,19 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "reshape": lambda n, a: (np.reshape(a[0], n.params["shape"]),),
     "batchnorm": _batchnorm,
     "opaque": _opaque,
+    "scalar": _scalar,
+    "ewsub": lambda n, a: (np.subtract(a[0], a[1]),),
+    "ewdiv": lambda n, a: (np.divide(a[0], a[1]),),
+    "ewpow": lambda n, a: (np.power(a[0], a[1]),),
+    "sqrt": _unary(np.sqrt),
+    "erf": _unary(_erf),
+    "reducemean": lambda n, a: (a[0].mean(axis=-1, keepdims=True),),
+    "softmax": _unary(_softmax),
+    "layernorm": _layernorm,
+    "skiplayernorm": _skiplayernorm,
+    "gelu": _unary(_gelu),
+    "gelu_tanh": _unary(_gelu_tanh),
+    "biasgelu": lambda n, a: (_gelu(a[0] + a[1]),),
 }
 
 #: Kernels of ops that may read (and pass on) a lazy merged weight.

@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "ACTIVATIONS",
+    "FLOAT_PARAMS",
     "OPS",
     "PADDINGS",
     "OpError",
@@ -31,7 +32,11 @@ __all__ = [
     "Params",
     "TensorType",
     "conv_out_size",
+    "f32",
+    "f32_bits",
+    "from_f32_bits",
     "infer",
+    "int_params",
     "same_padding",
 ]
 
@@ -164,6 +169,38 @@ def _axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise OpError(f"axis {axis} out of range for rank {rank}")
     return axis % rank
+
+
+def f32(value: float) -> float:
+    """``value`` rounded to float32, as a Python float: the one form float parameters (a scalar
+    constant, an epsilon) are stored in, so they survive the e-graph's integer encoding."""
+    return float(np.float32(value))
+
+
+def f32_bits(value: float) -> int:
+    """The float32 bit pattern of ``value`` as a signed 32-bit integer: how a float parameter is
+    an e-node's integer parameter and a rule's literal (``0.5`` is 1056964608).
+
+    >>> f32_bits(0.5), from_f32_bits(f32_bits(0.5))
+    (1056964608, 0.5)
+    """
+    return int(np.array(value, dtype=np.float32).view(np.int32))
+
+
+def from_f32_bits(bits: int) -> float:
+    """The float a :func:`f32_bits` pattern stands for."""
+    return float(np.array(bits, dtype=np.int32).view(np.float32))
+
+
+def _float(params: Params, key: str, *, positive: bool = False) -> float:
+    value = params[key]
+    ok = isinstance(value, float | int) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (positive and value <= 0):
+        kind = "a finite number > 0" if positive else "a finite number"
+        raise OpError(f"parameter {key}={value!r} must be {kind}")
+    if value != f32(value):
+        raise OpError(f"parameter {key}={value!r} is not a float32 value (use ops.f32)")
+    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +419,60 @@ def _batchnorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
     return (x,)
 
 
+def _scalar(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "value")
+    return (TensorType(()),)
+
+
+def _last_axis(x: TensorType, op: str) -> int:
+    if x.rank < 1:
+        raise OpError(f"{op} needs an input of rank >= 1")
+    return x.shape[-1]
+
+
+def _reduce_last(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    (x,) = inputs
+    _last_axis(x, "reducemean")
+    return (TensorType((*x.shape[:-1], 1), (*x.splits[:-1], ())),)
+
+
+def _softmax(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _last_axis(inputs[0], "softmax")
+    return (TensorType(inputs[0].shape),)
+
+
+def _layernorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "epsilon", positive=True)
+    x, gamma, beta = inputs
+    n = _last_axis(x, "layernorm")
+    for what, t in (("scale", gamma), ("bias", beta)):
+        if t.shape != (n,):
+            raise OpError(f"layernorm {what} must have shape [{n}], got {list(t.shape)}")
+    return (TensorType(x.shape),)
+
+
+def _skip_layernorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "epsilon", positive=True)
+    x, skip, packed = inputs
+    n = _last_axis(x, "skiplayernorm")
+    if skip.shape != x.shape:
+        # onnxruntime's kernel takes equal shapes; a broadcast residual is left unfused.
+        raise OpError(f"skiplayernorm skip {list(skip.shape)} differs from {list(x.shape)}")
+    if packed.shape != (2 * n,):
+        raise OpError(
+            f"skiplayernorm scale and bias must be packed as [{2 * n}], got {list(packed.shape)}"
+        )
+    return (TensorType(x.shape),)
+
+
+def _bias_gelu(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    x, bias = inputs
+    n = _last_axis(x, "biasgelu")
+    if bias.shape != (n,):
+        raise OpError(f"biasgelu bias must have shape [{n}], got {list(bias.shape)}")
+    return (TensorType(x.shape),)
+
+
 def _opaque(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     if not isinstance(params["type"], str) or not params["type"]:
         raise OpError("opaque op needs a non-empty type name")
@@ -462,6 +553,48 @@ OPS: dict[str, OpSpec] = {
             "TASO merge_gconv: the weight of the same conv with groups / count",
         ),
         _spec("noop", None, "", _noop, "joins several graph outputs; no tensor", min_arity=1),
+        # Transformer operators: the element-wise pieces exporters spell LayerNorm and GELU with,
+        # and the fused kernels onnxruntime runs them as. Reductions and normalizations work on
+        # the last axis only (what exporters emit; another axis stays opaque).
+        _spec("scalar", 0, "value", _scalar, "a float32 constant of shape [] (rank 0)"),
+        _spec("ewsub", 2, "", _elementwise, "element-wise a - b (broadcasting)"),
+        _spec("ewdiv", 2, "", _elementwise, "element-wise a / b (broadcasting)"),
+        _spec("ewpow", 2, "", _elementwise, "element-wise a ** b (broadcasting)"),
+        _spec("sqrt", 1, "", _unary, "sqrt(x)"),
+        _spec("erf", 1, "", _unary, "the error function erf(x)"),
+        _spec("reducemean", 1, "", _reduce_last, "mean over the last axis, kept as size 1"),
+        _spec("softmax", 1, "", _softmax, "softmax over the last axis"),
+        _spec(
+            "layernorm",
+            3,
+            "epsilon",
+            _layernorm,
+            "(x - mean) / sqrt(var + epsilon) * scale + bias over the last axis (ONNX "
+            "LayerNormalization, axis -1)",
+        ),
+        _spec(
+            "skiplayernorm",
+            3,
+            "epsilon",
+            _skip_layernorm,
+            "layernorm(x + skip) with scale and bias packed as one [2N] tensor (com.microsoft "
+            "SkipLayerNormalization): one fused kernel",
+        ),
+        _spec("gelu", 1, "", _unary, "x * (1 + erf(x / sqrt 2)) / 2 (com.microsoft Gelu)"),
+        _spec(
+            "gelu_tanh",
+            1,
+            "",
+            _unary,
+            "x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2 (com.microsoft FastGelu)",
+        ),
+        _spec(
+            "biasgelu",
+            2,
+            "",
+            _bias_gelu,
+            "gelu(x + bias[N]) (com.microsoft BiasGelu): one fused kernel",
+        ),
         _spec("batchnorm", 5, "epsilon", _batchnorm, "inference batch normalization"),
         _spec(
             "opaque",
@@ -472,6 +605,19 @@ OPS: dict[str, OpSpec] = {
         ),
     ]
 }
+
+
+#: Float parameters that an e-node stores as float32 bits in ``p0`` (rules spell them as float
+#: literals), by op.
+FLOAT_PARAMS = {"scalar": "value", "layernorm": "epsilon", "skiplayernorm": "epsilon"}
+
+
+def int_params(op: str, p: Sequence[int]) -> Params | None:
+    """The parameters of an op with a float parameter (:data:`FLOAT_PARAMS`) from its e-node
+    integers; None for other ops."""
+    if op in FLOAT_PARAMS:
+        return Params({FLOAT_PARAMS[op]: from_f32_bits(p[0])})
+    return None
 
 
 def infer(op: str, params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:

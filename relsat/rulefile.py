@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relsat.errors import RuleError, RuleSyntaxError
+from relsat.ops import f32_bits
 from relsat.paths import data_dir
 from relsat.rules import (
     _KIND_TEXT,
@@ -85,6 +86,7 @@ RULES_DIR = data_dir("rules")
 
 _TOKEN = re.compile(
     r"(?P<lp>\()|(?P<rp>\))|(?P<arrow>=>)"
+    r"|(?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))(?=[\s()]|=>|$)"
     r"|(?P<int>\d+)(?=[\s()]|=>|$)"
     r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*)(?=[\s()]|=>|$)"
     r"|(?P<sym>[A-Za-z_][A-Za-z0-9_]*)(?=[\s()]|=>|$)"
@@ -158,6 +160,8 @@ class _Line:
                 value = self._close(stack.pop())
             elif kind == "int":
                 value = int(text)
+            elif kind == "float":  # a float parameter: its float32 bits (relsat.ops.f32_bits)
+                value = f32_bits(float(text))
             elif kind == "var":
                 value = Var(text[1:])
             elif kind == "arrow":
@@ -379,9 +383,18 @@ def format_rules(rules: Iterable[Rule], *, header: str = "") -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def load_rules(paths: str | Path | Sequence[str | Path] | None = None) -> RuleSet:
+def load_rules(
+    paths: str | Path | Sequence[str | Path] | None = None, *, check: bool | None = None
+) -> RuleSet:
     """Load ``.rules`` files: by default every ``rules/*.rules`` of the repository (sorted by
-    name); else a folder (its ``*.rules``, sorted), one file, or a list of files and folders."""
+    name); else a folder (its ``*.rules``, sorted), one file, or a list of files and folders.
+
+    With ``check`` the loader also instantiates each rule on a few random shapes and refuses (a
+    :class:`RuleError` at the rule's line) one whose right-hand side computes another type than
+    its left-hand side (:func:`relsat.rulecheck.check_types`; ``relsat rules check`` checks
+    values too). ``check=None``: check files other than the shipped ones (which the test suite
+    checks thoroughly).
+    """
     if paths is None:
         paths = RULES_DIR
     items = [paths] if isinstance(paths, str | Path) else list(paths)
@@ -389,9 +402,26 @@ def load_rules(paths: str | Path | Sequence[str | Path] | None = None) -> RuleSe
     for item in map(Path, items):
         files += sorted(item.glob("*.rules")) if item.is_dir() else [item]
     rules: list[Rule] = []
+    checked: list[Rule] = []
     for f in files:
-        rules += parse_rules(_read_text(f), path=f)
-    return RuleSet(rules)
+        parsed = parse_rules(_read_text(f), path=f)
+        rules += parsed
+        if check or (check is None and not _shipped(f)):
+            checked += parsed
+    ruleset = RuleSet(rules)
+    if checked:
+        from relsat.rulecheck import check_types  # imports the graph layer: only when needed
+
+        check_types(checked)
+    return ruleset
+
+
+def _shipped(path: Path) -> bool:
+    """Whether ``path`` is one of relsat's own rule files (``rules/`` and its folders)."""
+    try:
+        return path.resolve().is_relative_to(Path(RULES_DIR).resolve())
+    except OSError:
+        return False
 
 
 def _read_text(path: Path) -> str:

@@ -17,7 +17,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias, TypeVar, overload
 
+import numpy as np
+
 from relsat.errors import RuleError, RuleSyntaxError
+from relsat.ops import FLOAT_PARAMS, from_f32_bits
 
 __all__ = [
     "GUARDS",
@@ -88,6 +91,21 @@ OPERATORS: dict[str, OpSignature] = {
     "tanh": _sig("x"),
     "sigmoid": _sig("x"),
     "dropout": _sig("x"),
+    # relsat's transformer operators (reductions and normalizations on the last axis); a float
+    # parameter is an integer literal, its float32 bits (rule files write it as a float: 0.5).
+    "scalar": _sig("value:int"),
+    "ewsub": _sig("a b"),
+    "ewdiv": _sig("a b"),
+    "ewpow": _sig("a b"),
+    "sqrt": _sig("x"),
+    "erf": _sig("x"),
+    "reducemean": _sig("x"),
+    "softmax": _sig("x"),
+    "layernorm": _sig("epsilon:int x scale bias"),
+    "skiplayernorm": _sig("epsilon:int x skip scale_bias"),
+    "gelu": _sig("x"),
+    "gelu_tanh": _sig("x"),
+    "biasgelu": _sig("x bias"),
     "concat": _sig("axis:int ndim:int a b"),
     "concat3": _sig("axis:int ndim:int x1 x2 x3"),
     "concat4": _sig("axis:int ndim:int x1 x2 x3 x4"),
@@ -175,7 +193,10 @@ class Pattern:
                 )
 
     def __str__(self) -> str:
-        return "(" + " ".join([self.op, *map(str, self.args)]) + ")"
+        args = [str(a) for a in self.args]
+        if self.op in FLOAT_PARAMS and isinstance(self.args[0], int):
+            args[0] = str(np.float32(from_f32_bits(self.args[0])))  # a float literal, as written
+        return "(" + " ".join([self.op, *args]) + ")"
 
     def vars(self) -> Iterator[Var]:
         """Variables in order of appearance (depth first, left to right), repeats included."""

@@ -199,7 +199,8 @@ def test_explicit_padding_becomes_opaque_pad() -> None:
 def test_unknown_ops_stay_opaque_and_export_unchanged() -> None:
     nodes = [
         node("MatMul", ["x", "w"], ["m"]),
-        node("LayerNormalization", ["m", "gamma", "beta"], ["ln"], axis=-1, epsilon=1e-3),
+        # LayerNormalization and Softmax over another axis than the last stay opaque
+        node("LayerNormalization", ["m", "gamma", "beta"], ["ln"], axis=1, epsilon=1e-3),
         node("Erf", ["ln"], ["e"]),
         node("Softmax", ["e"], ["sm"], axis=1),
         node("Shape", ["sm"], ["shp"]),
@@ -210,12 +211,13 @@ def test_unknown_ops_stay_opaque_and_export_unchanged() -> None:
     model = make(nodes, {"x": [2, 3, 6]}, {"y": [2, 3, 4], "vals": [2, 3, 2]}, inits)
     graph = check_model(model, relsat_runs=False)
     opaque = {n.params["type"]: n for n in graph.nodes if n.op == "opaque"}
-    assert set(opaque) == {"LayerNormalization", "Erf", "Softmax", "TopK"}
+    assert set(opaque) == {"LayerNormalization", "Softmax", "TopK"}
     assert graph.op_counts()["matmul"] == 1  # [2,3,6] @ [6,4] through reshapes
+    assert graph.op_counts()["erf"] == 1
     assert opaque["TopK"].outputs[1].shape == (2, 3, 2)  # both outputs kept
     exported = to_model(graph)
     ln = next(n for n in exported.graph.node if n.op_type == "LayerNormalization")
-    assert {a.name: helper.get_attribute_value(a) for a in ln.attribute}["axis"] == -1
+    assert {a.name: helper.get_attribute_value(a) for a in ln.attribute}["axis"] == 1
     topk = next(n for n in exported.graph.node if n.op_type == "TopK")
     k = next(i for i in exported.graph.initializer if i.name == topk.input[1])
     assert numpy_helper.to_array(k).tolist() == [2]

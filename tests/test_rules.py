@@ -41,11 +41,16 @@ def equation(rule: Rule) -> tuple[object, ...]:
 
 
 FUSION = "bias.rules"  # relsat's fusion-aware rules; every other file is TENSAT's set
+TRANSFORMER = "transformer.rules"  # relsat's transformer rules (LayerNorm, GELU, fused kernels)
 
 
 def _tensat_part(shipped: RuleSet) -> RuleSet:
     return RuleSet(
-        [r for r in shipped if r.location is None or Path(r.location.path or "").name != FUSION]
+        [
+            r
+            for r in shipped
+            if r.location is None or Path(r.location.path or "").name not in (FUSION, TRANSFORMER)
+        ]
     )
 
 
@@ -56,7 +61,9 @@ def test_shipped_counts(shipped: RuleSet) -> None:
     assert sum(r.symmetric for r in tensat_part.multi) == 13
     fusion = load_rules(RULES_DIR / FUSION)
     assert len(fusion.single) == 43 and len(fusion.multi) == 18  # see rules/bias.rules
-    assert len(shipped) == len(tensat_part) + len(fusion) == 196
+    transformer = load_rules(RULES_DIR / TRANSFORMER)
+    assert len(transformer.single) == 16 and not transformer.multi  # see rules/transformer.rules
+    assert len(shipped) == len(tensat_part) + len(fusion) + len(transformer) == 212
     assert len(load_rules(RULES_DIR / "extra")) == 5  # bias un-fusing, off by default
     assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == [
         f"{f}.rules"
@@ -70,6 +77,7 @@ def test_shipped_counts(shipped: RuleSet) -> None:
             "merge",
             "multi",
             "relu",
+            "transformer",
         )
     ]
 
@@ -260,7 +268,7 @@ def test_syntax_errors_outside_rules() -> None:
 @pytest.mark.parametrize(
     ("body", "line", "message"),
     [
-        ("(relu ?x) => (softmax ?x)", 2, "unknown operator 'softmax'"),
+        ("(relu ?x) => (frobnicate ?x)", 2, "unknown operator 'frobnicate'"),
         ("(relu ?x ?y) => (relu ?x)", 2, "relu takes 1 arguments"),
         ("(concat 1 ?a ?b) => (relu ?a)", 2, "concat takes 4 arguments (axis ndim a b), got 3"),
         ("(relu ?x) => (transpose ?x 1 0)", 2, "cannot be in rules"),
@@ -308,7 +316,7 @@ def test_rule_construction_checks() -> None:
     with pytest.raises(RuleError, match="2 left-hand sides but 1 right-hand sides"):
         Rule("r", (relu, relu), (relu,))
     with pytest.raises(RuleError, match="unknown operator"):
-        Pattern("gelu", (Var("x"),))
+        Pattern("frobnicate", (Var("x"),))
     with pytest.raises(RuleError, match="must be an integer"):
         Pattern("split", (Var("x"), 0))
     with pytest.raises(RuleError, match="unknown guard"):

@@ -22,6 +22,13 @@ relu/sigmoid/tanh  1 / 4 / 4 per element (relu6: 2)                      input +
 poolmax, poolavg   out·kh·kw                                             input + output
 concat             0 (one copy kernel per input)                         2 · that input
 batchnorm          4 per element                                         all inputs + output
+ewsub/ewdiv/ewpow  out (ewpow: 8 per element)                            a + b + output
+sqrt, erf          4 / 10 per element                                    input + output
+reducemean         input                                                 input + output
+softmax            5 per element                                         2 · input + output
+layernorm          8 per element (skiplayernorm: 9)                      all inputs + output
+gelu, gelu_tanh    12 / 10 per element (biasgelu: 13)                    all inputs + output
+scalar             0 (a constant: zero-cost)                             0
 opaque             0 (memory-bound)                                      output
 =================  ====================================================  ===========================
 
@@ -189,7 +196,33 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return [Kernel(bytes=_bytes(*ins, out), flops=4 * n_out)]
     if op == "opaque":
         return [Kernel(bytes=_bytes(out))]
+    if op == "scalar":
+        return []
+    if op in _ELEMENTWISE_FLOPS:
+        if not ins:
+            raise sig.error(f"{op} of no inputs")
+        extra = _bytes(ins[0]) if op == "softmax" else 0.0  # a second pass over the input
+        return [Kernel(bytes=_bytes(*ins, out) + extra, flops=_ELEMENTWISE_FLOPS[op] * n_out)]
+    if op == "reducemean":
+        _arity(sig, 1)
+        return [Kernel(bytes=_bytes(ins[0], out), flops=math.prod(ins[0]))]
     raise sig.error("unknown operator")
+
+
+#: FLOPs per output element of the element-wise and normalization ops (transformer operators).
+_ELEMENTWISE_FLOPS = {
+    "ewsub": 1,
+    "ewdiv": 1,
+    "ewpow": 8,
+    "sqrt": 4,
+    "erf": 10,
+    "softmax": 5,
+    "layernorm": 8,
+    "skiplayernorm": 9,
+    "gelu": 12,
+    "gelu_tanh": 10,
+    "biasgelu": 13,
+}
 
 
 def _bytes(*shapes: Sequence[int]) -> float:

@@ -69,10 +69,22 @@ __all__ = [
     "unit_graph",
 ]
 
-#: Operators onnxruntime runs for free: leaves, no operator, aliases (reshape, the projections
+#: Operators onnxruntime runs for free: leaves (a scalar constant too), no operator, aliases
+#: (reshape, the projections
 #: of a split), and weight-only ops the exporter folds into initializers (merge, enlarge).
 ORT_ZERO_COST = frozenset(
-    {"input", "weight", "noop", "dropout", "split_0", "split_1", "reshape", "merge", "enlarge"}
+    {
+        "input",
+        "weight",
+        "scalar",
+        "noop",
+        "dropout",
+        "split_0",
+        "split_1",
+        "reshape",
+        "merge",
+        "enlarge",
+    }
 )
 
 #: The timing protocol's version, part of the cache identity: prices measured under another
@@ -89,6 +101,9 @@ CONSTANT_INPUTS: dict[str, frozenset[int]] = {
     "matmul": frozenset({1}),
     "matmul_bias": frozenset({1, 2}),
     "batchnorm": frozenset({1, 2, 3, 4}),
+    "layernorm": frozenset({1, 2}),  # scale and bias
+    "skiplayernorm": frozenset({2}),  # packed scale and bias
+    "biasgelu": frozenset({1}),
 }
 
 SOURCE = "measured:onnxruntime-cpu"

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from relsat.execute import random_values
 from relsat.graph import Graph, Node, Ref
 from relsat.kernels import Lazy, Value, apply
+from relsat.onnx import transformer_ops
 from relsat.onnx.errors import OPSET, OnnxError
 from relsat.ops import same_padding
 
@@ -335,6 +336,12 @@ class _Exporter:
         self.inits.append(numpy_helper.from_array(np.array(value, dtype=np.float32), name))
         return name
 
+    def float_array(self, base: str, value: np.ndarray) -> str:
+        """A float32 initializer holding ``value``."""
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        return name
+
     def bias_input(self, ref: Ref) -> str | None:
         """A fused op's bias as the 1-D initializer Conv's B / Gemm's C take, or None when the
         bias is computed at run time (then it is added by a separate Add)."""
@@ -392,7 +399,9 @@ class _Exporter:
         bias = None
         if node.op == "conv2d_bias" or (node.op == "matmul_bias" and len(shapes[0]) == 2):
             bias = self.bias_input(node.inputs[2])
-        ins = [self.name_of(r, node) for r in (node.inputs[:2] if bias else node.inputs)]
+        # (a skiplayernorm's packed scale and bias are unpacked by its emitter)
+        two = bias or node.op == "skiplayernorm"
+        ins = [self.name_of(r, node) for r in (node.inputs[:2] if two else node.inputs)]
         add = ins[2] if len(ins) == 3 and node.op in ("conv2d_bias", "matmul_bias") else None
         if node.op in _SIMPLE:
             self.emit(_SIMPLE[node.op], ins, outs)
@@ -450,6 +459,8 @@ class _Exporter:
             self.enlarge(node, ins, outs, shapes)
         elif node.op == "opaque":
             self.opaque(node, ins, outs)
+        elif node.op in transformer_ops.EXPORTED:
+            transformer_ops.emit(self, node.op, p, ins, outs, node)
         else:
             raise OnnxError(f"cannot export {node.op} node {node.id} (not a weight-only subgraph)")
 

@@ -34,6 +34,8 @@ from relsat.graph import Graph, GraphBuilder, Tensor
 from relsat.onnx.data import read_array, resolve
 from relsat.onnx.errors import DynamicShapeError, OnnxError
 from relsat.onnx.opmap import HANDLERS, Unmapped, attrs_of, encode_tensor
+from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
+from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
 
 __all__ = ["Importer", "load_model"]
 
@@ -395,7 +397,11 @@ class Importer:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             self.constant(node, where)
             return
-        handler = HANDLERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        handler = None
+        if node.domain in ("", "ai.onnx"):
+            handler = TRANSFORMER_HANDLERS.get(node.op_type) or HANDLERS.get(node.op_type)
+        elif node.domain == CONTRIB:
+            handler = CONTRIB_HANDLERS.get(node.op_type)
         used_outputs = [o for o in node.output if o and self.uses[o]]
         mapped = None
         if handler is not None and all(self.is_float(o) for o in used_outputs):

@@ -1,0 +1,298 @@
+"""Transformer operators between ONNX and relsat: the element-wise pieces exporters spell LayerNorm
+and GELU with, and the fused kernels onnxruntime runs them as.
+
+Import (:data:`HANDLERS` for the default domain, :data:`CONTRIB_HANDLERS` for ``com.microsoft``):
+Sub/Div/Pow/Sqrt/Erf, ReduceMean over the last axis with ``keepdims=1``, Softmax over the last
+axis, LayerNormalization over the last axis with a ``[N]`` scale and bias (and only its first
+output read), Gelu (opset 20); ``com.microsoft`` Gelu, FastGelu, BiasGelu and
+SkipLayerNormalization. Add and Mul read a one-element float constant as a ``scalar`` (placed
+second: a rule then needs one operand order only). Anything that almost matches — another axis,
+``keepdims=0``, a scale of shape ``[1, N]``, extra outputs read — stays opaque.
+
+Export (:func:`emit`): LayerNormalization at opset >= 17 (spelled out with ReduceMean/Sub/Pow/
+Sqrt/Div below), Softmax on the last axis, and the ``com.microsoft`` contrib ops onnxruntime
+provides kernels for: Gelu, FastGelu, BiasGelu, SkipLayerNormalization (the model then declares
+that domain, version 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from onnx import NodeProto
+
+from relsat.graph import Tensor
+from relsat.onnx.opmap import Unmapped
+
+if TYPE_CHECKING:
+    from relsat.onnx.exporter import _Exporter
+    from relsat.onnx.importer import Importer
+
+__all__ = ["CONTRIB", "CONTRIB_HANDLERS", "EXPORTED", "HANDLERS", "emit"]
+
+#: The domain of onnxruntime's contrib operators.
+CONTRIB = "com.microsoft"
+
+_Handler = Callable[["Importer", int, NodeProto, Mapping[str, Any]], dict[str, Tensor]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Import
+
+
+def _scalar_of(imp: Importer, name: str, other: Tensor | None) -> Tensor | None:
+    """A one-element float32 constant as a relsat ``scalar`` (rank 0), when reading it as one
+    does not change the result's shape (its rank is at most the other operand's)."""
+    value = imp.const(name)
+    if value is None or value.size != 1 or not imp.is_float(name) or value.dtype != np.float32:
+        return None
+    if other is None or value.ndim > other.rank:
+        return None
+    cache: dict[float, Tensor] = imp.__dict__.setdefault("_scalars", {})
+    number = float(value.reshape(-1)[0])
+    if not np.isfinite(number):
+        return None
+    if number not in cache:
+        cache[number] = imp.g.scalar(number)
+    return cache[number]
+
+
+def _operands(imp: Importer, node: NodeProto) -> tuple[Tensor, Tensor]:
+    """Both operands of a binary op, a one-element constant beside a tensor as a ``scalar``."""
+    first, second = node.input[0], node.input[1]
+    a_const, b_const = imp.const(first), imp.const(second)
+    if (a_const is None) == (b_const is None):  # two tensors, or two constants
+        return imp.tensor(first), imp.tensor(second)
+    if b_const is not None:
+        x = imp.tensor(first)
+        return x, _scalar_of(imp, second, x) or imp.tensor(second)
+    y = imp.tensor(second)
+    return _scalar_of(imp, first, y) or imp.tensor(first), y
+
+
+def _binary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x, y = _operands(imp, node)
+    op = node.op_type
+    if op in ("Add", "Mul") and x.rank == 0 and y.rank > 0:
+        x, y = y, x  # commutative: the scalar second, the one order the rules spell
+    make = {
+        "Add": imp.g.add,
+        "Mul": imp.g.mul,
+        "Sub": imp.g.sub,
+        "Div": imp.g.div,
+        "Pow": imp.g.pow,
+    }[op]
+    return {node.output[0]: make(x, y, name=node.output[0])}
+
+
+def _unary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    make = {"Sqrt": imp.g.sqrt, "Erf": imp.g.erf}[node.op_type]
+    return {node.output[0]: make(imp.tensor(node.input[0]), name=node.output[0])}
+
+
+def _is_last(axis: int, rank: int) -> bool:
+    return rank >= 1 and -rank <= axis < rank and axis % rank == rank - 1
+
+
+def _reducemean(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    if not a.get("keepdims", 1) or a.get("noop_with_empty_axes", 0):
+        raise Unmapped
+    if len(node.input) > 1 and node.input[1]:  # opset 18: axes is an input
+        axes_value = imp.const(node.input[1])
+        if axes_value is None:
+            raise Unmapped
+        axes = [int(v) for v in axes_value.reshape(-1)]
+    else:
+        axes = list(a.get("axes", []))
+    if not axes and x.rank == 1:
+        axes = [0]
+    if len(axes) != 1 or not _is_last(axes[0], x.rank):
+        raise Unmapped
+    return {node.output[0]: imp.g.reducemean(x, name=node.output[0])}
+
+
+def _softmax(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    # Before opset 13 Softmax flattens from `axis` on (default 1): the same op on the last axis.
+    axis = a.get("axis", -1 if imp.opsets[""] >= 13 else 1)
+    if not _is_last(axis, x.rank):
+        raise Unmapped
+    return {node.output[0]: imp.g.softmax(x, name=node.output[0])}
+
+
+def _vector(imp: Importer, node: NodeProto, i: int, n: int, *, zeros: bool = False) -> Tensor:
+    """Input ``i`` of ``node`` as a ``[n]`` tensor (a zero weight when absent and ``zeros``)."""
+    name = node.input[i] if len(node.input) > i else ""
+    if not name:
+        if not zeros:
+            raise Unmapped
+        key = f"{node.output[0]}_zero_bias"
+        return imp.derived_weight(key, "1d", lambda: np.zeros(n, dtype=np.float32))
+    t = imp.tensor(name)
+    if t.shape != (n,):
+        raise Unmapped
+    return t
+
+
+def _extra_outputs_read(imp: Importer, node: NodeProto) -> bool:
+    return any(o and imp.uses[o] for o in node.output[1:])
+
+
+def _layernorm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    if not _is_last(a.get("axis", -1), x.rank) or _extra_outputs_read(imp, node):
+        raise Unmapped
+    if a.get("stash_type", 1) != 1:
+        raise Unmapped
+    n = x.shape[-1]
+    scale, bias = _vector(imp, node, 1, n), _vector(imp, node, 2, n, zeros=True)
+    eps = float(a.get("epsilon", 1e-5))
+    return {node.output[0]: imp.g.layernorm(x, scale, bias, eps, name=node.output[0])}
+
+
+def _gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    approximate = a.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise Unmapped
+    x = imp.tensor(node.input[0])
+    return {node.output[0]: imp.g.gelu(x, approximate, name=node.output[0])}
+
+
+def _fast_gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    if len(node.input) > 1 and node.input[1]:
+        x = imp.g.add(x, _vector(imp, node, 1, x.shape[-1]))
+    return {node.output[0]: imp.g.gelu(x, "tanh", name=node.output[0])}
+
+
+def _bias_gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    x = imp.tensor(node.input[0])
+    bias = _vector(imp, node, 1, x.shape[-1])
+    return {node.output[0]: imp.g.biasgelu(x, bias, name=node.output[0])}
+
+
+def _skip_layernorm(
+    imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]
+) -> dict[str, Tensor]:
+    x, skip = imp.tensor(node.input[0]), imp.tensor(node.input[1])
+    if _extra_outputs_read(imp, node) or skip.shape != x.shape:
+        raise Unmapped
+    n = x.shape[-1]
+    scale, bias = _vector(imp, node, 2, n), _vector(imp, node, 3, n, zeros=True)
+    if len(node.input) > 4 and node.input[4]:
+        x = imp.g.add(x, _vector(imp, node, 4, n))
+    packed = imp.g.concat(0, [scale, bias])
+    eps = float(a.get("epsilon", 1e-12))  # onnxruntime's default for this op
+    return {node.output[0]: imp.g.skiplayernorm(x, skip, packed, eps, name=node.output[0])}
+
+
+#: Default-domain ONNX op_type → handler (Add and Mul replace the plain ones: scalars).
+HANDLERS: dict[str, _Handler] = {
+    "Add": _binary,
+    "Mul": _binary,
+    "Sub": _binary,
+    "Div": _binary,
+    "Pow": _binary,
+    "Sqrt": _unary,
+    "Erf": _unary,
+    "ReduceMean": _reducemean,
+    "Softmax": _softmax,
+    "LayerNormalization": _layernorm,
+    "Gelu": _gelu,
+}
+
+#: ``com.microsoft`` op_type → handler.
+CONTRIB_HANDLERS: dict[str, _Handler] = {
+    "Gelu": _gelu,
+    "FastGelu": _fast_gelu,
+    "BiasGelu": _bias_gelu,
+    "SkipLayerNormalization": _skip_layernorm,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Export
+
+_SIMPLE = {"ewsub": "Sub", "ewdiv": "Div", "ewpow": "Pow", "sqrt": "Sqrt", "erf": "Erf"}
+_CONTRIB_OPS = {"gelu": "Gelu", "gelu_tanh": "FastGelu", "biasgelu": "BiasGelu"}
+#: The relsat ops :func:`emit` writes.
+EXPORTED = frozenset({*_SIMPLE, *_CONTRIB_OPS, "reducemean", "softmax", "layernorm"}) | {
+    "skiplayernorm"
+}
+
+
+def emit(ex: _Exporter, op: str, params: Any, ins: list[str], outs: list[str], node: Any) -> None:
+    """Write relsat op ``op`` (one of :data:`EXPORTED`) as ONNX nodes of exporter ``ex``."""
+    rank = len(ex.graph.shape(node.inputs[0]))
+    if op in _SIMPLE:
+        ex.emit(_SIMPLE[op], ins, outs)
+    elif op in _CONTRIB_OPS:
+        _contrib(ex, _CONTRIB_OPS[op], ins, outs)
+    elif op == "softmax":
+        ex.emit("Softmax", ins, outs, axis=rank - 1 if ex.opset < 13 else -1)
+    elif op == "reducemean":
+        _reduce_mean(ex, ins[0], outs[0], rank)
+    elif op == "layernorm":
+        eps = float(params["epsilon"])
+        if ex.opset >= 17:
+            ex.emit("LayerNormalization", ins, outs, axis=-1, epsilon=eps)
+        else:
+            _layernorm_spelled(ex, ins, outs[0], eps, rank)
+    elif op == "skiplayernorm":
+        scale, bias = _unpacked(ex, node)
+        attrs = {"epsilon": float(params["epsilon"])}
+        _contrib(ex, "SkipLayerNormalization", [ins[0], ins[1], scale, bias], outs, **attrs)
+    else:  # pragma: no cover (EXPORTED lists what is handled)
+        raise AssertionError(op)
+
+
+def _contrib(
+    ex: _Exporter, op_type: str, ins: Sequence[str], outs: Sequence[str], **a: Any
+) -> None:
+    ex.emit(op_type, ins, outs, domain=CONTRIB, **a)
+    ex.domains.setdefault(CONTRIB, 1)
+
+
+def _reduce_mean(ex: _Exporter, x: str, out: str, rank: int) -> None:
+    if ex.opset >= 18:
+        ex.emit("ReduceMean", [x, ex.const("axes", [rank - 1])], [out], keepdims=1)
+    else:
+        ex.emit("ReduceMean", [x], [out], axes=[rank - 1], keepdims=1)
+
+
+def _layernorm_spelled(ex: _Exporter, ins: list[str], out: str, eps: float, rank: int) -> None:
+    """LayerNormalization before opset 17, as torch spells it (onnxruntime fuses it back)."""
+    x, scale, bias = ins
+    mean, centred, square = (ex.fresh(f"{out}_{s}") for s in ("mean", "centred", "square"))
+    var, shifted, std = (ex.fresh(f"{out}_{s}") for s in ("var", "shifted", "std"))
+    normed, scaled = ex.fresh(f"{out}_normed"), ex.fresh(f"{out}_scaled")
+    _reduce_mean(ex, x, mean, rank)
+    ex.emit("Sub", [x, mean], [centred])
+    ex.emit("Pow", [centred, ex.float_const("two", 2.0)], [square])
+    _reduce_mean(ex, square, var, rank)
+    ex.emit("Add", [var, ex.float_const("epsilon", eps)], [shifted])
+    ex.emit("Sqrt", [shifted], [std])
+    ex.emit("Div", [centred, std], [normed])
+    ex.emit("Mul", [normed, scale], [scaled])
+    ex.emit("Add", [scaled, bias], [out])
+
+
+def _unpacked(ex: _Exporter, node: Any) -> tuple[str, str]:
+    """A skiplayernorm's packed ``[2N]`` scale and bias as two ``[N]`` tensors: two
+    initializers when weight-only (always, in practice), else a Split."""
+    ref = node.inputs[2]
+    n = ex.graph.shape(ref)[0] // 2
+    if ex.foldable[ref.node]:
+        value = np.asarray(ex.value(ref), dtype=np.float32).reshape(-1)
+        base = ex.graph.node(ref).name or f"layernorm_{node.id}"
+        return ex.float_array(f"{base}_scale", value[:n]), ex.float_array(f"{base}_bias", value[n:])
+    packed = ex.tensor_name[ref]
+    scale, bias = ex.fresh(f"{packed}_scale"), ex.fresh(f"{packed}_bias")
+    if ex.opset >= 13:
+        ex.emit("Split", [packed, ex.const("split", [n, n])], [scale, bias], axis=0)
+    else:
+        ex.emit("Split", [packed], [scale, bias], axis=0, split=[n, n])
+    return scale, bias
