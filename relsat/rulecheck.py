@@ -1,0 +1,369 @@
+"""Checking rules on random instances: types, then numbers (``relsat rules check``).
+
+A rule is tried on shapes drawn for its variables (:mod:`relsat.ruleshapes`). On each instance
+whose left-hand side builds and whose guards hold:
+
+* **types**: the right-hand side must build and compute, root by root, the left-hand side's
+  type: shape and split history (relsat has one dtype, float32, so there is no dtype to differ);
+* **numbers**: both sides run in the NumPy executor on the same random values and must agree
+  (:data:`RTOL`, :data:`ATOL`: float64-tight, far below what a wrong rewrite gives).
+
+:func:`check_rule` gives a :class:`Verdict` per rule (``ok``, ``type-mismatch``,
+``numeric-mismatch`` or ``untested`` with the reason), the same check the shipped rules pass in
+the test suite. :func:`check_types` is the cheap part the rule loader runs on a user's rule
+file: it raises a :class:`~relsat.errors.RuleError` for a rule whose sides can be shown to have
+different types. :func:`find_counterexample` searches for an instance where the sides differ
+with only some of a rule's guards kept (``guards=()``: none), which shows a guard is needed.
+
+>>> from relsat.rulefile import parse_rules
+>>> bad = parse_rules("# name: bad\\n(ewadd ?a ?b) => (concat 0 2 ?a ?b)\\n")["bad"]
+>>> check_rule(bad).status
+'type-mismatch'
+>>> check_rule(parse_rules("# name: r\\n(relu (relu ?x)) => (relu ?x)\\n")["r"]).status
+'ok'
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relsat.errors import ExecutionError, GraphError, RuleError
+from relsat.execute import compare
+from relsat.graph import Graph, GraphBuilder
+from relsat.instantiate import InvalidInstance, Memo, guard_holds, instantiate
+from relsat.ops import TensorType
+from relsat.rules import Guard, Pattern, Rule, canonical
+from relsat.ruleshapes import NEAR_MISSES, Choose, Unsolvable, draw_shapes
+
+__all__ = [
+    "ATOL",
+    "MAX_SIZE",
+    "MIN_INSTANCES",
+    "RTOL",
+    "SEARCH_NEAR_MISSES",
+    "STATUSES",
+    "Instance",
+    "Verdict",
+    "check_rule",
+    "check_rules",
+    "check_types",
+    "draw",
+    "evaluate",
+    "find_counterexample",
+    "guards_alone",
+]
+
+RTOL, ATOL = 1e-6, 1e-9
+#: Largest variable (elements) an instance may have: products of drawn factors can grow.
+MAX_SIZE = 1024
+#: Instances compared numerically before a rule is ``ok``.
+MIN_INSTANCES = 5
+#: A verdict's status, in the order a summary lists them.
+STATUSES = ("ok", "type-mismatch", "numeric-mismatch", "untested")
+#: Near misses of the counterexample search: more dims redrawn than in the soundness check.
+SEARCH_NEAR_MISSES = (0, 1, 2, 2, 3)
+#: The solver modes :func:`check_rule` cycles through: joint draws give instances where the rule
+#: should hold; left-hand-side-only draws give what an e-graph may offer, where a rule that
+#: changes a type shows.
+_CYCLE = ("joint", "lhs", "joint", "both")
+_TYPE_CYCLE = ("lhs", "both", "lhs", "joint")
+
+Shapes = Mapping[str, tuple[int, ...]]
+
+
+def _shapes_text(shapes: Shapes) -> str:
+    return ", ".join(f"?{n} {list(s)}" for n, s in shapes.items())
+
+
+def _type_text(t: TensorType) -> str:
+    splits = [list(s) for s in t.splits]
+    return f"{list(t.shape)}" + (f" (splits {splits})" if any(t.splits) else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# One instance
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A rule at one set of variable shapes.
+
+    ``kind``: ``too-big``, ``guards-fail``, ``lhs-invalid`` (the rule does not match here),
+    ``rhs-invalid`` (it matches but its right-hand side cannot be built), ``type-mismatch``,
+    ``typed`` (types agree; numbers not compared), ``equal`` or ``different`` (numbers),
+    ``not-run`` (the executor cannot run a side).
+    ``detail`` says why; ``grouped``: the left-hand side has a grouped conv.
+    """
+
+    shapes: dict[str, tuple[int, ...]]
+    kind: str
+    detail: str = ""
+    grouped: bool = False
+
+    @property
+    def valid(self) -> bool:
+        """The left-hand side builds and the guards hold: the engine would try the rule here."""
+        return self.kind not in ("too-big", "guards-fail", "lhs-invalid")
+
+    @property
+    def equal(self) -> bool | None:
+        """Whether both sides agree (types and, if compared, numbers); None: not comparable."""
+        if self.kind in ("type-mismatch", "different"):
+            return False
+        return True if self.kind in ("equal", "typed") else None
+
+
+def _side(rule: Rule, patterns: Sequence[Pattern], shapes: Shapes) -> Graph:
+    """One side as a graph: one input per bound variable (named after it), one output per root."""
+    b = GraphBuilder()
+    env = {v.name: b.input(shapes[v.name], name=v.name) for v in rule.bound}
+    memo: Memo = {}
+    return b.build(*(instantiate(b, p, env, memo) for p in patterns))
+
+
+def _grouped(g: Graph) -> bool:
+    return any(
+        n.op == "conv2d" and g.shape(n.inputs[0])[1] != g.shape(n.inputs[1])[1] for n in g.nodes
+    )
+
+
+def evaluate(
+    rule: Rule,
+    shapes: Shapes,
+    *,
+    guards: Sequence[Guard] | None = None,
+    numeric: bool = True,
+) -> Instance:
+    """``rule`` at these variable shapes: build both sides, compare types, then (``numeric``)
+    values. ``guards``: the guards that must hold (default: the rule's own)."""
+    shapes = {n: tuple(s) for n, s in shapes.items()}
+    if any(math.prod(s) > MAX_SIZE for s in shapes.values()):
+        return Instance(shapes, "too-big")
+    failed = [g for g in (rule.guards if guards is None else guards) if not guard_holds(g, shapes)]
+    if failed:
+        return Instance(shapes, "guards-fail", f"{failed[0]} does not hold")
+    try:
+        lhs = _side(rule, rule.lhs, shapes)
+    except (InvalidInstance, GraphError) as err:
+        return Instance(shapes, "lhs-invalid", str(err))
+    grouped = _grouped(lhs)
+    try:
+        rhs = _side(rule, rule.rhs, shapes)
+    except (InvalidInstance, GraphError) as err:
+        return Instance(shapes, "rhs-invalid", str(err), grouped)
+    for i, (a, b) in enumerate(zip(lhs.outputs, rhs.outputs, strict=True)):
+        left, right = lhs.type(a), rhs.type(b)
+        if left != right:
+            which = f"right-hand side {i + 1}" if rule.is_multi else "the right-hand side"
+            detail = f"{which} computes {_type_text(right)}, the left-hand side {_type_text(left)}"
+            return Instance(shapes, "type-mismatch", detail, grouped)
+    if not numeric:
+        return Instance(shapes, "typed", grouped=grouped)
+    try:
+        result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
+    except ExecutionError as err:  # an op the NumPy executor cannot run: say so, go on
+        return Instance(shapes, "not-run", str(err), grouped)
+    return Instance(shapes, "equal" if result.ok else "different", result.report(), grouped)
+
+
+def draw(
+    rule: Rule,
+    choose: Choose[Any],
+    *,
+    guards: Sequence[Guard] | None = None,
+    sides: str = "joint",
+    near_misses: Sequence[int] = NEAR_MISSES,
+    numeric: bool = True,
+    even_kernels: bool = False,
+) -> Instance:
+    """Draw shapes (:func:`relsat.ruleshapes.draw_shapes`) and :func:`evaluate` the rule there.
+    Raises :class:`~relsat.ruleshapes.Unsolvable` when no shapes can be drawn."""
+    shapes = draw_shapes(rule, choose, near_misses, sides=sides, even_kernels=even_kernels)
+    return evaluate(rule, shapes, guards=guards, numeric=numeric)
+
+
+def _rng(rule: Rule, seed: int) -> random.Random:
+    """Draws that depend on the rule's equations and guards, not on its name or place."""
+    c = canonical(rule)
+    return random.Random(f"{seed}|{'|'.join(map(str, (*c.lhs, *c.rhs, *c.guards)))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`check_rule` found: ``status`` one of :data:`STATUSES`; ``detail`` says why
+    (the counterexample's shapes and what differed, or why the rule went untested);
+    ``instances`` how many instances were compared numerically."""
+
+    rule: Rule
+    status: str
+    detail: str = ""
+    instances: int = 0
+    shapes: dict[str, tuple[int, ...]] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def line(self) -> str:
+        """One line: status, rule name, place, detail."""
+        where = f" ({self.rule.location})" if self.rule.location else ""
+        detail = self.detail or f"{self.instances} instances equal"
+        return f"{self.status:<16} {self.rule.name}{where}: {detail}"
+
+
+def check_rule(
+    rule: Rule,
+    *,
+    seed: int = 0,
+    instances: int = 12,
+    tries: int = 160,
+) -> Verdict:
+    """Types and numbers of ``rule`` on up to ``tries`` drawn instances (stops once
+    ``instances`` were compared numerically, at least 24 draws in). Deterministic for a seed.
+
+    ``type-mismatch``: on some instance the right-hand side computes another type, or it never
+    builds where the left-hand side does; ``numeric-mismatch``: the sides compute different
+    values; ``untested``: fewer than :data:`MIN_INSTANCES` instances could be compared (the
+    detail says why); else ``ok``.
+    """
+    mismatch = _type_mismatch(rule, seed, tries=24, enough=8)
+    if mismatch is not None:
+        detail = f"{mismatch.detail}, at {_shapes_text(mismatch.shapes)}"
+        return Verdict(rule, "type-mismatch", detail, 0, mismatch.shapes)
+    rng = _rng(rule, seed + 1)
+    compared = valid = 0
+    rhs_invalid: Instance | None = None
+    not_run: Instance | None = None
+    unsolvable: dict[str, str] = {}  # solver mode -> why it cannot draw shapes
+    for i in range(tries):
+        if compared >= instances and i >= 24:
+            break
+        sides = _CYCLE[i % len(_CYCLE)]
+        if sides in unsolvable:
+            continue
+        try:
+            inst = draw(rule, rng.choice, sides=sides)
+        except Unsolvable as err:
+            unsolvable[sides] = err.reason
+            continue
+        valid += inst.valid
+        if inst.kind == "type-mismatch":
+            detail = f"{inst.detail}, at {_shapes_text(inst.shapes)}"
+            return Verdict(rule, "type-mismatch", detail, compared, inst.shapes)
+        if inst.kind == "different":
+            detail = f"sides differ at {_shapes_text(inst.shapes)}: {inst.detail.splitlines()[0]}"
+            return Verdict(rule, "numeric-mismatch", detail, compared, inst.shapes)
+        if inst.kind == "rhs-invalid" and rhs_invalid is None:
+            rhs_invalid = inst
+        if inst.kind == "not-run" and not_run is None:
+            not_run = inst
+        compared += inst.kind == "equal"
+    if compared >= MIN_INSTANCES:
+        return Verdict(rule, "ok", instances=compared)
+    if compared == 0 and rhs_invalid is not None:
+        detail = (
+            f"the right-hand side never builds where the left-hand side does ({valid} "
+            f"instances), e.g. at {_shapes_text(rhs_invalid.shapes)}: {rhs_invalid.detail}"
+        )
+        return Verdict(rule, "type-mismatch", detail, 0, rhs_invalid.shapes)
+    if valid == 0:
+        why = "; ".join(sorted(set(unsolvable.values())))
+        detail = f"no instance of the left-hand side (guards holding) in {tries} draws"
+        return Verdict(rule, "untested", detail + (f": {why}" if why else ""))
+    detail = f"only {compared} instances compared in {tries} draws ({valid} matched)"
+    if not_run is not None:
+        detail += f": the executor cannot run it ({not_run.detail})"
+    return Verdict(rule, "untested", detail, compared)
+
+
+def check_rules(rules: Iterable[Rule], *, seed: int = 0) -> list[Verdict]:
+    """:func:`check_rule` for each rule, in order."""
+    return [check_rule(r, seed=seed) for r in rules]
+
+
+def _type_mismatch(rule: Rule, seed: int, tries: int, enough: int) -> Instance | None:
+    """The first drawn instance where the sides' types differ, or None after ``tries`` draws or
+    ``enough`` instances typed alike (types only, no values: cheap)."""
+    rng = _rng(rule, seed)
+    typed = 0
+    for i in range(tries):
+        try:
+            inst = draw(rule, rng.choice, sides=_TYPE_CYCLE[i % len(_TYPE_CYCLE)], numeric=False)
+        except Unsolvable:
+            continue
+        if inst.kind == "type-mismatch":
+            return inst
+        typed += inst.kind == "typed"
+        if typed >= enough:
+            break
+    return None
+
+
+def check_types(rules: Iterable[Rule], *, seed: int = 0) -> None:
+    """The loader's check: raise :class:`~relsat.errors.RuleError` (at the rule's file and line)
+    for the first rule whose right-hand side computes another type than its left-hand side on
+    a drawn instance (types only: about 5 ms a rule)."""
+    for rule in rules:
+        inst = _type_mismatch(rule, seed, tries=24, enough=8)
+        if inst is not None:
+            loc = rule.location
+            raise RuleError(
+                f"{inst.detail}, at {_shapes_text(inst.shapes)} ('relsat rules check' checks a "
+                "rule file)",
+                path=loc.path if loc else None,
+                line=loc.line if loc else None,
+                rule=rule.name,
+            )
+
+
+def find_counterexample(
+    rule: Rule,
+    *,
+    guards: Sequence[Guard] = (),
+    tries: int = 5000,
+    seed: int = 0,
+    even_kernels: bool = False,
+) -> Instance | None:
+    """An instance where the sides differ (types or values) and ``guards`` hold (default: none
+    of the rule's guards), by a seeded search of ``tries`` joint draws; None if none was found.
+
+    With all but one of a rule's guards kept, a counterexample shows that guard is needed;
+    finding none (after many tries) suggests it is redundant given the others.
+    ``even_kernels`` draws even conv kernels too (where the ``odd-kernels`` guard acts).
+    """
+    rng = random.Random(f"{rule.name}/{seed}")
+    for _ in range(tries):
+        inst = draw(
+            rule,
+            rng.choice,
+            guards=guards,
+            near_misses=SEARCH_NEAR_MISSES,
+            even_kernels=even_kernels,
+        )
+        if inst.equal is False:
+            return inst
+    return None
+
+
+def guards_alone(rule: Rule, *, tries: int = 5000, seed: int = 0) -> dict[Guard, Instance | None]:
+    """Each guard of ``rule`` dropped alone (the others kept): a counterexample, or None when
+    ``tries`` draws found none (the guard looks redundant given the others and the engine's
+    shape and type checks). Dropping ``odd-kernels`` draws even kernels (where it acts)."""
+    return {
+        g: find_counterexample(
+            rule,
+            guards=[h for h in rule.guards if h != g],
+            tries=tries,
+            seed=seed,
+            even_kernels=g.name == "odd-kernels",
+        )
+        for g in rule.guards
+    }

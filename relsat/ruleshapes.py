@@ -1,0 +1,445 @@
+"""Shapes for a rule's variables: a small constraint solver that makes a rule's sides valid often.
+
+Drawing every variable's shape blindly almost never gives a valid instance of a conv or matmul
+rule, so shapes are solved for: each variable's rank is inferred from where it is used (matmul
+operands 2-D or 3-D, conv operands 4-D, concat's ``ndim``), its dims are symbols unified through
+the patterns, conv channels are written ``C = g * Cw`` and ``O = g * O_per_group`` so groups
+divide (two such products are equated either factor by factor or crosswise, so convs with
+different group counts meet), kernels are odd (TENSAT does not support even conv kernels); then
+the free symbols are drawn from small sets. Now and then a dim or two is redrawn on its own,
+which gives broadcasting and other near misses. The builder's shape checks
+(:mod:`relsat.instantiate`) filter whatever the solver could not express.
+
+``sides`` says which constraints are solved: ``"joint"`` (both sides, each left root equated
+with its right root: instances where the rule should be sound), ``"both"`` (both sides, roots
+not equated) or ``"lhs"`` (the left-hand sides alone: what the rule may meet in an e-graph,
+whatever its right-hand side says, which is how a rule that changes a type shows).
+
+>>> import random
+>>> from relsat.rulefile import parse_rules
+>>> rule = parse_rules("# name: r\\n(matmul 0 ?a ?b) => (relu ?b)\\n")["r"]
+>>> shapes = draw_shapes(rule, random.Random(1).choice, sides="lhs")
+>>> shapes["a"][-1] == shapes["b"][-2]
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from relsat.errors import RuleError
+from relsat.rules import Pattern, Rule, Term, Var
+
+__all__ = ["DIMS", "NEAR_MISSES", "SIDES", "Choose", "Unsolvable", "draw_shapes", "patterns"]
+
+DIMS = (1, 2, 3, 4)
+GROUPS = (1, 2, 3, 4)
+KERNELS = (1, 3)
+KERNELS_ENLARGE = (1, 3, 5)
+#: Kernel sizes with ``even_kernels``: outside TENSAT's domain, where the odd-kernels guard acts.
+KERNELS_EVEN = (1, 2, 3, 4)
+FREE_RANKS = (1, 2, 3, 4)
+MATMUL_RANKS = (2, 3)  # plain and batched
+#: How many dims to redraw after solving (drawn from this tuple).
+NEAR_MISSES = (0, 0, 0, 1, 2)
+#: Which constraints :func:`draw_shapes` solves (see the module docstring).
+SIDES = ("joint", "both", "lhs")
+
+T = TypeVar("T")
+#: Picks one element of a non-empty sequence (``random.Random.choice``, hypothesis' draws).
+Choose = Callable[[Sequence[T]], T]
+
+
+class Unsolvable(RuleError):
+    """The solver cannot give the rule's variables shapes: ranks that conflict (a conv operand
+    used as a matmul operand), or an operator it does not model (``noop``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranks: union-find over terms (a Var or a Pattern; equal sub-patterns are one term).
+
+
+class _Ranks:
+    def __init__(self) -> None:
+        self.parent: dict[Any, Any] = {}
+        self.fixed: dict[Any, int] = {}
+        self.matmul: set[Any] = set()
+        self.biases: set[Any] = set()  # matmul_bias biases: rank 1, broadcast by an ewadd
+
+    def root(self, k: Any) -> Any:
+        self.parent.setdefault(k, k)
+        while self.parent[k] != k:
+            k = self.parent[k]
+        return k
+
+    def union(self, a: Any, b: Any) -> None:
+        ra, rb = self.root(a), self.root(b)
+        if ra == rb:
+            return
+        fa, fb = self.fixed.pop(ra, None), self.fixed.get(rb)
+        if fa is not None and fb is not None and fa != fb:
+            raise Unsolvable(f"a tensor is used with rank {fa} and rank {fb}")
+        if fa is not None:
+            self.fixed[rb] = fa
+        if ra in self.matmul:
+            self.matmul.add(rb)
+        self.parent[ra] = rb
+
+    def fix(self, k: Any, rank: int) -> None:
+        r = self.root(k)
+        if self.fixed.setdefault(r, rank) != rank:
+            raise Unsolvable(f"{_text(k)} is used with rank {self.fixed[r]} and rank {rank}")
+
+
+def _key(term: Term) -> Any:
+    return ("var", term.name) if isinstance(term, Var) else term
+
+
+def _text(key: Any) -> str:
+    return f"?{key[1]}" if isinstance(key, tuple) else str(key)
+
+
+def _tensor_args(p: Pattern) -> list[Term]:
+    return [a for a in p.args if not isinstance(a, int)]
+
+
+#: Operators whose output has their (broadcast) inputs' shape.
+_UNARY = ("relu", "relu6", "tanh", "sigmoid", "dropout", "sqrt", "erf", "softmax", "gelu")
+_ELEMENTWISE = (*_UNARY, "gelu_tanh", "ewadd", "ewmul", "ewsub", "ewdiv", "ewpow")
+
+
+def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
+    key = _key(term)
+    ranks.root(key)
+    if not isinstance(term, Pattern):
+        return key
+    kids = [_walk_ranks(a, ranks) for a in _tensor_args(term)]
+    ints = [a for a in term.args if isinstance(a, int)]
+    op = term.op
+    if op in ("conv2d", "conv2d_bias", "merge", "enlarge", "poolmax", "poolavg"):
+        for k in (key, *kids):
+            ranks.fix(k, 4)
+    elif op == "batchnorm":
+        ranks.union(key, kids[0])
+        ranks.fix(key, 4)
+        for k in kids[1:]:
+            ranks.fix(k, 1)
+    elif op == "matmul_bias":
+        for k in kids[:2]:
+            ranks.union(key, k)
+        ranks.matmul.add(ranks.root(key))
+        ranks.fix(kids[2], 1)
+    elif op.startswith("concat"):
+        for k in (key, *kids):
+            ranks.fix(k, ints[1])
+    elif op == "scalar":
+        ranks.fix(key, 0)
+    elif op in ("layernorm", "skiplayernorm", "biasgelu"):
+        # x (and skip) keep their shape; scale, bias: [N], a packed scale_bias [2N]
+        for k in kids[: 2 if op == "skiplayernorm" else 1]:
+            ranks.union(key, k)
+        for k in kids[2 if op == "skiplayernorm" else 1 :]:
+            ranks.fix(k, 1)
+    elif op in _ELEMENTWISE or op in ("matmul", "split", "reducemean"):
+        for k in kids:
+            if k not in ranks.biases and not (isinstance(k, Pattern) and k.op == "scalar"):
+                ranks.union(key, k)
+        if op == "matmul":
+            ranks.matmul.add(ranks.root(key))
+    elif op in ("split_0", "split_1"):
+        ranks.union(key, kids[0])
+    else:
+        raise Unsolvable(f"the shape solver does not model {op!r}")
+    return key
+
+
+# ---------------------------------------------------------------------------------------------
+# Dims: symbols with unification. An expression is ("sym", i), ("sum", a, b), ("mul", a, b),
+# ("const", n) or ("cdiv", a, n) (ceil division, a stride-s SAME conv's output size).
+
+Expr = tuple[Any, ...]
+
+
+class _Dims:
+    def __init__(self, choose: Choose[Any]) -> None:
+        self.choose = choose
+        self.parent: list[int] = []
+        self.tags: list[set[str]] = []
+        self.bound: dict[int, Expr] = {}
+
+    def fresh(self, tag: str = "dim") -> Expr:
+        self.parent.append(len(self.parent))
+        self.tags.append({tag})
+        return ("sym", len(self.parent) - 1)
+
+    def _root(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def resolve(self, e: Expr) -> Expr:
+        while e[0] == "sym":
+            r = self._root(e[1])
+            if r not in self.bound:
+                return ("sym", r)
+            e = self.bound[r]
+        return e
+
+    def _occurs(self, r: int, e: Expr) -> bool:
+        e = self.resolve(e)
+        if e[0] == "sym":
+            return bool(e[1] == r)
+        return any(self._occurs(r, sub) for sub in e[1:] if isinstance(sub, tuple))
+
+    def unify(self, a: Expr, b: Expr) -> None:
+        """Make ``a`` and ``b`` equal where that can be expressed; otherwise leave it to the
+        builder's checks (an equality like ``x + y == g * c`` is simply not enforced)."""
+        a, b = self.resolve(a), self.resolve(b)
+        if a == b:
+            return
+        if a[0] == "sym" and b[0] == "sym":
+            self.parent[a[1]] = b[1]
+            self.tags[b[1]] |= self.tags[a[1]]
+        elif a[0] == "sym" or b[0] == "sym":
+            (s, e) = (a, b) if a[0] == "sym" else (b, a)
+            if not self._occurs(s[1], e):
+                self.bound[s[1]] = e
+        elif a[0] == b[0] == "mul" and self.choose((False, True)):
+            # g1 * c1 == g2 * c2 without forcing g1 == g2: c1 = g2 * t, c2 = g1 * t.
+            t = self.fresh()
+            self.unify(a[2], ("mul", b[1], t))
+            self.unify(b[2], ("mul", a[1], t))
+        elif a[0] == b[0] in ("sum", "mul"):
+            self.unify(a[1], b[1])
+            self.unify(a[2], b[2])
+        elif a[0] == b[0] == "cdiv" and a[2] == b[2]:
+            self.unify(a[1], b[1])
+
+    def free(self, e: Expr, out: dict[int, None]) -> None:
+        e = self.resolve(e)
+        if e[0] == "sym":
+            out[e[1]] = None
+        else:
+            for sub in e[1:]:
+                if isinstance(sub, tuple):
+                    self.free(sub, out)
+
+    def value(self, e: Expr, values: dict[int, int]) -> int:
+        e = self.resolve(e)
+        kind = e[0]
+        if kind == "sym":
+            return values[e[1]]
+        if kind == "const":
+            return int(e[1])
+        if kind == "cdiv":
+            return -(-self.value(e[1], values) // e[2])
+        x, y = self.value(e[1], values), self.value(e[2], values)
+        return x + y if kind == "sum" else x * y
+
+
+@dataclass
+class _SplitDims:
+    axis: int
+    dims: list[Expr]
+
+
+@dataclass
+class _Solver:
+    ranks: dict[Any, int]
+    dims: _Dims
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    def walk(self, term: Term) -> Any:
+        key = _key(term)
+        if key in self.memo:
+            return self.memo[key]
+        if isinstance(term, Var):
+            out: Any = [self.dims.fresh() for _ in range(self.ranks[key])]
+        else:
+            assert isinstance(term, Pattern)
+            out = self._op(term, [self.walk(a) for a in _tensor_args(term)])
+        self.memo[key] = out
+        return out
+
+    def _op(self, p: Pattern, kids: list[Any]) -> Any:
+        d, ints, op = self.dims, [a for a in p.args if isinstance(a, int)], p.op
+        if op not in ("split_0", "split_1") and any(isinstance(k, _SplitDims) for k in kids):
+            raise Unsolvable(f"a split pair is an argument of {op}")
+        if op in ("ewadd", "ewmul", "ewsub", "ewdiv", "ewpow"):
+            # right-aligned, as NumPy broadcasts (a matmul_bias's [N] bias against [M, N])
+            longer, shorter = sorted(kids[:2], key=len, reverse=True)
+            for x, y in zip(longer[::-1], shorter[::-1], strict=False):
+                d.unify(x, y)
+            return longer
+        if op in ("conv2d_bias", "matmul_bias"):
+            out = self._op(Pattern(op.removesuffix("_bias"), p.args[:-1]), kids[:2])
+            bias = kids[2]
+            if op == "matmul_bias":
+                d.unify(bias[0], out[-1])
+            else:
+                for i, e in enumerate(bias):
+                    d.unify(e, out[1] if i == 1 else ("const", 1))
+            return out
+        if op == "matmul":
+            a, b = kids
+            for x, y in zip(a[:-2], b[:-2], strict=True):
+                d.unify(x, y)
+            d.unify(a[-1], b[-2])
+            return [*a[:-1], b[-1]]
+        if op == "conv2d":
+            sh, sw, padding, _ = ints
+            x, w = kids
+            g = d.fresh("group")
+            for k in w[2:]:
+                d.unify(k, d.fresh("kernel"))
+            d.unify(x[1], ("mul", g, w[1]))
+            d.unify(w[0], ("mul", g, d.fresh()))
+            spatial = [
+                h if s == 1 and padding == 0 else ("cdiv", h, s) if padding == 0 else d.fresh()
+                for h, s in ((x[2], sh), (x[3], sw))
+            ]
+            return [x[0], w[0], *spatial]
+        if op in (*_UNARY, "gelu_tanh"):
+            return kids[0]
+        if op == "scalar":
+            return []
+        if op == "reducemean":
+            return [*kids[0][:-1], ("const", 1)]
+        if op in ("layernorm", "biasgelu"):
+            for k in kids[1:]:
+                d.unify(k[0], kids[0][-1])
+            return kids[0]
+        if op == "skiplayernorm":
+            x, skip, packed = kids
+            for a, b in zip(x, skip, strict=True):
+                d.unify(a, b)
+            d.unify(packed[0], ("mul", ("const", 2), x[-1]))
+            return x
+        if op in ("poolmax", "poolavg"):
+            _, _, sh, sw, padding, _ = ints
+            x = kids[0]
+            spatial = [
+                ("cdiv", h, s) if padding == 0 else d.fresh()
+                for h, s in zip(x[2:], (sh, sw), strict=True)
+            ]
+            return [x[0], x[1], *spatial]
+        if op == "batchnorm":
+            for k in kids[1:]:
+                d.unify(k[0], kids[0][1])
+            return kids[0]
+        if op.startswith("concat"):
+            axis = ints[0]
+            for i in range(len(kids[0])):
+                if i != axis:
+                    for other in kids[1:]:
+                        d.unify(kids[0][i], other[i])
+            total = kids[0][axis]
+            for other in kids[1:]:
+                total = ("sum", total, other[axis])
+            return [total if i == axis else e for i, e in enumerate(kids[0])]
+        if op == "split":
+            return _SplitDims(ints[0], kids[0])
+        if op in ("split_0", "split_1"):
+            s = kids[0]
+            if not isinstance(s, _SplitDims):
+                raise Unsolvable(f"{op} of {p.args[0]}, which is not a split")
+            whole = d.resolve(s.dims[s.axis])
+            piece = whole[1 if op == "split_0" else 2] if whole[0] == "sum" else d.fresh()
+            return [piece if i == s.axis else e for i, e in enumerate(s.dims)]
+        if op == "merge":
+            w = kids[0]
+            return [w[0], ("mul", ("const", ints[0]), w[1]), w[2], w[3]]
+        if op == "enlarge":
+            w, ref = kids
+            for k in (*w[2:], *ref[2:]):
+                d.unify(k, d.fresh("kernel"))
+            return [w[0], w[1], ref[2], ref[3]]
+        raise Unsolvable(f"the shape solver does not model {op!r}")
+
+
+def patterns(rule: Rule, *, rhs: bool = True) -> list[Pattern]:
+    """Every pattern node of the left-hand sides of ``rule`` and, with ``rhs``, the right."""
+    out: list[Pattern] = []
+    stack: list[Term] = [*rule.lhs, *(rule.rhs if rhs else ())]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, Pattern):
+            out.append(t)
+            stack.extend(t.args)
+    return out
+
+
+def draw_shapes(
+    rule: Rule,
+    choose: Choose[Any],
+    near_misses: Sequence[int] = NEAR_MISSES,
+    *,
+    sides: str = "joint",
+    even_kernels: bool = False,
+) -> dict[str, tuple[int, ...]]:
+    """Shapes for the rule's variables that make its sides valid often (not always); then
+    ``choose(near_misses)`` times one dim of one variable is redrawn on its own (1 favoured:
+    broadcasting is what element-wise guards are about). ``sides``: which constraints are solved
+    (:data:`SIDES`); ``even_kernels``: conv kernels of even sizes too (TENSAT supports odd ones
+    only). Raises :class:`Unsolvable` when the constraints cannot be modelled."""
+    if sides not in SIDES:
+        raise ValueError(f"sides must be one of {SIDES}, got {sides!r}")
+    try:
+        return _draw(rule, choose, near_misses, sides, even_kernels)
+    except (IndexError, TypeError, ValueError) as exc:  # a pattern no valid instance has
+        # (a concat axis past its rank, a matmul of vectors): the builder would refuse it too.
+        raise Unsolvable(f"the shape solver cannot model this rule ({exc})") from None
+
+
+def _draw(
+    rule: Rule, choose: Choose[Any], near_misses: Sequence[int], sides: str, even: bool
+) -> dict[str, tuple[int, ...]]:
+    rhs = sides != "lhs"
+    rk = _Ranks()
+    rk.biases = {_key(t.args[-1]) for t in patterns(rule, rhs=rhs) if t.op == "matmul_bias"}
+    for lhs_root, rhs_root in zip(rule.lhs, rule.rhs, strict=True):
+        left = _walk_ranks(lhs_root, rk)
+        if rhs:
+            right = _walk_ranks(rhs_root, rk)
+        if sides == "joint":
+            rk.union(left, right)
+    rank_of: dict[Any, int] = {}
+    for k in rk.parent:  # insertion order: deterministic
+        r = rk.root(k)
+        if r not in rank_of:
+            fixed = rk.fixed.get(r)
+            rank_of[r] = fixed if fixed else choose(MATMUL_RANKS if r in rk.matmul else FREE_RANKS)
+    solver = _Solver({k: rank_of[rk.root(k)] for k in rk.parent}, _Dims(choose))
+    for lhs_root, rhs_root in zip(rule.lhs, rule.rhs, strict=True):
+        left = solver.walk(lhs_root)
+        if rhs:
+            right = solver.walk(rhs_root)
+        if sides == "joint":
+            if isinstance(left, _SplitDims) or isinstance(right, _SplitDims):
+                raise Unsolvable("a side is a split pair, not a tensor")
+            for x, y in zip(left, right, strict=True):
+                solver.dims.unify(x, y)
+    var_dims = {v.name: solver.walk(v) for v in rule.bound}
+    free: dict[int, None] = {}
+    for dims in var_dims.values():
+        for e in dims:
+            solver.dims.free(e, free)
+    kernels = KERNELS_EVEN if even else KERNELS_ENLARGE if "enlarge" in str(rule) else KERNELS
+
+    def pool(e: Expr) -> tuple[int, ...]:
+        e = solver.dims.resolve(e)
+        tags = solver.dims.tags[e[1]] if e[0] == "sym" else set()
+        return kernels if "kernel" in tags else GROUPS if "group" in tags else DIMS
+
+    values = {sym: choose(pool(("sym", sym))) for sym in free}
+    shapes = {n: [solver.dims.value(e, values) for e in ds] for n, ds in var_dims.items()}
+    for _ in range(choose(near_misses)):  # redraw one dim of one variable on its own
+        name = choose(sorted(shapes))
+        if not shapes[name]:
+            continue
+        i = choose(range(len(shapes[name])))
+        shapes[name][i] = choose((1, *pool(var_dims[name][i])))
+    return {n: tuple(s) for n, s in shapes.items()}

@@ -1,0 +1,181 @@
+"""relsat.rulecheck, the loader's type check and ``relsat rules check``: a user's rule that changes
+a type or a value is flagged, the shipped rules pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relsat.cli import main
+from relsat.errors import RuleError
+from relsat.rulecheck import Verdict, check_rule, check_types, evaluate
+from relsat.rulefile import RULES_DIR, load_rules, parse_rules
+from relsat.ruleshapes import SIDES, Unsolvable, draw_shapes
+
+BAD = """\
+# name: bad-concat
+(ewadd ?a ?b) => (concat 0 2 ?a ?b)
+
+# name: bad-relu
+(matmul 0 ?a ?b) => (relu ?b)
+
+# name: fine
+(relu (relu ?x)) => (relu ?x)
+
+# name: wrong-distribution
+(ewadd ?a (ewmul ?b ?c)) => (ewmul ?a (ewadd ?b ?c))
+
+# name: never-builds
+(relu ?x) => (split_0 (split 0 (relu ?x)))
+
+# name: unmodelled
+(noop ?a ?b) => (noop ?b ?a)
+"""
+EXPECTED = {
+    "bad-concat": "type-mismatch",
+    "bad-relu": "type-mismatch",
+    "fine": "ok",
+    "wrong-distribution": "numeric-mismatch",
+    "never-builds": "type-mismatch",
+    "unmodelled": "untested",
+}
+
+
+def _one(text: str) -> Verdict:
+    (rule,) = parse_rules(text)
+    return check_rule(rule)
+
+
+def test_each_kind_of_rule_gets_its_verdict() -> None:
+    verdicts = {r.name: check_rule(r) for r in parse_rules(BAD, path="bad.rules")}
+    assert {n: v.status for n, v in verdicts.items()} == EXPECTED
+    assert "computes [" in verdicts["bad-concat"].detail  # the two types and the shapes
+    assert "?a [" in verdicts["bad-relu"].detail
+    assert "never builds" in verdicts["never-builds"].detail
+    assert "noop" in verdicts["unmodelled"].detail
+    line = verdicts["wrong-distribution"].line()
+    assert line.startswith("numeric-mismatch wrong-distribution (bad.rules:10): sides differ at")
+    assert "\n" not in line
+    assert verdicts["fine"].line().startswith("ok               fine (bad.rules:7): ")
+
+
+def test_verdicts_are_deterministic_and_seeded() -> None:
+    (rule,) = parse_rules("# name: r\n(ewadd ?a ?b) => (ewadd ?b ?a)\n")
+    assert check_rule(rule) == check_rule(rule)
+    assert check_rule(rule, seed=1).ok
+
+
+def test_a_rule_is_checked_on_its_equations_not_its_name() -> None:
+    one = _one("# name: one\n(ewadd ?a (ewmul ?b ?c)) => (ewmul ?a (ewadd ?b ?c))\n")
+    two = _one("# name: two\n(ewadd ?p (ewmul ?q ?r)) => (ewmul ?p (ewadd ?q ?r))\n")
+    assert one.shapes is not None and two.shapes is not None  # the same shapes, renamed
+    assert list(one.shapes.values()) == list(two.shapes.values())
+
+
+def test_guards_are_respected() -> None:
+    """Unguarded, merging two convs of one input through a weight concat is wrong for grouped
+    convs; with its ungrouped guards the rule is ok."""
+    rule = "(conv2d 1 1 0 0 ?x ?w1) => (split_0 (split 1 (conv2d 1 1 0 0 ?x (concat 0 4 ?w1 ?w2))))"
+    rule2 = (
+        "(conv2d 1 1 0 0 ?x ?w2) => (split_1 (split 1 (conv2d 1 1 0 0 ?x (concat 0 4 ?w1 ?w2))))"
+    )
+    text = f"# name: pair\n{rule}\n{rule2}\nsymmetric\n"
+    assert _one(text).status == "numeric-mismatch"
+    assert _one(text + "where ungrouped(?x, ?w1)\nwhere ungrouped(?x, ?w2)\n").ok
+
+
+def test_evaluate_names_each_outcome() -> None:
+    (rule,) = parse_rules("# name: r\n(matmul 0 ?a ?b) => (relu ?b)\n")
+    assert evaluate(rule, {"a": (2, 3), "b": (3, 4)}).kind == "type-mismatch"
+    assert evaluate(rule, {"a": (3, 3), "b": (3, 4)}).kind == "different"
+    assert evaluate(rule, {"a": (2, 3), "b": (2, 4)}).kind == "lhs-invalid"
+    assert evaluate(rule, {"a": (3, 3), "b": (3, 4)}, numeric=False).kind == "typed"
+    assert evaluate(rule, {"a": (64, 64), "b": (64, 64)}).kind == "too-big"
+
+
+@pytest.mark.parametrize("sides", SIDES)
+def test_shapes_solve_the_left_hand_side(sides: str) -> None:
+    import random
+
+    (rule,) = parse_rules("# name: r\n(matmul 0 (matmul 0 ?x ?a) ?b) => (relu ?x)\n")
+    rng = random.Random(0)
+    for _ in range(20):
+        s = draw_shapes(rule, rng.choice, near_misses=(0,), sides=sides)
+        assert s["x"][-1] == s["a"][-2] and s["a"][-1] == s["b"][-2]
+
+
+def test_a_rule_the_solver_cannot_model_is_unsolvable_not_a_crash() -> None:
+    import random
+
+    for text in ("(noop ?a ?b) => (noop ?b ?a)", "(relu (split 0 ?x)) => (relu ?x)"):
+        (rule,) = parse_rules(f"# name: r\n{text}\n")
+        with pytest.raises(Unsolvable):
+            draw_shapes(rule, random.Random(0).choice)
+
+
+SAMPLE = list(load_rules())[::4] + list(load_rules(RULES_DIR / "extra"))
+
+
+@pytest.mark.parametrize("rule", SAMPLE, ids=[r.name for r in SAMPLE])
+def test_shipped_rules_pass_the_check(rule: object) -> None:
+    """A quarter of the shipped rules (all of them: ``relsat rules check``, about 10 s)."""
+    verdict = check_rule(rule)  # type: ignore[arg-type]
+    assert verdict.ok, verdict.line()
+
+
+# --- the loader ------------------------------------------------------------------------------
+
+
+def test_loader_refuses_a_user_rule_that_changes_a_type(tmp_path: Path) -> None:
+    path = tmp_path / "mine.rules"
+    path.write_text("# name: fine\n(relu (relu ?x)) => (relu ?x)\n\n" + BAD.split("\n\n")[0])
+    with pytest.raises(RuleError) as err:
+        load_rules(path)
+    assert (err.value.path, err.value.line, err.value.rule) == (str(path), 4, "bad-concat")
+    assert "right-hand side computes" in str(err.value)
+    assert len(load_rules(path, check=False)) == 2
+
+
+def test_check_types_flags_a_bad_rule_and_passes_the_shipped_ones() -> None:
+    rules = list(parse_rules(BAD))
+    with pytest.raises(RuleError, match="bad-concat"):
+        check_types(rules)
+    check_types(load_rules())  # the shipped rules are well typed
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_cli_flags_bad_rules_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "bad.rules"
+    path.write_text(BAD)
+    assert main(["rules", "check", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == list(EXPECTED.values())
+    assert lines[-1] == "6 rules: 1 ok, 3 type-mismatch, 1 numeric-mismatch, 1 untested"
+
+
+def test_cli_passes_shipped_rules(capsys: pytest.CaptureFixture) -> None:
+    assert main(["rules", "check", str(RULES_DIR / "merge.rules")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "4 rules: 4 ok"
+
+
+def test_cli_bad_file_is_one_typed_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "syntax.rules"
+    path.write_text("# name: x\n(relu ?x => (relu ?x)\n")
+    assert main(["rules", "check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"relsat: error: {path}:2:")
+    assert main(["rules", "check", str(tmp_path / "missing.rules")]) == 1
+    assert "cannot read the rule file" in capsys.readouterr().err
+
+
+def test_cli_optimize_refuses_a_rule_file_with_a_type_changing_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "bad.rules"
+    path.write_text(BAD)
+    assert main(["optimize", "--model", "nasrnn", "--rules", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rule 'bad-concat'" in err and f"{path}:1" in err
