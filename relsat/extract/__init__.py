@@ -4,16 +4,21 @@ The e-graph arrives as a solver-neutral :class:`Problem` of NumPy arrays (CSR ch
 node). Three extractors: :func:`greedy_tree` (egg's bottom-up tree cost), :func:`greedy_dag`
 (extraction-gym's faster-greedy-dag: shared sub-terms paid once) and :func:`ilp` (TENSAT's ILP on
 HiGHS, with lazy cycle cuts instead of big-M order constraints by default). Every extractor returns
-an :class:`Extraction` whose choice is acyclic and covers every child class of every chosen node.
+an :class:`Extraction` whose choice is acyclic and covers every child class of every chosen node;
+it says which step found the answer (``found_by``), when (``found_at``) and, for the ILP, the
+proven lower bound (``bound``). The ILP is anytime: at its time limit it returns the best answer
+found, never one dearer than the greedy extractors' or its ``start``.
 
 Modules: ``problem`` (Problem, Extraction, checks on a choice), ``greedy`` (the greedy
-extractors), ``reduction`` (what the ILP never needs to see), ``model`` (the HiGHS model and its
-cycle cuts), ``search`` (the order-restricted primal search) and ``solve`` (:func:`ilp`).
+extractors), ``reduction`` (what the ILP never needs to see, sort-based), ``model`` (the HiGHS
+model and its cycle cuts), ``highs`` (one anytime HiGHS solve), ``incumbent`` (the best answer
+so far, and sub-problem numbering), ``search`` (the order-restricted primal search) and
+``solve`` (:func:`ilp`).
 
 >>> p = Problem.from_lists([(0, 1.0, []), (1, 1.0, [0]), (2, 1.0, [0, 1])], roots=[2])
 >>> e = extract(p, "ilp")
->>> dict(sorted(e.choice.items())), e.cost, e.status
-({0: 0, 1: 1, 2: 2}, 3.0, 'optimal')
+>>> dict(sorted(e.choice.items())), e.cost, e.status, e.bound
+({0: 0, 1: 1, 2: 2}, 3.0, 'optimal', 3.0)
 """
 
 from __future__ import annotations

@@ -65,9 +65,15 @@ def _tree_best(
     return np.array(bestl), np.array(nodel, dtype=I64)
 
 
+class OutOfTime(Exception):
+    """A heuristic passed its deadline (internal: the caller keeps what it has)."""
+
+
 def greedy_tree(problem: Problem) -> Extraction:
     """egg's greedy extractor: per class the node of least tree cost (shared terms paid per use)."""
     t0 = time.perf_counter()
+    if len(problem.roots) == 0:
+        return Extraction({}, 0.0, "greedy", "heuristic", found_by="greedy")
     _, node = _tree_best(problem)
     missing = [int(r) for r in problem.roots if node[r] < 0]
     if missing:
@@ -79,15 +85,22 @@ def greedy_tree(problem: Problem) -> Extraction:
         "greedy",
         "heuristic",
         seconds=time.perf_counter() - t0,
+        found_by="greedy",
+        found_at=time.perf_counter() - t0,
     )
 
 
-def greedy_dag(problem: Problem) -> Extraction:
+def greedy_dag(problem: Problem, *, deadline: float | None = None) -> Extraction:
     """extraction-gym's faster-greedy-dag: per class the node whose *set* of needed nodes (its
     sub-term graph, shared nodes once) is cheapest, found by a worklist fixpoint. The root's set
-    is read back; if merging children's sets produced a cycle, the tree-greedy choice is used."""
+    is read back; if merging children's sets produced a cycle, the tree-greedy choice is used.
+
+    Merging sets costs up to (classes x depth), quadratic on deep e-graphs: past ``deadline``
+    (a ``time.perf_counter()`` value) it gives up with the internal :class:`OutOfTime`."""
     t0 = time.perf_counter()
     p = problem
+    if len(p.roots) == 0:
+        return Extraction({}, 0.0, "greedy-dag", "heuristic", found_by="greedy-dag")
     cost, ncls = p.node_cost.tolist(), p.node_class.tolist()
     kids = [sorted(set(p.children(i).tolist())) for i in range(p.n_nodes)]
     pptr, pnodes = p.parents
@@ -100,6 +113,8 @@ def greedy_dag(problem: Problem) -> Extraction:
     while head < len(work):
         i = work[head]
         head += 1
+        if deadline is not None and time.perf_counter() > deadline:
+            raise OutOfTime
         queued.discard(i)
         c = ncls[i]
         ks = kids[i]
@@ -141,6 +156,13 @@ def greedy_dag(problem: Problem) -> Extraction:
         ok = False
     if not ok:
         choice = greedy_tree(p).choice
+    seconds = time.perf_counter() - t0
     return Extraction(
-        choice, dag_cost(p, choice), "greedy-dag", "heuristic", seconds=time.perf_counter() - t0
+        choice,
+        dag_cost(p, choice),
+        "greedy-dag",
+        "heuristic",
+        seconds=seconds,
+        found_by="greedy-dag",
+        found_at=seconds,
     )

@@ -4,6 +4,7 @@ solution back into a choice."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -11,7 +12,7 @@ from typing import Any, Literal
 import highspy
 import numpy as np
 
-from relsat.extract.problem import I64, Problem, _closure
+from relsat.extract.problem import I64, Problem, _closure, unique
 
 Order = Literal["real", "int"] | None
 
@@ -64,7 +65,7 @@ def _class_sum_rows(p: Problem, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _edges(p: Problem) -> tuple[np.ndarray, np.ndarray]:
     """Distinct ``(node, child class)`` pairs."""
     owner = np.repeat(np.arange(p.n_nodes, dtype=I64), np.diff(p.child_ptr))
-    key = np.unique(owner * p.n_classes + p.child_idx)
+    key = unique(owner * p.n_classes + p.child_idx)
     return key // p.n_classes, key % p.n_classes
 
 
@@ -203,12 +204,19 @@ class _Cuts:
     def __init__(self, p: Problem) -> None:
         self.p = p
         self.seen: set[frozenset[int]] = set()
-        cptr, cnodes = p.class_nodes
-        self.cptr, self.cnodes = cptr.tolist(), cnodes.tolist()
-        self.kids = [set(p.children(i).tolist()) for i in range(p.n_nodes)]
+        self.cptr, self.cnodes = p.class_nodes
+        self.kids: dict[int, set[int]] = {}  # filled on demand: a cut touches few nodes
 
-    def rows(self, sets: Iterable[Sequence[int]]) -> tuple[list[int], list[int], list[float]]:
-        """CSR ``(starts, index, value)`` of the cuts for the sets not cut before."""
+    def _kids(self, j: int) -> set[int]:
+        if j not in self.kids:
+            self.kids[j] = set(self.p.children(j).tolist())
+        return self.kids[j]
+
+    def rows(
+        self, sets: Iterable[Sequence[int]], *, budget: int | None = None
+    ) -> tuple[list[int], list[int], list[float]]:
+        """CSR ``(starts, index, value)`` of the cuts for the sets not cut before, stopping once
+        ``budget`` nonzeros are written (a cut spans every node of its classes)."""
         starts: list[int] = []
         idx: list[int] = []
         val: list[float] = []
@@ -216,11 +224,15 @@ class _Cuts:
             key = frozenset(s)
             if key in self.seen:
                 continue
+            if budget is not None and len(idx) >= budget:
+                break
             self.seen.add(key)
-            members = [j for c in key for j in self.cnodes[self.cptr[c] : self.cptr[c + 1]]]
-            exits = [j for j in members if not (self.kids[j] & key)]
+            members = [
+                j for c in key for j in self.cnodes[self.cptr[c] : self.cptr[c + 1]].tolist()
+            ]
+            exits = [j for j in members if not (self._kids(j) & key)]
             for c in key:
-                own = self.cnodes[self.cptr[c] : self.cptr[c + 1]]
+                own = self.cnodes[self.cptr[c] : self.cptr[c + 1]].tolist()
                 starts.append(len(idx))
                 coef = dict.fromkeys(exits, 1.0)
                 for j in own:
@@ -232,18 +244,27 @@ class _Cuts:
         return starts, idx, val
 
 
-def _short_cycles(p: Problem, max_len: int, limit: int) -> list[list[int]]:
+def _short_cycles(
+    p: Problem, max_len: int, limit: int, *, work: int = 500_000, deadline: float = np.inf
+) -> list[list[int]]:
     """Elementary cycles of the class graph with at most ``max_len`` classes (each once, from
-    its smallest class), at most ``limit`` of them."""
-    adj: list[set[int]] = [set() for _ in range(p.n_classes)]
-    for i, c in enumerate(p.node_class.tolist()):
-        adj[c].update(p.children(i).tolist())
+    its smallest class), at most ``limit`` of them, found within ``work`` path extensions and
+    before ``deadline`` (a ``time.perf_counter()`` value)."""
+    owner = np.repeat(p.node_class, np.diff(p.child_ptr))
+    edges = unique(owner * max(p.n_classes, 1) + p.child_idx)
+    src, dst = edges // max(p.n_classes, 1), edges % max(p.n_classes, 1)
+    ptr = np.zeros(p.n_classes + 1, dtype=I64)
+    np.cumsum(np.bincount(src, minlength=p.n_classes), out=ptr[1:])
+    adj, bounds = dst.tolist(), ptr.tolist()
     out: list[list[int]] = []
     for s in range(p.n_classes):
         stack = [(s, [s])]
         while stack:
+            work -= 1
+            if work < 0 or (work % 4096 == 0 and time.perf_counter() > deadline):
+                return out
             v, path = stack.pop()
-            for w in adj[v]:
+            for w in adj[bounds[v] : bounds[v + 1]]:
                 if w == s:
                     out.append(path)
                     if len(out) >= limit:
