@@ -7,6 +7,7 @@
     relsat show --db DB --eclass ID [-o OUT.svg]    draw an e-class and its neighbourhood
     relsat sql DB "SELECT …"                        query a stored e-graph
     relsat inspect DB                               summary of a stored e-graph and its runs
+    relsat rules check [FILE …]                     check rule files (default: the shipped ones)
 
 For an ONNX input, ``optimize`` never writes a slower model: after verification it times the
 optimized model against the input in onnxruntime (``relsat.latency``; ``--threads``,
@@ -15,9 +16,10 @@ noise (``--keep-slower`` writes it anyway, ``--no-timing`` skips the timing). Wh
 chosen the input is written unchanged without timing.
 
 Exit codes: 0 success (also when the original is kept); 1 an error in the input or the run (one
-line on stderr, a traceback with ``--debug``); 2 bad command-line usage, a numeric option out of
-its range included; 3 the optimized graph failed verification (nothing is written); 130
-interrupted (Ctrl-C; one line, ``relsat: interrupted``).
+line on stderr, a traceback with ``--debug``; for ``rules check`` also a rule that is not ok);
+2 bad command-line usage, a numeric option out of its range included; 3 the optimized graph
+failed verification (nothing is written); 130 interrupted (Ctrl-C; one line,
+``relsat: interrupted``).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def _optimize(args: argparse.Namespace) -> int:
         source = args.model
     if args.output:  # refuse an unwritable output before the work, not after
         _temp_beside(Path(args.output)).unlink()
+    _prepare_db(args)
     rules = load_rules(args.rules) if args.rules else None
     limits = Limits(nodes=args.nodes, iterations=args.iterations, seconds=args.time_limit)
     console.print(f"optimizing {source}: {len(graph)} nodes")
@@ -101,8 +104,9 @@ def _optimize(args: argparse.Namespace) -> int:
         seconds = s.search_s + s.apply_s + s.rebuild_s + s.cycle_s
         console.print(
             f"  it {s.iteration:2d} {s.phase:6s} matches {s.matches:6d} applied "
-            f"{s.applied:6d} +nodes {s.new_enodes:5d} e-nodes {s.enodes:6d} "
-            f"{seconds:.2f}s",
+            f"{s.applied:6d} added {s.new_enodes:5d} merged {s.merged:5d} net {s.net:+6d} "
+            f"e-nodes {s.enodes:6d} {seconds:.2f}s"
+            + (f" (e-node limit: {s.capped} matches not applied)" if s.capped else ""),
             soft_wrap=True,
         )
 
@@ -119,6 +123,7 @@ def _optimize(args: argparse.Namespace) -> int:
             guards=not args.no_guards,
             time_limit=args.ilp_time_limit,
             on_phase=on_phase,
+            resume=args.resume,
         )
     except VerificationError as exc:
         console.print(f"[red]relsat: verification failed, nothing written: {exc}[/red]")
@@ -144,6 +149,35 @@ def _optimize(args: argparse.Namespace) -> int:
     if args.db:
         console.print(f'e-graph kept in {args.db} (relsat sql {args.db} "SELECT …")')
     return 0
+
+
+def _prepare_db(args: argparse.Namespace) -> None:
+    """``--db`` with ``--resume`` / ``--overwrite``: an e-graph already stored there is continued
+    or replaced (only a relsat e-graph is ever deleted); without either it is refused before any
+    work, naming the two options."""
+    if (args.resume or args.overwrite) and not args.db:
+        raise _Usage("--resume and --overwrite need --db FILE")
+    if args.resume and args.overwrite:
+        raise _Usage("give either --resume or --overwrite, not both")
+    if not args.db or not Path(args.db).exists() or args.resume:
+        return
+    from relsat.db import Database
+    from relsat.egraph import EGraph
+    from relsat.errors import DatabaseError
+
+    egraph = EGraph(Database(args.db, read_only=True))  # refuses another program's file
+    stored = egraph.counts()[0]
+    egraph.close()
+    if not stored:
+        return
+    if not args.overwrite:
+        raise DatabaseError(
+            f"it already holds an e-graph ({stored} e-nodes): --resume explores it further, "
+            "--overwrite replaces it",
+            path=args.db,
+        )
+    for path in (Path(args.db), Path(f"{args.db}.wal")):
+        path.unlink(missing_ok=True)
 
 
 def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
@@ -491,6 +525,22 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rules_check(args: argparse.Namespace) -> int:
+    """One line per rule (ok, type-mismatch, numeric-mismatch, untested: the reason), then a
+    count; exit 1 unless every rule is ok (a file that does not parse: one error line, exit 1)."""
+    from relsat.rulecheck import STATUSES, check_rule
+    from relsat.rulefile import RULES_DIR, load_rules
+
+    rules = load_rules(args.files or [RULES_DIR], check=False)  # checked here, rule by rule
+    counts = dict.fromkeys(STATUSES, 0)
+    for rule in rules:
+        verdict = check_rule(rule, seed=args.seed)
+        counts[verdict.status] += 1
+        print(verdict.line(), flush=True)
+    print(f"{len(rules)} rules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return 0 if counts["ok"] == len(rules) else EXIT_ERROR
+
+
 def _print_arrow(table: Any, limit: int = 200) -> None:
     from rich.table import Table
 
@@ -580,6 +630,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--db", help="keep the e-graph in this DuckDB file for inspection")
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="explore the e-graph stored in --db further (iterations and limits go on)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an e-graph already stored in --db"
+    )
+    p.add_argument(
         "--batch", type=int, help="fix a dynamic batch dimension of an ONNX input (>= 1)"
     )
     p.add_argument(
@@ -633,6 +691,18 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="summarize a stored e-graph and its runs")
     p.add_argument("db")
     p.set_defaults(run=_inspect)
+    p = sub.add_parser("rules", help="work with rule files")
+    rules_sub = p.add_subparsers(dest="rules_command", required=True)
+    p = rules_sub.add_parser(
+        "check",
+        help="check rules on random shapes: parse, types (shape, split history), values",
+        description="Check rule files: each rule is instantiated on random shapes its guards "
+        "allow; its right-hand side must compute the left-hand side's type and values. One "
+        "line per rule; exit 0 when every rule is ok, 1 otherwise.",
+    )
+    p.add_argument("files", nargs="*", help="rule files or folders (default: the shipped rules)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random shapes and values")
+    p.set_defaults(run=_rules_check)
     return parser
 
 

@@ -5,20 +5,26 @@ Multi-pattern rules can make a class depend on itself (SEMANTICS.md §8). Two de
 
 * **pre-filter** (multi-pattern matches, before anything is inserted): a match is refused when a
   class bound to one of its variables reaches one of the match's roots. ``sql/cycles/prefilter.sql``
-  answers that with a recursive descendant query seeded only from the candidate pairs and pruned by
-  a per-class rank (a path down to a root only visits classes ranked above it); the full descendant
-  closure (10⁹ pairs on graph-shaped DAGs of this size) is never built. ``mode="vanilla"`` computes
+  answers that once per distinct (variable class, root class) pair, not per match, with a
+  recursive descendant query seeded only from those pairs and pruned by a per-class rank (a path
+  down to a root only visits classes ranked above it); the full descendant closure (10⁹ pairs on
+  graph-shaped DAGs of this size) is never built. ``mode="vanilla"`` computes
   the unpruned descendant set per match instead, for the paper's Table 6 ablation.
 * **post-pass** (after every phase): find the cycles that remain among e-nodes reachable from the
   outputs, self-loops included (TENSAT's DFS missed them), and put the most recently added e-node of
   each on the filter list (``enode.filtered``) until none remains. Filtered e-nodes stay in the
   e-graph, are ignored by later searches and are never extracted. Input-graph e-nodes are never
-  filtered (the input graph is acyclic).
+  filtered (the input graph is acyclic). The post-pass is incremental: a cycle that the last
+  post-pass did not see must use an edge of an e-node the phase created or re-canonicalized
+  (stamped with its epoch) whose child class lies on or above a cycle; ranking the classes
+  (vectorized peeling from the leaves, as for the pre-filter) tells in linear time whether any
+  such edge exists, and the depth-first search runs only when one does.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -53,24 +59,40 @@ def ranks(db: Database) -> None:
     )
 
 
-def prefilter(db: Database, mode: str = "efficient") -> None:
-    """Refuse the multi-pattern matches whose application would close a cycle."""
-    ranks(db)
-    db.run("cycles/prefilter" if mode == "efficient" else "cycles/prefilter_vanilla")
+def prefilter(db: Database, mode: str = "efficient", mids: tuple[int, int] | None = None) -> None:
+    """Refuse the multi-pattern matches whose application would close a cycle: all of them, or
+    those with match ids in ``mids`` (first, last) against the class graph of the last
+    :func:`ranks` (a phase applied a chunk at a time ranks once: the chunks it inserts add new
+    classes only, which no existing class reaches)."""
+    if mids is None:
+        ranks(db)
+    lo, hi = mids or (0, 2**63 - 1)
+    db.run("cycles/prefilter" if mode == "efficient" else "cycles/prefilter_vanilla", lo=lo, hi=hi)
 
 
-def remove_cycles(db: Database) -> int:
+def remove_cycles(db: Database, epoch: int | None = None) -> int:
     """The post-pass: filter the newest e-node of every cycle reachable from the outputs, until
-    none is left; returns how many e-nodes were put on the filter list."""
+    none is left; returns how many e-nodes were put on the filter list. With ``epoch`` (the
+    phase's stamp; the e-graph had no cycle reachable from the outputs before the phase) the
+    search runs only if an e-node stamped ``epoch`` can be on or lead to a cycle."""
     rows = db.arrow(_class_edges(db))
     node = rows["id"].to_numpy()
     cls = rows["class"].to_numpy()
     child = rows["child"].to_numpy()
     born = rows["born"].to_numpy()
+    if epoch is not None:
+        changed = rows["stamp"].to_numpy() == epoch
+        if not changed.any():
+            return 0
+        classes = np.unique(np.concatenate([cls, child]))
+        rank = _longest_path(classes, cls, child)
+        if not (rank[np.searchsorted(classes, child[changed])] == UNRANKED).any():
+            return 0
     outputs = [r[0] for r in db.execute("SELECT class FROM output")]
     filtered: set[int] = set()
     while True:
-        found = _cycle_nodes(node, cls, child, born, outputs, filtered)
+        db.check_deadline()
+        found = _cycle_nodes(node, cls, child, born, outputs, filtered, db.check_deadline)
         if not found:
             break
         filtered |= found
@@ -93,27 +115,42 @@ def _class_edges(db: Database) -> str:
 
 
 def _longest_path(classes: np.ndarray, parent: np.ndarray, child: np.ndarray) -> np.ndarray:
-    """Rank of each class: 0 for leaves, 1 + the children's maximum otherwise (Kahn's order);
-    classes that never complete (on or above a cycle) get UNRANKED."""
-    index = {int(c): i for i, c in enumerate(classes)}
-    pi = np.array([index[int(p)] for p in parent], dtype=np.int64)
-    ci = np.array([index[int(c)] for c in child], dtype=np.int64)
-    pending = np.bincount(pi, minlength=len(classes))  # children not ranked yet, per class
-    users: dict[int, list[int]] = defaultdict(list)
-    for p, c in zip(pi.tolist(), ci.tolist(), strict=True):
-        users[c].append(p)
-    rank = np.zeros(len(classes), dtype=np.int64)
-    ready = [i for i in range(len(classes)) if pending[i] == 0]
-    done = np.zeros(len(classes), dtype=bool)
-    while ready:
-        i = ready.pop()
-        done[i] = True
-        for p in users[i]:
-            rank[p] = max(rank[p], rank[i] + 1)
-            pending[p] -= 1
-            if pending[p] == 0:
-                ready.append(p)
-    rank[~done] = UNRANKED
+    """Rank of each class: 0 for leaves, 1 + the children's maximum otherwise; classes that never
+    complete (on or above a cycle, self-loops included) get UNRANKED.
+
+    Kahn's order from the leaves, one vectorized round per rank: round r ranks every class
+    whose last child was ranked in round r - 1. ``classes`` need not be sorted.
+
+    >>> _longest_path(np.array([0, 1, 2, 3]), np.array([1, 2, 2, 3]), np.array([0, 0, 1, 3]))
+    array([         0,          1,          2, 2147483647])
+    """
+    n = len(classes)
+    rank = np.full(n, UNRANKED, dtype=np.int64)
+    if n == 0:
+        return rank
+    sorter = np.argsort(classes, kind="stable")
+    ps = sorter[np.searchsorted(classes, parent, sorter=sorter)]
+    cs = sorter[np.searchsorted(classes, child, sorter=sorter)]
+    pairs = np.unique(np.stack([ps, cs], axis=1), axis=0) if len(ps) else np.empty((0, 2), int)
+    ps, cs = pairs[:, 0], pairs[:, 1]
+    pending = np.bincount(ps, minlength=n)  # children not ranked yet, per class
+    by_child = np.argsort(cs, kind="stable")
+    users = ps[by_child]  # the parents of each class, grouped by child
+    start = np.searchsorted(cs[by_child], np.arange(n + 1))
+    frontier = np.flatnonzero(pending == 0)
+    r = 0
+    while frontier.size:
+        rank[frontier] = r
+        lo, counts = start[frontier], start[frontier + 1] - start[frontier]
+        total = int(counts.sum())
+        if total == 0:
+            break
+        # positions lo[i] .. lo[i] + counts[i] - 1 of every frontier class, concatenated
+        idx = np.arange(total) + np.repeat(lo - np.cumsum(counts) + counts, counts)
+        up, done = np.unique(users[idx], return_counts=True)
+        pending[up] -= done
+        frontier = up[pending[up] == 0]
+        r += 1
     return rank
 
 
@@ -124,9 +161,11 @@ def _cycle_nodes(
     born: np.ndarray,
     outputs: list[int],
     filtered: set[int],
+    check: Callable[[], None] | None = None,
 ) -> set[int]:
     """One depth-first pass from the outputs over the class graph (edges through e-nodes not
-    yet filtered); for every cycle closed, the newest e-node on it. Empty when acyclic."""
+    yet filtered); for every cycle closed, the newest e-node on it. Empty when acyclic.
+    ``check`` is called every 65,536 steps (the time limit: it raises to stop)."""
     out_edges: dict[int, list[tuple[int, int, int]]] = defaultdict(
         list
     )  # class -> (child, node, born)
@@ -134,6 +173,7 @@ def _cycle_nodes(
         if n not in filtered:
             out_edges[c].append((k, n, b))
     state: dict[int, int] = {}  # 1 on the current path, 2 finished
+    steps = 0
     chosen: set[int] = set()
     for root in outputs:
         if state.get(root):
@@ -142,6 +182,9 @@ def _cycle_nodes(
         stack = [(root, iter(out_edges[root]))]
         state[root] = 1
         while stack:
+            steps += 1
+            if check is not None and steps & 0xFFFF == 0:
+                check()
             c, edges = stack[-1]
             step = next(edges, None)
             if step is None:

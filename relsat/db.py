@@ -9,6 +9,7 @@ text). Every statement is counted and timed, planning and execution separately
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,12 +23,12 @@ import pyarrow as pa
 from relsat.errors import DatabaseError
 from relsat.paths import data_dir
 
-__all__ = ["SCHEMA_VERSION", "SQL_DIR", "Counters", "Database", "sql_text"]
+__all__ = ["SCHEMA_VERSION", "SQL_DIR", "Counters", "Database", "DeadlinePassed", "sql_text"]
 
 #: Where the hand-written SQL lives.
 SQL_DIR = data_dir("sql")
 #: Bumped whenever a table changes shape; a stored e-graph of another version is refused.
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PLAN_COST: dict[str, float] = {}
@@ -45,6 +46,17 @@ def sql_text(name: str) -> str:
         return path.read_text()
     except OSError as exc:
         raise DatabaseError(f"missing SQL file {path}: {exc.strerror}") from None
+
+
+class DeadlinePassed(DatabaseError):
+    """The deadline set with :meth:`Database.deadline` passed: the running statement was
+    interrupted (or the next one refused). Inside :meth:`Database.transaction` everything since
+    ``BEGIN`` is rolled back. Exploration turns it into ``StopReason.TIME_LIMIT``."""
+
+
+#: How often the watcher re-sends the interrupt after the deadline: DuckDB forgets an interrupt
+#: that arrives between statements, so one sent in the gap before a statement starts is repeated.
+_INTERRUPT_EVERY_S = 0.02
 
 
 @dataclass
@@ -84,6 +96,13 @@ class Database:
         self.counters = Counters()
         self._statements: dict[str, list[tuple[str, list[str], float]]] = {}
         self._in_transaction = False
+        # The deadline watcher (see deadline()): `_expired` once it has passed; `_busy` while a
+        # statement runs, changed and read under `_lock` so that an interrupt only ever lands on
+        # the statement it was meant for, never on a ROLLBACK or COMMIT.
+        self._expired = threading.Event()
+        self._lock = threading.Lock()
+        self._busy = False
+        self._watcher: tuple[threading.Thread, threading.Event] | None = None
 
     # --- statements -----------------------------------------------------------------------
 
@@ -92,14 +111,16 @@ class Database:
         self.execute(sql_text(name))
 
     def _exec(self, sql: str, params: Mapping[str, Any] | None, fetch: str) -> Any:
+        self._enter()
         start = time.perf_counter()
         try:
             if fetch == "arrow":
                 return self.con.sql(sql, params=dict(params) if params else None).to_arrow_table()
             return self.con.execute(sql, dict(params) if params else None).fetchall()
         except duckdb.Error as exc:
-            raise DatabaseError(f"{type(exc).__name__}: {exc}", path=self.path) from None
+            raise self._error(exc, "") from None
         finally:
+            self._leave()
             self.counters.statements += 1
             self.counters.exec_s += time.perf_counter() - start
 
@@ -125,6 +146,7 @@ class Database:
             missing = [p for p in wanted if p not in params]
             if missing:
                 raise DatabaseError(f"sql/{name}.sql needs parameters {missing}")
+            self._enter()
             start = time.perf_counter()
             try:
                 cursor = self.con.execute(sql, {p: params[p] for p in wanted} or None)
@@ -133,15 +155,37 @@ class Database:
                     names = [d[0] for d in cursor.description]
                     rows = [dict(zip(names, row, strict=True)) for row in rows]
             except duckdb.Error as exc:
-                raise DatabaseError(
-                    f"sql/{name}.sql: {type(exc).__name__}: {exc}", path=self.path
-                ) from None
+                raise self._error(exc, f"sql/{name}.sql: ") from None
             finally:
+                self._leave()
                 spent = time.perf_counter() - start
                 self.counters.statements += 1
                 self.counters.plan_s += min(plan_s, spent)
                 self.counters.exec_s += max(spent - plan_s, 0.0)
         return rows
+
+    def run_arrow(self, name: str, **params: Any) -> pa.Table:
+        """Execute the one statement of ``sql/<name>.sql`` (a query) with ``$`` parameters bound
+        and fetch its result as an Arrow table; counted and timed as :meth:`run`."""
+        ((sql, wanted, plan_s),) = self._statements.get(name) or self._load(name)
+        missing = [p for p in wanted if p not in params]
+        if missing:
+            raise DatabaseError(f"sql/{name}.sql needs parameters {missing}")
+        self._enter()
+        start = time.perf_counter()
+        try:
+            table: pa.Table = self.con.sql(
+                sql, params={p: params[p] for p in wanted} or None
+            ).to_arrow_table()
+        except duckdb.Error as exc:
+            raise self._error(exc, f"sql/{name}.sql: ") from None
+        finally:
+            self._leave()
+            spent = time.perf_counter() - start
+            self.counters.statements += 1
+            self.counters.plan_s += min(plan_s, spent)
+            self.counters.exec_s += max(spent - plan_s, 0.0)
+        return table
 
     def _load(self, name: str) -> list[tuple[str, list[str], float]]:
         text = _strip_comments(sql_text(name))
@@ -202,7 +246,9 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """All or nothing: on any exception the database is rolled back and the error re-raised."""
+        """All or nothing: on any exception the database is rolled back and the error re-raised.
+        COMMIT and ROLLBACK are never refused or interrupted by a deadline (:meth:`deadline`):
+        work that completed before the deadline is kept."""
         if self._in_transaction:
             yield
             return
@@ -215,7 +261,70 @@ class Database:
             self.con.execute("ROLLBACK").fetchall()
             raise
         self._in_transaction = False
-        self.execute("COMMIT")
+        try:
+            self.con.execute("COMMIT").fetchall()
+        except duckdb.Error as exc:
+            raise DatabaseError(f"{type(exc).__name__}: {exc}", path=self.path) from None
+
+    # --- deadlines ------------------------------------------------------------------------
+
+    @contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Within the block, nothing runs past ``seconds`` from now: a watcher thread interrupts
+        the statement running at the deadline (DuckDB's ``interrupt()``, within milliseconds) and
+        every later statement is refused, both as :class:`DeadlinePassed`; Python loops call
+        :meth:`check_deadline`. The deadline is lifted when the block ends."""
+        if self._watcher is not None:
+            raise DatabaseError("a deadline is already set")
+        stop = threading.Event()
+        self._expired.clear()
+
+        def watch() -> None:
+            if stop.wait(max(seconds, 0.0)):
+                return
+            self._expired.set()
+            while not stop.is_set():
+                with self._lock:
+                    if self._busy:
+                        self.con.interrupt()
+                stop.wait(_INTERRUPT_EVERY_S)
+
+        thread = threading.Thread(target=watch, name="relsat-deadline", daemon=True)
+        self._watcher = (thread, stop)
+        if seconds < float("inf"):
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread.is_alive():
+                thread.join()
+            self._watcher = None
+            self._expired.clear()
+
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline of the enclosing :meth:`deadline` block has passed."""
+        return self._expired.is_set()
+
+    def check_deadline(self) -> None:
+        """Raise :class:`DeadlinePassed` if the deadline has passed (for long Python loops)."""
+        if self._expired.is_set():
+            raise DeadlinePassed("the time limit passed", path=self.path)
+
+    def _enter(self) -> None:
+        self.check_deadline()
+        with self._lock:
+            self._busy = True
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._busy = False
+
+    def _error(self, exc: duckdb.Error, where: str) -> DatabaseError:
+        if isinstance(exc, duckdb.InterruptException) and self._expired.is_set():
+            return DeadlinePassed(f"{where}interrupted at the time limit", path=self.path)
+        return DatabaseError(f"{where}{type(exc).__name__}: {exc}", path=self.path)
 
     def close(self) -> None:
         self.con.close()

@@ -25,7 +25,7 @@ import pyarrow as pa
 from relsat.db import SCHEMA_VERSION, SQL_DIR, Database
 from relsat.errors import DatabaseError, GraphError
 from relsat.graph import Graph, Node, Ref
-from relsat.ops import ACTIVATIONS, PADDINGS, Params, infer
+from relsat.ops import ACTIVATIONS, FLOAT_PARAMS, PADDINGS, Params, f32_bits, infer
 
 __all__ = ["MAX_CHILDREN", "EGraph", "encode_node"]
 
@@ -72,6 +72,8 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
         s = repr(float(p["epsilon"]))
     elif op == "opaque":
         s = f"{p['type']}|{p['attrs']}|{json.dumps(p['shapes'], separators=(',', ':'))}"
+    elif op in FLOAT_PARAMS:  # scalar value, epsilon: float32 bits, so rules can spell them
+        ints = [f32_bits(p[FLOAT_PARAMS[op]])]
     return op, [*ints, -1, -1, -1, -1, -1, -1][:6], s
 
 
@@ -263,6 +265,16 @@ class EGraph:
             "SELECT (SELECT count(*) FROM enode), (SELECT count(*) FROM eclass)"
         )
         return int(row[0]), int(row[1])
+
+    def interface(self) -> tuple[set[tuple[str, str, tuple[int, ...]]], list[tuple[int, ...]]]:
+        """What a stored e-graph was built from: its input graph's leaves as ``(op, name,
+        shape)`` and its outputs' shapes in order."""
+        leaves = {
+            (op, name or "", tuple(shape))
+            for op, name, shape in self.db.run("analysis/input_leaves")
+        }
+        outputs = [tuple(shape) for (shape,) in self.db.run("analysis/output_shapes")]
+        return leaves, outputs
 
     def table(self, name: str) -> pa.Table:
         """A whole table (``enode``, ``eclass``, ``iteration_stats``, …) as Arrow."""

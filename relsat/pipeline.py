@@ -22,7 +22,14 @@ from relsat.cycles import MODES
 from relsat.db import Database
 from relsat.decode import decode
 from relsat.egraph import EGraph
-from relsat.errors import RelsatError, SettingsError, check_choice, check_int, check_number
+from relsat.errors import (
+    DatabaseError,
+    RelsatError,
+    SettingsError,
+    check_choice,
+    check_int,
+    check_number,
+)
 from relsat.execute import Comparison, compare
 from relsat.explore import Exploration, IterationStats, Limits, StopReason, explore
 from relsat.extract import EXTRACTORS, Extraction, Problem, dag_cost, extract
@@ -145,6 +152,16 @@ class Result:
             f"iterations, {enodes} e-nodes, {eclasses} e-classes, {self.seconds['explore']:.3f} s",
             f"extract  {self.extraction.method}: {self.extraction.status}"
             + (f", gap {self.extraction.gap:.2%}" if self.extraction.gap else "")
+            + (
+                f", bound {self.extraction.bound:.4f} ms"
+                if self.extraction.bound is not None
+                else ""
+            )
+            + (
+                f", best by {self.extraction.found_by} at {self.extraction.found_at:.2f} s"
+                if self.extraction.found_by
+                else ""
+            )
             + f", {self.seconds['extract']:.3f} s",
             f"verify   {self.settings.get('verify', 'passed' if self.verified else 'skipped')}",
             "rewrites "
@@ -217,6 +234,7 @@ def optimize(
     concat: str = "copy",
     precompute_weights: bool | None = None,
     on_phase: Callable[[IterationStats], None] | None = None,
+    resume: bool = False,
 ) -> Result:
     """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
     it in that file), prices from ``cost_model``, extraction (``"ilp"`` with HiGHS, ``"greedy"``,
@@ -229,6 +247,10 @@ def optimize(
     in [0, 1]; ``order`` None, ``"real"`` or ``"int"``; ``concat`` ``"copy"`` or ``"free"``;
     ``precompute_weights`` None, False or True. Anything else raises
     :class:`~relsat.errors.SettingsError` (a ``ValueError``) naming the argument, before any work.
+
+    ``resume``: an e-graph of ``graph`` already stored in ``db`` is explored further (iteration
+    numbers and the limits go on from where it stopped) instead of refused; one of another graph
+    is refused (:class:`~relsat.errors.DatabaseError`).
     """
     _check_settings(
         k_multi,
@@ -244,7 +266,8 @@ def optimize(
     model = _cost_model(cost_model)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
-    egraph = EGraph.from_graph(graph, db)
+    egraph = _stored_egraph(graph, db) if resume and db is not None else None
+    egraph = egraph or EGraph.from_graph(graph, db)
     exploration: Exploration = explore(
         egraph,
         rules,
@@ -276,15 +299,22 @@ def optimize(
     # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise.
     margin = np.where(born0, 1.0, 1.0 + model.rewrite_margin)
     tied = replace(problem, node_cost=problem.node_cost * margin + tie)
-    extraction = extract(tied, method=extractor, **kw)
-    extraction = replace(extraction, cost=dag_cost(problem, extraction.choice))
+    original = _original_choice(problem, born0)
+    # The input graph is one more warm start: the ILP's answer is never dearer than it.
+    run_kw = dict(kw, start=original) if extractor == "ilp" else kw
+    extraction = extract(tied, method=extractor, **run_kw)
+    cost_after = dag_cost(problem, extraction.choice)
+    # The solver's bound is on the tie-broken prices, a hair above the true ones: clamp it.
+    bound = None if extraction.bound is None else min(extraction.bound, cost_after)
+    extraction = replace(extraction, cost=cost_after, bound=bound)
     seconds["extract"] = extraction.seconds or 0.0
     t = time.perf_counter()
-    original = _original_choice(problem, born0)
     cost_before = dag_cost(problem, original)
     if extraction.cost >= cost_before and extraction.choice != original:
-        # Nothing cheaper was found (a solver stopped early, or ties): keep the input graph.
-        extraction = replace(extraction, choice=original, cost=cost_before, method="input")
+        # Nothing cheaper was found (ties, or a priced-out margin): keep the input graph.
+        extraction = replace(
+            extraction, choice=original, cost=cost_before, method="input", found_by="input"
+        )
     choice = {int(class_ids[c]): int(enode_ids[n]) for c, n in extraction.choice.items()}
     optimized = decode(egraph, choice, values=graph.values)
     seconds["decode"] = time.perf_counter() - t
@@ -333,6 +363,27 @@ def optimize(
         settings,
         _Priced(problem, tied.node_cost, enode_ids, extractor, kw),
     )
+
+
+def _stored_egraph(graph: Graph, db: str | Path) -> EGraph | None:
+    """The e-graph of ``graph`` stored in ``db``, to explore further; None when none is stored.
+    One whose inputs, weights or output shapes are not ``graph``'s is refused."""
+    if not Path(db).exists():
+        return None
+    egraph = EGraph(db)
+    if not egraph.counts()[0]:
+        egraph.close()
+        return None
+    stored, outputs = egraph.interface()
+    leaves = {(n.op, n.name or "", tuple(n.shape)) for n in (*graph.inputs, *graph.weights)}
+    if stored != leaves or outputs != [tuple(graph.shape(r)) for r in graph.outputs]:
+        egraph.close()
+        raise DatabaseError(
+            "the stored e-graph was built from another graph (its inputs, weights or outputs "
+            "differ): cannot resume it",
+            path=str(db),
+        )
+    return egraph
 
 
 def _check_settings(

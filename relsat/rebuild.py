@@ -9,12 +9,22 @@ with the rest; new collisions are the next round's unions.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 
 from relsat.db import Database
 
-__all__ = ["components", "rebuild"]
+__all__ = ["Rebuilt", "components", "rebuild"]
+
+
+class Rebuilt(NamedTuple):
+    """What one rebuild did: e-classes merged away, e-nodes removed as duplicates of congruent
+    ones (what congruence merged away)."""
+
+    unions: int
+    removed: int
 
 
 def components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,8 +51,9 @@ def components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids[moved], ids[parent[moved]]
 
 
-def rebuild(db: Database, epoch: int) -> int:
-    """Process ``pending`` to a fixpoint; returns how many classes were merged away."""
+def rebuild(db: Database, epoch: int) -> Rebuilt:
+    """Process ``pending`` to a fixpoint; returns how many classes were merged away and how many
+    e-nodes were removed."""
     merged = 0
     while True:
         edges = db.arrow("SELECT a, b FROM pending")
@@ -56,5 +67,7 @@ def rebuild(db: Database, epoch: int) -> int:
         db.run("rebuild/apply_remap", epoch=epoch)
         merged += len(old)
         db.run("rebuild/congruence", epoch=epoch)
-    db.run("rebuild/dedupe", epoch=epoch)
-    return merged
+    if not merged:  # new e-nodes were hash-consed when built: without unions none is a duplicate
+        return Rebuilt(0, 0)
+    ((removed,),) = db.run("rebuild/dedupe", epoch=epoch)
+    return Rebuilt(merged, int(removed))

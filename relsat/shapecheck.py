@@ -4,21 +4,26 @@ Before anything is inserted, every e-node a right-hand side would create is type
 children's classes (SEMANTICS.md §5.1). The check reuses the graph layer's own shape inference
 (:func:`relsat.ops.infer`), so the e-graph and the graph builder can never disagree about what is
 valid, plus TENSAT's two rule-specific conditions: a rule-built ``concat`` needs both inputs of
-rank ``ndim``, and a ``split`` must cut strictly inside its axis. New nodes are checked one level
-of the phase at once, over Arrow: one query in, one batch out.
+rank ``ndim``, and a ``split`` must cut strictly inside its axis. New nodes are checked one height
+at a time over Arrow and NumPy (one query in, one batch out): nodes with the same op, parameters
+and child types share one check, so the Python work grows with the distinct types, not the nodes.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from relsat.db import Database, sql_text
-from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer
+from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer, int_params
 
 __all__ = ["check_new", "infer_enode", "shape_disagreements"]
 
+_INTS = pa.list_(pa.int32())
 _NEWNODE = pa.schema(
     [
         ("class", pa.int64()),
@@ -74,6 +79,9 @@ def infer_enode(
 
 
 def _params(op: str, p: list[int]) -> Params:
+    floats = int_params(op, p)  # an op with a float parameter (float32 bits in p0)
+    if floats is not None:
+        return floats
     if op in ("matmul", "matmul_bias"):
         return Params(activation=ACTIVATIONS[p[0]])
     if op in ("conv2d", "conv2d_bias"):
@@ -92,53 +100,152 @@ def _type(shape: list[int] | None, splits: list[list[int]] | None) -> TensorType
 
 
 _Analysis = tuple[str | None, TensorType | None, TensorType | None, bool, bool]
+#: A type as the check sees it: kind, type, type of piece 1, valid. Interned: one id per value.
+_Type = tuple[str | None, TensorType | None, TensorType | None, bool]
+#: What a child class neither in the e-graph nor built by a lower level of the phase reads as.
+_UNKNOWN: _Type = (None, None, None, True)
+
+
+class _Types:
+    """Types interned by value: equal types, one id (so that a node's check key is a row of
+    integers, and nodes with the same op, parameters and child types are checked once)."""
+
+    def __init__(self) -> None:
+        self.values: list[_Type] = []
+        self.ids: dict[_Type, int] = {}
+        self.id(_UNKNOWN)
+
+    def id(self, value: _Type) -> int:
+        found = self.ids.get(value)
+        if found is None:
+            found = self.ids[value] = len(self.values)
+            self.values.append(value)
+        return found
 
 
 def check_new(db: Database) -> int:
     """Shape-check every e-node the phase's right-hand sides would create, lowest height first,
-    and store the results in ``newnode``; returns how many. Nodes with the same op, parameters and
-    child types are checked once."""
-    rows = db.run("apply/fresh", columns=True)
-    new: dict[int, _Analysis] = {}  # class -> kind, type, type of piece 1, all_weights, valid
-    memo: dict[tuple, tuple[str | None, TensorType | None, TensorType | None, bool]] = {}
-    out: list[dict[str, Any]] = []
-    for r in rows:
-        children: list[_Analysis] = []
-        for side, col in (("a", "c0"), ("b", "c1"), ("c", "c2"))[: r["arity"]]:
-            if r[col] in new:
-                children.append(new[r[col]])
-            else:
-                children.append(
-                    (
-                        r[f"{side}_kind"],
-                        _type(r[f"{side}_shape"], r[f"{side}_splits"]),
-                        _type(r[f"{side}_shape2"], None),
-                        bool(r[f"{side}_weights"]),
-                        True,
-                    )
-                )
-        p = [r[f"p{i}"] for i in range(6)]
-        key = (r["op"], *p, *[(k, t, t2, ok) for k, t, t2, _, ok in children])
-        if key not in memo:
-            memo[key] = _check(r["op"], p, children)
-        kind, t, t2, valid = memo[key]
-        weights = all(c[3] for c in children)
-        new[r["class"]] = (kind, t, t2, weights, valid)
-        out.append(
-            {
-                **{k: r[k] for k in ("class", "op", "arity", "c0", "c1", "c2", "rule")},
-                **{f"p{i}": p[i] for i in range(6)},
-                "kind": kind,
-                "shape": None if t is None else list(t.shape),
-                "shape2": None if t2 is None else list(t2.shape),
-                "splits": None if t is None else [list(x) for x in t.splits],
-                "all_weights": weights,
-                "valid": valid,
-            }
+    and store the results in ``newnode``; returns how many.
+
+    Set-at-a-time over NumPy, one height at a time: a node's check key is its op, parameters and
+    child types (interned ids); each distinct key is checked once (by :func:`infer_enode`) and
+    the verdict is spread back to its nodes. A child is an existing class (its analysis comes
+    with the row) or a node of a lower height of the phase."""
+    rows = db.run_arrow("apply/fresh")
+    n = rows.num_rows
+    if n == 0:
+        return 0
+    types = _Types()
+    arity = rows["arity"].to_numpy()
+    child = np.stack([rows[f"c{j}"].to_numpy() for j in range(3)], axis=1)
+    ctype, cweights, built = _existing_children(rows, child, arity, types)
+    ops = pc.dictionary_encode(rows["op"]).combine_chunks()
+    op_names = ops.dictionary.to_pylist()
+    fixed = np.stack(
+        [ops.indices.to_numpy(), arity, *[rows[f"p{i}"].to_numpy() for i in range(6)]], axis=1
+    ).astype(np.int64)
+    result = np.zeros(n, dtype=np.int64)  # type id of each new node
+    weights = np.ones(n, dtype=bool)
+    done = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))  # lower heights
+    height, cls = rows["height"].to_numpy(), rows["class"].to_numpy()
+    bounds = [0, *(np.flatnonzero(np.diff(height)) + 1).tolist(), n]
+    checked = 0
+    for lo, hi in itertools.pairwise(bounds):
+        for j in range(3):  # children built at a lower height of the phase
+            idx = lo + np.flatnonzero(built[lo:hi, j])
+            ctype[idx, j], cweights[idx, j] = _lookup(done, child[idx, j])
+        keys, inverse = np.unique(
+            np.concatenate([fixed[lo:hi], ctype[lo:hi]], axis=1), axis=0, return_inverse=True
         )
-    if out:
-        db.insert_arrow("newnode", pa.Table.from_pylist(out, schema=_NEWNODE))
-    return len(out)
+        verdicts = np.empty(len(keys), dtype=np.int64)
+        for k, key in enumerate(keys.tolist()):
+            checked += 1
+            if checked % 4096 == 0:  # a long phase stops at the time limit (Database.deadline)
+                db.check_deadline()
+            kids = [types.values[t] for t in key[8 : 8 + key[1]]]
+            verdicts[k] = types.id(
+                _check(
+                    op_names[key[0]], key[2:8], [(kd, t, t2, True, ok) for kd, t, t2, ok in kids]
+                )
+            )
+        result[lo:hi] = verdicts[inverse.ravel()]
+        present = arity[lo:hi, None] > np.arange(3)
+        weights[lo:hi] = np.all(cweights[lo:hi] | ~present, axis=1)
+        merged = np.concatenate([done[0], cls[lo:hi]])
+        order = np.argsort(merged, kind="stable")
+        done = (
+            merged[order],
+            np.concatenate([done[1], result[lo:hi]])[order],
+            np.concatenate([done[2], weights[lo:hi]])[order],
+        )
+    db.insert_arrow("newnode", _newnodes(rows, result, weights, types))
+    return n
+
+
+def _existing_children(
+    rows: pa.Table, child: np.ndarray, arity: np.ndarray, types: _Types
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node and child position: the child's type id (0, unknown, for a child built in the
+    phase or past the arity), whether it computes from weights only, and whether it is built in
+    the phase. Each distinct existing child class's type is built once."""
+    n = len(arity)
+    ctype = np.zeros((n, 3), dtype=np.int64)
+    cweights = np.ones((n, 3), dtype=bool)
+    built = np.zeros((n, 3), dtype=bool)
+    for j, side in enumerate("abc"):
+        present = arity > j
+        existing = present & rows[f"{side}_kind"].is_valid().to_numpy(zero_copy_only=False)
+        built[:, j] = present & ~existing
+        idx = np.flatnonzero(existing)
+        if not idx.size:
+            continue
+        _, first, inverse = np.unique(child[idx, j], return_index=True, return_inverse=True)
+        cols = [f"{side}_{c}" for c in ("kind", "shape", "splits", "shape2", "weights")]
+        one = rows.select(cols).take(pa.array(idx[first])).to_pylist()
+        ids = [
+            types.id((r[cols[0]], _type(r[cols[1]], r[cols[2]]), _type(r[cols[3]], None), True))
+            for r in one
+        ]
+        ctype[idx, j] = np.array(ids)[inverse.ravel()]
+        cweights[idx, j] = np.array([bool(r[cols[4]]) for r in one])[inverse.ravel()]
+    return ctype, cweights, built
+
+
+def _lookup(
+    done: tuple[np.ndarray, np.ndarray, np.ndarray], classes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Type ids and weights flags of ``classes`` among the nodes checked so far (``done``:
+    sorted classes, their type ids and flags); unknown (0, False) for a class not among them."""
+    sorted_cls, type_ids, flags = done
+    if not len(sorted_cls) or not len(classes):
+        return np.zeros(len(classes), np.int64), np.zeros(len(classes), bool)
+    pos = np.minimum(np.searchsorted(sorted_cls, classes), len(sorted_cls) - 1)
+    hit = sorted_cls[pos] == classes
+    return np.where(hit, type_ids[pos], 0), hit & flags[pos]
+
+
+def _newnodes(rows: pa.Table, result: np.ndarray, weights: np.ndarray, types: _Types) -> pa.Table:
+    """The ``newnode`` rows: the fresh nodes with the analysis of their type ids ``result``."""
+    take = pa.array(result)
+    values = types.values
+
+    def column(items: list[Any], kind: pa.DataType) -> pa.Array:
+        return pa.array(items, kind).take(take)
+
+    analysis = {
+        "kind": column([v[0] for v in values], pa.string()),
+        "shape": column([None if v[1] is None else list(v[1].shape) for v in values], _INTS),
+        "shape2": column([None if v[2] is None else list(v[2].shape) for v in values], _INTS),
+        "splits": column(
+            [None if v[1] is None else [list(x) for x in v[1].splits] for v in values],
+            pa.list_(_INTS),
+        ),
+        "all_weights": pa.array(weights),
+        "valid": column([v[3] for v in values], pa.bool_()),
+    }
+    return pa.table(
+        {name: analysis[name] if name in analysis else rows[name] for name in _NEWNODE.names}
+    ).cast(_NEWNODE)
 
 
 def _check(

@@ -492,3 +492,53 @@ def test_an_interface_change_is_never_written_even_unverified(
     code = main(["optimize", "--model", "squeezenet", "--no-verify", "-o", str(out)])
     assert code == 3 and not out.exists()
     assert "interface differs, nothing written" in capsys.readouterr().out
+
+
+def test_a_stored_egraph_is_resumed_or_overwritten_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relsat.egraph import EGraph
+
+    db = str(tmp_path / "e.duckdb")
+    run = ["optimize", "--model", "nasrnn", "--db", db, "--extractor", "greedy"]
+    assert main([*run, "--iterations", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "it  0 single" in text and "it  1" not in text
+    assert main(run) == EXIT_ERROR  # neither flag: refused before any work, naming both
+    err = capsys.readouterr().err
+    assert "already holds an e-graph" in err and "--resume" in err and "--overwrite" in err
+    assert main([*run, "--iterations", "3", "--resume"]) == 0
+    text = capsys.readouterr().out
+    assert "it  0" not in text and "it  1 single" in text  # iteration numbers go on
+    eg = EGraph(db)
+    rows = eg.db.execute("SELECT iteration, phase, matches FROM iteration_stats ORDER BY epoch")
+    assert [r[:2] for r in rows] == [(0, "multi"), (0, "single"), (1, "single"), (2, "single")]
+    assert rows[2][2] < rows[1][2]  # matches applied by the first run are not found again
+    assert not any(eg.audit().values())
+    eg.close()
+    assert main(["optimize", "--model", "bert", "--db", db, "--resume"]) == EXIT_ERROR
+    assert "built from another graph" in capsys.readouterr().err
+    assert main([*run, "--iterations", "1", "--overwrite"]) == 0
+    assert "it  0 multi" in capsys.readouterr().out
+    eg = EGraph(db)
+    assert eg.db.scalar("SELECT max(iteration) FROM iteration_stats") == 0
+    eg.close()
+    assert main([*run, "--resume", "--overwrite"]) == EXIT_USAGE
+    assert main(["optimize", "--model", "nasrnn", "--resume"]) == EXIT_USAGE
+
+
+def test_progress_lines_add_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each phase line shows e-nodes added, merged away by congruence and the net change, and
+    the net changes add up to the e-node totals."""
+    import re
+
+    assert main(["optimize", "--model", "bert", "--extractor", "greedy", "--no-verify"]) == 0
+    lines = re.findall(
+        r"added +(\d+) merged +(\d+) net +([+-]\d+) e-nodes +(\d+)", capsys.readouterr().out
+    )
+    assert any(int(m) > 0 for _, m, _, _ in lines)
+    total = int(lines[0][3]) - int(lines[0][2])
+    for added, merged, net, enodes in lines:
+        assert int(net) == int(added) - int(merged)
+        total += int(net)
+        assert total == int(enodes)

@@ -1,6 +1,6 @@
--- The e-nodes the phase's right-hand sides would create (one row per new class, attributed to the
--- lowest match id that builds it), lowest height first, with the analysis of those child classes
--- that already exist (a child created in the same phase has no eclass row yet: the shape check in
+-- The e-nodes the chunk's right-hand sides (`cand`) would create (one row per new class,
+-- attributed to the lowest match id that builds it), lowest height first, with the analysis of
+-- those child classes that already exist (a child created in the same phase has no eclass row yet: the shape check in
 -- relsat/shapecheck.py takes it from the lower level). No parameters.
 WITH f AS (
     SELECT c.class, any_value(c.height) AS height, any_value(c.op) AS op,

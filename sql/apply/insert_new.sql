@@ -1,39 +1,24 @@
--- Settle the phase's matches and insert what they build. A match is refused (shape check) when any
--- node it would create is invalid or its right-hand side's type is not its root class's; the new
--- classes and e-nodes used by the remaining matches are inserted (stamp = born = $epoch), and each
--- remaining match queues the union of its root(s) with the class of its right-hand side(s).
+-- Insert what the chunk's settled matches build (after sql/apply/settle.sql and, at the e-node
+-- limit, sql/apply/cap_nodes.sql): the new classes and e-nodes used by the matches still ok
+-- (stamp = born = $epoch), and each such match queues the union of its root(s) with the class of
+-- its right-hand side(s). `cand` holds the chunk being applied, `used` and `newnode` the whole
+-- phase so far: the chunk's own new classes are those numbered from its smallest fresh id on
+-- (sql/apply/instantiate_level.sql numbers each chunk above the earlier ones).
 -- Parameters: $epoch.
-UPDATE match SET ok = false
-WHERE ok AND mid IN (SELECT c.mid FROM cand c JOIN newnode n ON n.class = c.class
-                     WHERE c.fresh AND NOT n.valid);
--- A right-hand side must compute the type (kind and shapes) of the class it is unioned with: a
--- rule that changes a shape is refused when it fires, so an e-class never mixes types.
-UPDATE match SET ok = false
-WHERE ok AND mid IN (
-    SELECT c.mid
-    FROM cand c
-    JOIN tnode t ON t.tid = c.tid AND t.root_of > 0
-    JOIN match m ON m.mid = c.mid
-    JOIN eclass r
-      ON (t.root_of & 1 = 1 AND r.id = m.root0) OR (t.root_of & 2 = 2 AND r.id = m.root1)
-    LEFT JOIN newnode n ON c.fresh AND n.class = c.class
-    LEFT JOIN eclass e ON NOT c.fresh AND e.id = c.class
-    WHERE coalesce(n.kind, e.kind) IS DISTINCT FROM r.kind
-       OR coalesce(n.shape, e.shape) IS DISTINCT FROM r.shape
-       OR coalesce(n.shape2, e.shape2) IS DISTINCT FROM r.shape2
-);
-DELETE FROM used;
 INSERT INTO used
     SELECT DISTINCT c.class FROM cand c JOIN match m ON m.mid = c.mid WHERE m.ok AND c.fresh;
 INSERT INTO eclass
     SELECT n.class, n.kind, n.shape, n.shape2, n.splits, n.all_weights, $epoch
-    FROM newnode n WHERE n.class IN (SELECT class FROM used);
+    FROM newnode n
+    WHERE n.class IN (SELECT class FROM used)
+      AND n.class >= (SELECT min(class) FROM cand WHERE fresh);
 INSERT INTO enode
     SELECT (SELECT coalesce(max(id), -1) FROM enode) + row_number() OVER (ORDER BY n.class), n.op, n.p0, n.p1, n.p2, n.p3,
            n.p4, n.p5, '', n.arity, n.c0, n.c1, n.c2, -1, -1, -1, -1, -1, n.class, $epoch, $epoch,
            r.name, false
     FROM newnode n JOIN rule_info r ON r.rule = n.rule
-    WHERE n.class IN (SELECT class FROM used);
+    WHERE n.class IN (SELECT class FROM used)
+      AND n.class >= (SELECT min(class) FROM cand WHERE fresh);
 INSERT INTO pending
     SELECT DISTINCT m.root0, c.class
     FROM match m JOIN cand c ON c.mid = m.mid JOIN tnode t ON t.tid = c.tid

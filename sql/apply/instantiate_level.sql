@@ -2,8 +2,10 @@
 -- bound variables or templates of lower height (already in cand); a split's cut is dim cut_dim of
 -- the class bound to slot cut_slot. Hash-cons against the e-graph: an existing e-node gives its
 -- class; a node that does not exist yet gets a fresh class id, one per distinct node (never an
--- id that union-find has merged away).
--- No parameters ($h is the only one).
+-- id that union-find has merged away, nor one an earlier chunk of the phase gave to a node that
+-- `newnode` still holds). Only the matches of the chunk $lo..$hi (match ids) are instantiated:
+-- a phase with many matches is applied a chunk at a time (relsat/explore.py).
+-- Parameters: $h, $lo, $hi.
 INSERT INTO cand
 WITH c AS (
     SELECT m.mid, t.tid, t.height, t.op, t.p0,
@@ -18,7 +20,7 @@ WITH c AS (
     LEFT JOIN cand i1 ON i1.mid = m.mid AND i1.tid = t.r1 AND t.k1 = 2
     LEFT JOIN cand i2 ON i2.mid = m.mid AND i2.tid = t.r2 AND t.k2 = 2
     LEFT JOIN eclass vc ON vc.id = m.v[t.cut_slot + 1] AND t.op = 'split'
-    WHERE m.ok
+    WHERE m.ok AND m.mid BETWEEN $lo AND $hi
 ), k AS (
     SELECT c.*, e.class AS existing
     FROM c
@@ -29,7 +31,8 @@ WITH c AS (
 ), base AS (
     SELECT greatest((SELECT coalesce(max(id), -1) FROM eclass),
                     (SELECT coalesce(max(id), -1) FROM uf),
-                    (SELECT coalesce(max(class), -1) FROM cand)) AS top
+                    (SELECT coalesce(max(class), -1) FROM cand),
+                    (SELECT coalesce(max(class), -1) FROM newnode)) AS top
 )
 SELECT mid, tid, height, op, p0, coalesce(p1, -1), p2, p3, p4, p5, arity, c0, c1,
        coalesce(existing, (SELECT top FROM base)

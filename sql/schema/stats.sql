@@ -19,7 +19,11 @@ CREATE TABLE IF NOT EXISTS iteration_stats (
     cycle_s       DOUBLE  NOT NULL,  -- cycle filtering (pre-filter and post-pass)
     statements    INTEGER NOT NULL,  -- SQL statements issued in the phase
     plan_s        DOUBLE  NOT NULL,  -- DuckDB planning (PREPARE) time in the phase
-    exec_s        DOUBLE  NOT NULL   -- DuckDB execution (EXECUTE) time in the phase
+    exec_s        DOUBLE  NOT NULL,  -- DuckDB execution (EXECUTE) time in the phase
+    merged        BIGINT  NOT NULL,  -- e-nodes merged away by congruence (new_enodes - merged:
+                                     -- the net change of the e-node count)
+    capped        BIGINT  NOT NULL,  -- matches not applied: the e-node limit was reached first
+    epoch         INTEGER NOT NULL   -- the phase's stamp (semi-naive search resumes from it)
 );
 
 CREATE TABLE IF NOT EXISTS rule_stats (
@@ -29,7 +33,8 @@ CREATE TABLE IF NOT EXISTS rule_stats (
     applied    BIGINT  NOT NULL,
     rejected   BIGINT  NOT NULL,  -- by the shape check or a guard
     rejected_cycle BIGINT NOT NULL,  -- by the cycle pre-filter
-    new_enodes BIGINT  NOT NULL
+    new_enodes BIGINT  NOT NULL,
+    capped     BIGINT  NOT NULL   -- not applied: the e-node limit was reached first
 );
 
 CREATE TABLE IF NOT EXISTS run (

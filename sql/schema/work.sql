@@ -11,7 +11,8 @@ CREATE TABLE IF NOT EXISTS sub (
 CREATE TABLE IF NOT EXISTS match (
     mid BIGINT NOT NULL, rule INTEGER NOT NULL, root0 BIGINT NOT NULL, root1 BIGINT NOT NULL,
     v BIGINT[] NOT NULL, ok BOOLEAN NOT NULL,
-    cycle BOOLEAN NOT NULL     -- refused by the cycle pre-filter
+    cycle BOOLEAN NOT NULL,    -- refused by the cycle pre-filter
+    capped BOOLEAN NOT NULL    -- not applied: the phase reached the e-node limit before it
 );
 
 -- Instantiated right-hand-side nodes: per match and template, the node and its class.

@@ -21,5 +21,5 @@ WITH pairs AS (
       AND (a.v5 IS NULL OR b.v5 IS NULL OR a.v5 = b.v5)
 )
 SELECT row_number() OVER (ORDER BY rule, root0, root1, v) AS mid, rule, root0, root1, v, true,
-       false
+       false, false
 FROM pairs

@@ -3,7 +3,7 @@
 INSERT INTO match
 SELECT row_number() OVER (ORDER BY p.rule, s.root, s.v0, s.v1, s.v2, s.v3, s.v4, s.v5) AS mid,
        p.rule, s.root AS root0, -1 AS root1, [s.v0, s.v1, s.v2, s.v3, s.v4, s.v5] AS v, true AS ok,
-       false AS cycle
+       false AS cycle, false AS capped
 FROM sub s
 JOIN pnode p ON p.pid = s.pid
 WHERE p.is_root AND NOT p.multi AND s.fresh

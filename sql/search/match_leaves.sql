@@ -2,7 +2,8 @@
 -- phase at once ($multi: the multi-pattern rules, else the single-pattern ones): e-nodes with the
 -- node's op, literals and arity; child j binds variable slot x_j (a slot bound twice must see the
 -- same class); e-nodes on the cycle filter list are ignored. Fresh (semi-naive) if the e-node has
--- stamp >= $since. Parameters: $multi, $since.
+-- stamp >= $since. Only e-nodes born before $until take part (a phase cut short by the e-node
+-- limit is run again over the e-graph it saw). Parameters: $multi, $since, $until.
 INSERT INTO sub
 SELECT p.pid, e.class, bool_or(e.stamp >= $since),
        CASE WHEN p.jslot < 0 THEN 0 WHEN p.jslot = p.x0 THEN e.c0 WHEN p.jslot = p.x1 THEN e.c1
@@ -17,7 +18,7 @@ FROM pnode p
 JOIN enode e
   ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
  AND e.arity = p.arity
-WHERE p.height = 0 AND p.multi = $multi AND NOT e.filtered
+WHERE p.height = 0 AND p.multi = $multi AND NOT e.filtered AND e.born < $until
   AND (p.x0 <> p.x1 OR e.c0 = e.c1)
   AND (p.x2 < 0 OR ((p.x2 <> p.x0 OR e.c2 = e.c0) AND (p.x2 <> p.x1 OR e.c2 = e.c1)))
 GROUP BY ALL

@@ -3,7 +3,8 @@
 -- match its child classes. The bindings of the node's own variable children (o) and of its
 -- sub-patterns (a, b) are merged per slot and must agree. Fresh if any e-node in it is.
 -- Sub-patterns sit at child positions 0 and 1 (a third child is always a variable, x2).
--- Parameters: $h, $multi, $since.
+-- Only e-nodes born before $until take part (see match_leaves.sql).
+-- Parameters: $h, $multi, $since, $until.
 INSERT INTO sub
 WITH m AS (
     SELECT p.pid, p.jslot, e.class AS root,
@@ -22,7 +23,7 @@ WITH m AS (
      AND e.arity = p.arity
     JOIN sub a ON a.pid = p.sub0 AND a.root = CASE p.sub0_pos WHEN 0 THEN e.c0 ELSE e.c1 END
     LEFT JOIN sub b ON b.pid = p.sub1 AND b.root = e.c1
-    WHERE p.height = $h AND p.multi = $multi AND NOT e.filtered
+    WHERE p.height = $h AND p.multi = $multi AND NOT e.filtered AND e.born < $until
       AND (p.sub1 < 0 OR b.pid IS NOT NULL)
       AND (p.x0 < 0 OR p.x0 <> p.x1 OR e.c0 = e.c1)
 ), merged AS (

@@ -1,10 +1,12 @@
 -- One rule_stats row per rule that matched in the phase just applied: matches, applied,
--- rejected by the shape check or a guard, rejected by the cycle pre-filter, and the new e-nodes
--- it was first to build. Parameters: $iteration.
+-- rejected by the shape check or a guard, rejected by the cycle pre-filter, the new e-nodes it was
+-- first to build, and matches not applied because of the e-node limit. Parameters: $iteration.
 INSERT INTO rule_stats
 SELECT $iteration, r.name, count(*), count(*) FILTER (WHERE m.ok),
-       count(*) FILTER (WHERE NOT m.ok AND NOT m.cycle), count(*) FILTER (WHERE m.cycle),
-       coalesce(any_value(n.built), 0)
+       count(*) FILTER (WHERE NOT m.ok AND NOT m.cycle AND NOT m.capped),
+       count(*) FILTER (WHERE m.cycle),
+       coalesce(any_value(n.built), 0),
+       count(*) FILTER (WHERE m.capped)
 FROM match m
 JOIN rule_info r ON r.rule = m.rule
 LEFT JOIN (SELECT rule, count(*) AS built FROM newnode
