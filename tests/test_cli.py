@@ -294,12 +294,12 @@ def test_foreign_databases_and_sql_writes_are_one_line(
 def test_ctrl_c_is_one_line_and_exit_130(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from relsat import explore
+    from relsat import phase
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(explore._Runner, "phase", interrupted)
+    monkeypatch.setattr(phase.Phases, "phase", interrupted)
     db, out = tmp_path / "e.duckdb", tmp_path / "out.json"
     argv = ["optimize", "--model", "squeezenet", "--db", str(db), "-o", str(out)]
     assert main(argv) == EXIT_INTERRUPTED
@@ -308,7 +308,7 @@ def test_ctrl_c_is_one_line_and_exit_130(
     monkeypatch.undo()
     assert main(["inspect", str(db)]) == 0  # the stored e-graph opens: the input graph only
     with pytest.raises(KeyboardInterrupt):  # --debug shows the traceback
-        monkeypatch.setattr(explore._Runner, "phase", interrupted)
+        monkeypatch.setattr(phase.Phases, "phase", interrupted)
         main(["--debug", "optimize", "--model", "squeezenet"])
 
 

@@ -8,7 +8,8 @@ from relsat import GraphBuilder, models
 from relsat.compile import compile_rules
 from relsat.cycles import _cycle_nodes, prefilter, ranks, remove_cycles
 from relsat.egraph import EGraph
-from relsat.explore import Limits, _Runner, explore
+from relsat.explore import Limits, explore
+from relsat.phase import Phases
 from relsat.rulefile import load_rules
 
 RULES = load_rules()
@@ -53,7 +54,7 @@ def test_vanilla_and_efficient_refuse_the_same_matches() -> None:
     verdicts = {}
     for mode in ("efficient", "vanilla"):
         eg = EGraph.from_graph(models.load("nasrnn"))
-        runner = _Runner(eg, compile_rules(RULES), 1, mode)
+        runner = Phases(eg, compile_rules(RULES), 1, mode)
         runner.search(multi=True, since=0)
         prefilter(eg.db, mode)
         verdicts[mode] = eg.sql("SELECT mid, cycle FROM match ORDER BY mid").to_pylist()
@@ -69,7 +70,7 @@ def test_the_prefilter_gives_the_same_verdicts_chunk_by_chunk(mode: str) -> None
     verdicts = []
     for chunk in (None, 97):
         eg = EGraph.from_graph(models.load("nasrnn"))
-        _Runner(eg, compile_rules(RULES), 1, mode).search(multi=True, since=0)
+        Phases(eg, compile_rules(RULES), 1, mode).search(multi=True, since=0)
         if chunk is None:
             prefilter(eg.db, mode)
         else:
@@ -145,7 +146,7 @@ def _reference_rank(kids: dict[int, set[int]], i: int, path: frozenset[int]) -> 
 def test_the_incremental_post_pass_filters_what_the_full_one_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import relsat.explore as ex
+    import relsat.phase as ex
 
     tables = []
     for incremental in (True, False):

@@ -140,7 +140,7 @@ def test_a_failed_phase_rolls_back_and_completed_phases_stay(
 ) -> None:
     eg = EGraph.from_graph(models.load("squeezenet"))
     calls = {"n": 0}
-    import relsat.explore as ex
+    import relsat.phase as ex
 
     real = ex.check_new
 
@@ -295,7 +295,7 @@ def test_an_exploding_rule_set_stops_at_the_time_limit() -> None:
 def test_the_time_limit_rolls_the_phase_in_progress_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """A phase still running at the time limit is stopped and leaves no trace; phases that
     completed stay. Forced here: the shape check waits for the deadline to pass."""
-    import relsat.explore as ex
+    import relsat.phase as ex
 
     real = ex.check_new
     calls = {"n": 0}
@@ -350,7 +350,7 @@ def test_exploring_again_continues_the_iterations() -> None:
 def _chunked(monkeypatch: pytest.MonkeyPatch, chunk: int) -> list[int]:
     """Apply phases ``chunk`` matches at a time; returns a list that collects the number of
     new e-nodes each chunk's shape check saw (one entry per chunk instantiated)."""
-    import relsat.explore as ex
+    import relsat.phase as ex
 
     real, seen = ex.check_new, []
 

@@ -1,0 +1,232 @@
+"""One exploration phase over a rule program, set-at-a-time in SQL: semi-naive search, guards,
+the cycle pre-filter, right-hand sides instantiated and shape-checked a chunk of matches at a
+time, the e-node cap, insertion, rebuild and the cycle post-pass (:class:`Phases`), and the stats
+row each phase leaves (:class:`IterationStats`). :mod:`relsat.explore` runs the phases in
+TENSAT's schedule and holds the limits."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from relsat.compile import Program
+from relsat.cycles import prefilter, ranks, remove_cycles
+from relsat.egraph import EGraph
+from relsat.rebuild import Rebuilt, rebuild
+from relsat.shapecheck import check_new
+
+
+@dataclass(frozen=True)
+class IterationStats:
+    """One phase of one iteration (a row of the ``iteration_stats`` table)."""
+
+    iteration: int
+    phase: str
+    matches: int
+    applied: int
+    rejected: int
+    rejected_cycle: int
+    filtered: int
+    new_enodes: int
+    new_eclasses: int
+    unions: int
+    enodes: int
+    eclasses: int
+    search_s: float
+    apply_s: float
+    rebuild_s: float
+    cycle_s: float
+    statements: int
+    plan_s: float
+    exec_s: float
+    merged: int  # e-nodes merged away by congruence: new_enodes - merged is the net change
+    capped: int  # matches not applied because the e-node limit was reached
+    epoch: int  # the phase's stamp
+
+    @property
+    def changed(self) -> bool:
+        return self.new_enodes > 0 or self.unions > 0 or self.filtered > 0
+
+    @property
+    def net(self) -> int:
+        """The change of the e-node count over the phase: added minus merged away."""
+        return self.new_enodes - self.merged
+
+
+#: ``until`` of a search that sees every e-node.
+NEVER = 2**31 - 1
+#: Matches applied at a time (see :meth:`Phases._apply`): bounds the right-hand sides a phase holds
+#: at once (a cross-product rule finds millions of matches) without splitting the phases of the
+#: TENSAT benchmarks at k_multi <= 2 (at most 6,740 matches), whose results stay as they were.
+CHUNK = 50_000
+
+
+class Phases:
+    """Runs the phases of one exploration over one rule program."""
+
+    def __init__(
+        self,
+        egraph: EGraph,
+        program: Program,
+        k_multi: int,
+        cycle_filter: str = "off",
+        chunk: int | None = None,
+    ) -> None:
+        self.eg, self.db, self.program = egraph, egraph.db, program
+        self.chunk = chunk or CHUNK
+        self.k_multi = k_multi
+        self.cycle_filter = cycle_filter
+        # Where the stored e-graph's exploration stopped: the last phase's epoch per kind (the
+        # semi-naive search goes on from there; a phase capped by the e-node limit does not
+        # count, so that its matches not applied are found again) and the next iteration and
+        # phase to run.
+        ((stamp, epoch, multi_since, single_since, last),) = self.db.execute(
+            "SELECT (SELECT coalesce(max(stamp), 0) FROM enode), "
+            "coalesce(max(epoch), 0), "
+            "coalesce(max(epoch) FILTER (WHERE phase = 'multi' AND capped = 0), 0), "
+            "coalesce(max(epoch) FILTER (WHERE phase = 'single' AND capped = 0), 0), "
+            "arg_max(struct_pack(iteration, phase, capped, epoch), epoch) FROM iteration_stats"
+        )
+        self.epoch = max(int(stamp), int(epoch))
+        self.until: dict[bool, int] = {}
+        self.since = {True: int(multi_since), False: int(single_since)}
+        if last is None:
+            self.next_iteration, self._skip_multi = 0, False
+        elif last["capped"]:  # the e-node limit cut the last phase short: run it again over
+            # the e-nodes it saw (those born before it), from the same semi-naive start
+            self.next_iteration, self._skip_multi = int(last["iteration"]), last["phase"] != "multi"
+            self.until[last["phase"] == "multi"] = int(last["epoch"])
+        elif last["phase"] == "multi":  # stopped between the two phases of an iteration
+            self.next_iteration, self._skip_multi = int(last["iteration"]), True
+        else:
+            self.next_iteration, self._skip_multi = int(last["iteration"]) + 1, False
+        self._whole = True
+        pnode = program.pnode.to_pydict()
+        self.heights = {  # the tallest left-hand-side pattern of each kind of phase
+            kind: max(
+                (h for h, m in zip(pnode["height"], pnode["multi"], strict=True) if m == kind),
+                default=0,
+            )
+            for kind in (True, False)
+        }
+        for table in ("rule_info", "pnode", "tnode", "rguard"):
+            self.db.execute(f"DELETE FROM {table}")
+            self.db.insert_arrow(table, getattr(program, table))
+
+    def phases(self, iteration: int) -> list[bool]:
+        """The phases of ``iteration`` still to run (True: multi-pattern)."""
+        multi = iteration < self.k_multi and not (
+            self._skip_multi and iteration == self.next_iteration
+        )
+        return [True, False] if multi else [False]
+
+    def search(self, *, multi: bool, since: int, until: int = NEVER) -> None:
+        """Fill ``match`` with the phase's matches that involve an e-node stamped >= ``since``,
+        among the e-nodes born before ``until``."""
+        self.db.run("search/reset")
+        self.db.run("search/match_leaves", multi=multi, since=since, until=until)
+        for h in range(1, self.heights[multi] + 1):
+            self.db.run("search/match_level", h=h, multi=multi, since=since, until=until)
+        self.db.run("search/collect_multi" if multi else "search/collect_single")
+
+    def phase(self, iteration: int, *, multi: bool, budget: int) -> IterationStats:
+        """Run one phase, adding at most ``budget`` e-nodes; its stats row is stored."""
+        db = self.db
+        before = db.counters.snapshot()
+        self.epoch += 1
+        t0 = time.perf_counter()
+        self.search(multi=multi, since=self.since[multi], until=self.until.pop(multi, NEVER))
+        self.since[multi] = self.epoch
+        t1 = time.perf_counter()
+        ((pending, height, guarded),) = db.run("apply/pending_height")
+        cycle_s = 0.0
+        if pending:
+            if multi and self.cycle_filter != "off":
+                ranks(db)
+                cycle_s = time.perf_counter() - t1
+            if guarded:
+                db.run("apply/check_guards")
+            cycle_s += self._apply(pending, height, multi=multi, budget=budget)
+        t2 = time.perf_counter()
+        t1b = t1 + cycle_s
+        matches = applied = rejected_cycle = capped = new_enodes = 0
+        rebuilt = Rebuilt(0, 0)
+        if pending:  # nothing matched: nothing to count, rebuild or check for cycles
+            ((matches, applied, rejected_cycle, capped, new_enodes),) = db.run("stats/phase_counts")
+            db.run("stats/rule_counts", iteration=iteration)
+            rebuilt = rebuild(db, self.epoch)
+        t3 = time.perf_counter()
+        # The first post-pass of a run looks at everything (the stored e-graph may come from a
+        # run with another cycle filter); later ones only where the phase changed something.
+        filtered = 0
+        if self.cycle_filter == "efficient" and (new_enodes or rebuilt.unions):
+            filtered = remove_cycles(db, None if self._whole else self.epoch)
+            self._whole = False
+        cycle_s += time.perf_counter() - t3
+        enodes, eclasses = self.eg.counts()
+        used = db.counters.since(before)
+        stats = IterationStats(
+            iteration,
+            "multi" if multi else "single",
+            matches,
+            applied,
+            matches - applied - rejected_cycle - capped,
+            rejected_cycle,
+            filtered,
+            new_enodes,
+            new_enodes,
+            rebuilt.unions,
+            enodes,
+            eclasses,
+            t1 - t0,
+            t2 - t1b,
+            t3 - t2,
+            cycle_s,
+            used.statements,
+            used.plan_s,
+            used.exec_s,
+            rebuilt.removed,
+            capped,
+            self.epoch,
+        )
+        fields = asdict(stats)
+        db.execute(
+            "INSERT INTO iteration_stats VALUES (" + ", ".join(f"${k}" for k in fields) + ")",
+            fields,
+        )
+        return stats
+
+    def _apply(self, pending: int, height: int, *, multi: bool, budget: int) -> float:
+        """Apply the phase's ``pending`` matches (ids 1..pending) a chunk of :attr:`chunk` at a
+        time, in match-id order: cycle pre-filter, instantiation, shape check, e-node limit,
+        insertion. A chunk's new e-nodes are inserted before the next chunk is instantiated, so
+        the next one finds them by hash-consing: the e-nodes added are those of one pass over
+        all matches, whatever the chunk size. Once the e-node limit caps a chunk, every later
+        match is capped unseen (counted ``capped``: not checked, not applied): a phase never
+        instantiates more than one chunk past what the limit lets in. Returns the seconds spent
+        in the cycle pre-filter."""
+        db = self.db
+        cycle_s = 0.0
+        for lo in range(1, pending + 1, self.chunk):
+            hi = lo + self.chunk - 1
+            if multi and self.cycle_filter != "off":
+                t = time.perf_counter()
+                prefilter(db, self.cycle_filter, (lo, hi))
+                cycle_s += time.perf_counter() - t
+            if lo > 1:
+                db.run("apply/next_chunk")
+            for h in range(height + 1):
+                db.run("apply/instantiate_level", h=h, lo=lo, hi=hi)
+            fresh = check_new(db)
+            db.run("apply/settle")
+            capped = False
+            if fresh > budget:  # the e-node limit may be reached in this chunk
+                db.run("apply/cap_nodes", budget=budget)
+                capped = bool(db.scalar("SELECT count(*) FROM match WHERE capped"))
+            last = capped or hi >= pending
+            used = 0 if last else db.scalar("SELECT count(*) FROM used")
+            db.run("apply/insert_new", epoch=self.epoch)
+            if last:
+                break
+            budget -= db.scalar("SELECT count(*) FROM used") - used
+        return cycle_s
