@@ -143,40 +143,30 @@ class Database:
             statements = self._load(name)
         rows: list[Any] = []
         for sql, wanted, plan_s in statements:
-            missing = [p for p in wanted if p not in params]
-            if missing:
-                raise DatabaseError(f"sql/{name}.sql needs parameters {missing}")
-            self._enter()
-            start = time.perf_counter()
-            try:
-                cursor = self.con.execute(sql, {p: params[p] for p in wanted} or None)
+            with self._statement(name, plan_s):
+                cursor = self.con.execute(sql, _bind(name, wanted, params))
                 rows = cursor.fetchall()
                 if columns and cursor.description:
                     names = [d[0] for d in cursor.description]
                     rows = [dict(zip(names, row, strict=True)) for row in rows]
-            except duckdb.Error as exc:
-                raise self._error(exc, f"sql/{name}.sql: ") from None
-            finally:
-                self._leave()
-                spent = time.perf_counter() - start
-                self.counters.statements += 1
-                self.counters.plan_s += min(plan_s, spent)
-                self.counters.exec_s += max(spent - plan_s, 0.0)
         return rows
 
     def run_arrow(self, name: str, **params: Any) -> pa.Table:
         """Execute the one statement of ``sql/<name>.sql`` (a query) with ``$`` parameters bound
         and fetch its result as an Arrow table; counted and timed as :meth:`run`."""
         ((sql, wanted, plan_s),) = self._statements.get(name) or self._load(name)
-        missing = [p for p in wanted if p not in params]
-        if missing:
-            raise DatabaseError(f"sql/{name}.sql needs parameters {missing}")
+        with self._statement(name, plan_s):
+            table: pa.Table = self.con.sql(sql, params=_bind(name, wanted, params)).to_arrow_table()
+        return table
+
+    @contextmanager
+    def _statement(self, name: str, plan_s: float) -> Iterator[None]:
+        """Run one statement of ``sql/<name>.sql``: counted, timed (``plan_s`` of it booked as
+        planning, see :meth:`run`), interruptible, a DuckDB error turned into a relsat one."""
         self._enter()
         start = time.perf_counter()
         try:
-            table: pa.Table = self.con.sql(
-                sql, params={p: params[p] for p in wanted} or None
-            ).to_arrow_table()
+            yield
         except duckdb.Error as exc:
             raise self._error(exc, f"sql/{name}.sql: ") from None
         finally:
@@ -185,7 +175,6 @@ class Database:
             self.counters.statements += 1
             self.counters.plan_s += min(plan_s, spent)
             self.counters.exec_s += max(spent - plan_s, 0.0)
-        return table
 
     def _load(self, name: str) -> list[tuple[str, list[str], float]]:
         text = _strip_comments(sql_text(name))
@@ -332,6 +321,14 @@ class Database:
 
 #: The DuckDB statement types that only read (what :meth:`Database.query` runs).
 _READING = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL"})
+
+
+def _bind(name: str, wanted: list[str], params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``$`` parameters a statement of ``sql/<name>.sql`` wants, from ``params``."""
+    missing = [p for p in wanted if p not in params]
+    if missing:
+        raise DatabaseError(f"sql/{name}.sql needs parameters {missing}")
+    return {p: params[p] for p in wanted} or None
 
 
 def _strip_comments(text: str) -> str:
