@@ -37,6 +37,7 @@ from common import append_csv, markdown
 from relsat import egraph_json
 from relsat.errors import ExtractionError
 from relsat.extract import Problem, check, dag_cost, greedy_dag, greedy_tree, ilp
+from relsat.extract.model import _post_order
 from relsat.extract.problem import _closure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,22 +147,6 @@ def plain_highs(p: Problem, seconds: float, threads: int | None) -> tuple[float,
     except ExtractionError:
         return float("nan"), status + " (invalid)", took, float("nan")
     return dag_cost(p, choice), status, took, float(info.mip_gap)
-
-
-def _post_order(p: Problem, choice: dict[int, int]) -> list[int]:
-    out: list[int] = []
-    done: set[int] = set()
-    for r in p.roots.tolist():
-        stack: list[tuple[int, bool]] = [(r, False)]
-        while stack:
-            c, expanded = stack.pop()
-            if expanded:
-                out.append(c)
-            elif c not in done:
-                done.add(c)
-                stack.append((c, True))
-                stack.extend((int(d), False) for d in p.children(choice[c]))
-    return out
 
 
 def pct(a: float, b: float) -> str:
