@@ -117,6 +117,7 @@ def ilp(
             cycle_len=cycle_len,
         )
         status, bound, iterations, cuts = run.status, run.bound, run.iterations, run.cuts
+        stats["abandoned"] = run.abandoned
     if best.choice is None:
         raise ExtractionError(
             "no acyclic extraction within the time limit", solver_status=status.replace("_", " ")
