@@ -5,6 +5,7 @@ never an exception."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -207,8 +208,11 @@ ABANDON_AFTER = 2.0
 
 
 def _run_within(h: highspy.Highs, deadline: float) -> bool:
-    """``h.run()`` in highspy's solver thread; False when it is still running at ``deadline``."""
-    thread = h.startSolve()
+    """``h.run()`` in a thread of its own (HiGHS releases the GIL while it solves); False when it
+    is still running at ``deadline``. Not highspy's ``startSolve``: its lock is shared by every
+    ``Highs`` object, so one abandoned run would block all later ones."""
+    thread = threading.Thread(target=h.run, daemon=True)
+    thread.start()
     while thread.is_alive():
         now = time.perf_counter()
         if now >= deadline:
