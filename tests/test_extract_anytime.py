@@ -164,3 +164,28 @@ def test_a_start_using_reduced_away_nodes_is_still_the_answer() -> None:
     assert reduce(p).stats["dominated"] == 1
     e = ilp(p, start={2: 3, 1: 2, 0: 0})
     assert e.choice == {2: 3, 1: 2, 0: 0} and e.found_by == "start" and e.status == "optimal"
+
+
+def test_a_solver_that_ignores_its_time_limit_is_abandoned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HiGHS does not always answer its time limit or interrupts (the root node of a GPT-2
+    e-graph ran minutes past it): a run still going past the deadline is left in its thread and
+    the incumbent is returned. Forced here with a run that waits until the test ends."""
+    import threading
+
+    import highspy
+
+    from relsat.extract import highs
+
+    release = threading.Event()
+    monkeypatch.setattr(highspy.Highs, "run", lambda self: release.wait(60))
+    monkeypatch.setattr(highs, "ABANDON_AFTER", 0.2)
+    try:
+        e = ilp(SHARED, time_limit=0.1, search=0)
+    finally:
+        release.set()
+    assert e.stats["abandoned"] is True
+    assert e.status == "time_limit"
+    check(SHARED, e.choice)
+    assert e.cost <= dag_cost(SHARED, greedy_tree(SHARED).choice)
