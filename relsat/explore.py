@@ -201,12 +201,7 @@ def explore(
     seconds = time.perf_counter() - start
     enodes, eclasses = egraph.counts()
     busiest = tuple(
-        (str(r[0]), int(r[1]), int(r[2]))
-        for r in db.execute(
-            "SELECT rule, sum(matches), sum(new_enodes) FROM rule_stats "
-            "WHERE iteration >= $first GROUP BY rule ORDER BY 2 DESC, 1 LIMIT 3",
-            {"first": first},
-        )
+        (str(r[0]), int(r[1]), int(r[2])) for r in db.run("stats/busiest_rules", first=first)
     )
     db.execute(
         "INSERT INTO run VALUES ($started, $iterations, $stop, $seconds, $settings)",

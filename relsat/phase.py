@@ -80,13 +80,7 @@ class Phases:
         # semi-naive search goes on from there; a phase capped by the e-node limit does not
         # count, so that its matches not applied are found again) and the next iteration and
         # phase to run.
-        ((stamp, epoch, multi_since, single_since, last),) = self.db.execute(
-            "SELECT (SELECT coalesce(max(stamp), 0) FROM enode), "
-            "coalesce(max(epoch), 0), "
-            "coalesce(max(epoch) FILTER (WHERE phase = 'multi' AND capped = 0), 0), "
-            "coalesce(max(epoch) FILTER (WHERE phase = 'single' AND capped = 0), 0), "
-            "arg_max(struct_pack(iteration, phase, capped, epoch), epoch) FROM iteration_stats"
-        )
+        ((stamp, epoch, multi_since, single_since, last),) = self.db.run("stats/resume_point")
         self.epoch = max(int(stamp), int(epoch))
         self.until: dict[bool, int] = {}
         self.since = {True: int(multi_since), False: int(single_since)}
