@@ -39,9 +39,10 @@ __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "rule_sql"]
 MAX_VARS = 6
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
-#: Tensor children of a node created or matched by a rule (enode columns c0…c2; a third child,
-#: the bias of conv2d_bias / matmul_bias, is matched only as a variable).
-MAX_RULE_CHILDREN = 3
+#: Tensor children of a node created or matched by a rule (enode columns c0…c3; a third or
+#: fourth child, the bias of conv2d_bias / matmul_bias, attention's value and bias, is matched
+#: only as a variable).
+MAX_RULE_CHILDREN = 4
 
 NONE, VAR, TEMPLATE = 0, 1, 2  # kinds of a template child
 
@@ -212,16 +213,19 @@ def _add_pattern(
     ints, tensors = _split_args(p)
     if len(ints) > MAX_LHS_INTS or len(tensors) > MAX_RULE_CHILDREN or not OPERATORS[p.op].in_rules:
         raise RuleError(f"operator {p.op} cannot be matched by the engine", rule=rule.name)
-    if len(tensors) > 2 and isinstance(tensors[2], Pattern):
-        raise RuleError(
-            f"the third argument of {p.op} must be a variable in a left-hand side", rule=rule.name
-        )
+    for pos, arg in enumerate(tensors[2:], start=2):
+        if isinstance(arg, Pattern):
+            which = "third" if pos == 2 else "fourth"
+            raise RuleError(
+                f"the {which} argument of {p.op} must be a variable in a left-hand side",
+                rule=rule.name,
+            )
     subs = [
         (pos, _add_pattern(rid, lhs, a, slots, rows, rule))
         for pos, a in enumerate(tensors)
         if isinstance(a, Pattern)
     ]
-    xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors] + [-1, -1, -1]
+    xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors] + [-1] * 4
     heights = [rows[pid]["height"] for _, pid in subs]
     lits = [*ints, -1, -1, -1, -1][:MAX_LHS_INTS]
     row = {
@@ -244,6 +248,7 @@ def _add_pattern(
         "jslot": -1,
         "multi": rule.is_multi,
         "x2": xs[2],
+        "x3": xs[3],
     }
     rows.append(row)
     return len(rows) - 1
@@ -272,8 +277,8 @@ def _add_template(
             kinds.append(TEMPLATE)
             refs.append(tid)
             heights.append(rows[tid]["height"])
-    kinds += [NONE] * (3 - len(kinds))
-    refs += [-1] * (3 - len(refs))
+    kinds += [NONE] * (MAX_RULE_CHILDREN - len(kinds))
+    refs += [-1] * (MAX_RULE_CHILDREN - len(refs))
     params = [*ints, -1, -1, -1, -1, -1, -1][:6]
     cut_slot = cut_dim = -1
     if p.op == "split":
@@ -301,6 +306,8 @@ def _add_template(
         "root_of": 0,
         "k2": kinds[2],
         "r2": refs[2],
+        "k3": kinds[3],
+        "r3": refs[3],
     }
     rows.append(row)
     memo[p] = len(rows) - 1
@@ -374,6 +381,7 @@ _PNODE = pa.schema(
         ("jslot", pa.int32()),
         ("multi", pa.bool_()),
         ("x2", pa.int32()),
+        ("x3", pa.int32()),
     ]
 )
 _TNODE = pa.schema(
@@ -393,6 +401,8 @@ _TNODE = pa.schema(
         ("root_of", pa.int32()),
         ("k2", pa.int32()),
         ("r2", pa.int32()),
+        ("k3", pa.int32()),
+        ("r3", pa.int32()),
     ]
 )
 _GUARD = pa.schema(

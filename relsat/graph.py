@@ -639,6 +639,25 @@ class GraphBuilder:
         """``gelu(x + bias)`` as one fused op; ``bias`` is ``[N]``."""
         return self._one("biasgelu", [x, bias], name)
 
+    def nanzero(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``x`` with NaN replaced by 0 (ONNX ``Where(IsNaN(x), 0, x)``)."""
+        return self._one("nanzero", [x], name)
+
+    def attention(
+        self,
+        q: Tensor,
+        kt: Tensor,
+        v: Tensor,
+        bias: Tensor,
+        scale: float,
+        name: str | None = None,
+    ) -> Tensor:
+        """Scaled dot-product attention as one fused op: ``nanzero(softmax(q @ kt * scale +
+        bias)) @ v`` on head-split tensors, ``q`` ``[B, H, S, D]``, ``kt`` the keys transposed
+        ``[B, H, D, T]``, ``v`` ``[B, H, T, Dv]``, ``bias`` (the additive mask) broadcast to
+        ``[B, H, S, T]``; a row masked entirely (all ``-inf``) gives zeros."""
+        return self._one("attention", [q, kt, v, bias], name, scale=f32(scale))
+
     def opaque(
         self,
         type: str,

@@ -324,6 +324,17 @@ def _skiplayernorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]
     return (_normalize(x + skip, node.params["epsilon"]) * packed[:n] + packed[n:],)
 
 
+def _nanzero(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(x), np.zeros((), x.dtype), x)
+
+
+def _attention(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    q, kt, v, bias = args
+    with np.errstate(invalid="ignore"):  # a row masked entirely: -inf - -inf, then 0
+        probs = _nanzero(_softmax(np.matmul(q, kt) * node.params["scale"] + bias))
+    return (np.matmul(probs, v),)
+
+
 def _scalar(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.array(node.params["value"], dtype=np.float64),)
 
@@ -374,6 +385,8 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "gelu": _unary(_gelu),
     "gelu_tanh": _unary(_gelu_tanh),
     "biasgelu": lambda n, a: (_gelu(a[0] + a[1]),),
+    "nanzero": _unary(_nanzero),
+    "attention": _attention,
 }
 
 #: Kernels of ops that may read (and pass on) a lazy merged weight.

@@ -473,6 +473,30 @@ def _bias_gelu(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
     return (TensorType(x.shape),)
 
 
+def _attention(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "scale", positive=True)
+    q, kt, v, bias = inputs
+    for what, t in (("q", q), ("kt", kt), ("v", v)):
+        _rank(t, 4, f"attention {what}")
+    b, h, s, d = q.shape
+    if kt.shape[:2] != (b, h) or v.shape[:2] != (b, h):
+        raise OpError(
+            f"attention q {list(q.shape)}, kt {list(kt.shape)}, v {list(v.shape)} differ in "
+            "batch or heads"
+        )
+    if kt.shape[2] != d or v.shape[2] != kt.shape[3]:
+        raise OpError(
+            f"attention needs q [B, H, S, D], kt [B, H, D, T], v [B, H, T, Dv]; got "
+            f"{list(q.shape)}, {list(kt.shape)}, {list(v.shape)}"
+        )
+    scores = (b, h, s, kt.shape[3])
+    padded = (1,) * (4 - bias.rank) + bias.shape
+    if bias.rank > 4 or any(x not in (1, y) for x, y in zip(padded, scores, strict=True)):
+        # a bias that would broadcast the scores up (or not at all) is another computation
+        raise OpError(f"attention bias {list(bias.shape)} does not broadcast to {list(scores)}")
+    return (TensorType((b, h, s, v.shape[3]), (q.splits[0], q.splits[1], q.splits[2], ())),)
+
+
 def _opaque(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     if not isinstance(params["type"], str) or not params["type"]:
         raise OpError("opaque op needs a non-empty type name")
@@ -595,6 +619,23 @@ OPS: dict[str, OpSpec] = {
             _bias_gelu,
             "gelu(x + bias[N]) (com.microsoft BiasGelu): one fused kernel",
         ),
+        _spec(
+            "nanzero",
+            1,
+            "",
+            _unary,
+            "x, with NaN replaced by 0 (ONNX Where(IsNaN(x), 0, x): torch's guard after the "
+            "softmax of a masked attention, for rows masked entirely)",
+        ),
+        _spec(
+            "attention",
+            4,
+            "scale",
+            _attention,
+            "scaled dot-product attention on head-split tensors: nanzero(softmax(q @ kt * scale "
+            "+ bias)) @ v with q [B, H, S, D], kt [B, H, D, T] (keys transposed), v [B, H, T, "
+            "Dv], bias broadcast to [B, H, S, T] (ONNX Attention, opset 23): one fused kernel",
+        ),
         _spec("batchnorm", 5, "epsilon", _batchnorm, "inference batch normalization"),
         _spec(
             "opaque",
@@ -609,7 +650,12 @@ OPS: dict[str, OpSpec] = {
 
 #: Float parameters that an e-node stores as float32 bits in ``p0`` (rules spell them as float
 #: literals), by op.
-FLOAT_PARAMS = {"scalar": "value", "layernorm": "epsilon", "skiplayernorm": "epsilon"}
+FLOAT_PARAMS = {
+    "scalar": "value",
+    "layernorm": "epsilon",
+    "skiplayernorm": "epsilon",
+    "attention": "scale",
+}
 
 
 def int_params(op: str, p: Sequence[int]) -> Params | None:

@@ -106,6 +106,8 @@ OPERATORS: dict[str, OpSignature] = {
     "gelu": _sig("x"),
     "gelu_tanh": _sig("x"),
     "biasgelu": _sig("x bias"),
+    "nanzero": _sig("x"),
+    "attention": _sig("scale:int q kt v bias"),
     "concat": _sig("axis:int ndim:int a b"),
     "concat3": _sig("axis:int ndim:int x1 x2 x3"),
     "concat4": _sig("axis:int ndim:int x1 x2 x3 x4"),

@@ -106,7 +106,18 @@ def _tensor_args(p: Pattern) -> list[Term]:
 
 
 #: Operators whose output has their (broadcast) inputs' shape.
-_UNARY = ("relu", "relu6", "tanh", "sigmoid", "dropout", "sqrt", "erf", "softmax", "gelu")
+_UNARY = (
+    "relu",
+    "relu6",
+    "tanh",
+    "sigmoid",
+    "dropout",
+    "sqrt",
+    "erf",
+    "softmax",
+    "gelu",
+    "nanzero",
+)
 _ELEMENTWISE = (*_UNARY, "gelu_tanh", "ewadd", "ewmul", "ewsub", "ewdiv", "ewpow")
 
 
@@ -136,6 +147,11 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
             ranks.fix(k, ints[1])
     elif op == "scalar":
         ranks.fix(key, 0)
+    elif op == "attention":  # q, kt, v and the output 4-D; the bias as its pattern says
+        for k in (key, *kids[:3]):
+            ranks.fix(k, 4)
+        if not (isinstance(kids[3], Pattern) and kids[3].op == "scalar"):
+            ranks.fix(kids[3], 4)
     elif op in ("layernorm", "skiplayernorm", "biasgelu"):
         # x (and skip) keep their shape; scale, bias: [N], a packed scale_bias [2N]
         for k in kids[: 2 if op == "skiplayernorm" else 1]:
@@ -306,6 +322,16 @@ class _Solver:
             return kids[0]
         if op == "scalar":
             return []
+        if op == "attention":
+            q, kt, v, bias = kids
+            for x, y, z in zip(q[:2], kt[:2], v[:2], strict=True):
+                d.unify(x, y)
+                d.unify(x, z)
+            d.unify(q[3], kt[2])
+            d.unify(kt[3], v[2])
+            for x, y in zip(bias[::-1], [q[0], q[1], q[2], kt[3]][::-1], strict=False):
+                d.unify(x, y)
+            return [*q[:3], v[3]]
         if op == "reducemean":
             return [*kids[0][:-1], ("const", 1)]
         if op in ("layernorm", "biasgelu"):

@@ -40,8 +40,13 @@ _NEWNODE = pa.schema(
         ("valid", pa.bool_()),
         ("rule", pa.int32()),
         ("c2", pa.int64()),
+        ("c3", pa.int64()),
     ]
 )
+
+#: Children a rule-built e-node can have (the child analyses ``a_…``, ``b_…``, ``c_…``, ``d_…`` of
+#: sql/apply/fresh.sql).
+_SIDES = "abcd"
 
 
 def infer_enode(
@@ -137,7 +142,7 @@ def check_new(db: Database) -> int:
         return 0
     types = _Types()
     arity = rows["arity"].to_numpy()
-    child = np.stack([rows[f"c{j}"].to_numpy() for j in range(3)], axis=1)
+    child = np.stack([rows[f"c{j}"].to_numpy() for j in range(len(_SIDES))], axis=1)
     ctype, cweights, built = _existing_children(rows, child, arity, types)
     ops = pc.dictionary_encode(rows["op"]).combine_chunks()
     op_names = ops.dictionary.to_pylist()
@@ -151,7 +156,7 @@ def check_new(db: Database) -> int:
     bounds = [0, *(np.flatnonzero(np.diff(height)) + 1).tolist(), n]
     checked = 0
     for lo, hi in itertools.pairwise(bounds):
-        for j in range(3):  # children built at a lower height of the phase
+        for j in range(len(_SIDES)):  # children built at a lower height of the phase
             idx = lo + np.flatnonzero(built[lo:hi, j])
             ctype[idx, j], cweights[idx, j] = _lookup(done, child[idx, j])
         keys, inverse = np.unique(
@@ -169,7 +174,7 @@ def check_new(db: Database) -> int:
                 )
             )
         result[lo:hi] = verdicts[inverse.ravel()]
-        present = arity[lo:hi, None] > np.arange(3)
+        present = arity[lo:hi, None] > np.arange(len(_SIDES))
         weights[lo:hi] = np.all(cweights[lo:hi] | ~present, axis=1)
         merged = np.concatenate([done[0], cls[lo:hi]])
         order = np.argsort(merged, kind="stable")
@@ -189,10 +194,10 @@ def _existing_children(
     phase or past the arity), whether it computes from weights only, and whether it is built in
     the phase. Each distinct existing child class's type is built once."""
     n = len(arity)
-    ctype = np.zeros((n, 3), dtype=np.int64)
-    cweights = np.ones((n, 3), dtype=bool)
-    built = np.zeros((n, 3), dtype=bool)
-    for j, side in enumerate("abc"):
+    ctype = np.zeros((n, len(_SIDES)), dtype=np.int64)
+    cweights = np.ones((n, len(_SIDES)), dtype=bool)
+    built = np.zeros((n, len(_SIDES)), dtype=bool)
+    for j, side in enumerate(_SIDES):
         present = arity > j
         existing = present & rows[f"{side}_kind"].is_valid().to_numpy(zero_copy_only=False)
         built[:, j] = present & ~existing

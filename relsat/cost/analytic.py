@@ -29,6 +29,9 @@ softmax            5 per element                                         2 · in
 layernorm          8 per element (skiplayernorm: 9)                      all inputs + output
 gelu, gelu_tanh    12 / 10 per element (biasgelu: 13)                    all inputs + output
 scalar             0 (a constant: zero-cost)                             0
+nanzero            1 per element                                         input + output
+attention          2·B·H·S·T·(D + Dv) GEMM, + 7·B·H·S·T (scale, bias,    q + kt + v + bias + output
+                   softmax, guard; fused: scores never leave the cache)
 opaque             0 (memory-bound)                                      output
 =================  ====================================================  ===========================
 
@@ -203,6 +206,8 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
             raise sig.error(f"{op} of no inputs")
         extra = _bytes(ins[0]) if op == "softmax" else 0.0  # a second pass over the input
         return [Kernel(bytes=_bytes(*ins, out) + extra, flops=_ELEMENTWISE_FLOPS[op] * n_out)]
+    if op == "attention":
+        return _attention(sig, gemm_tile)
     if op == "reducemean":
         _arity(sig, 1)
         return [Kernel(bytes=_bytes(ins[0], out), flops=math.prod(ins[0]))]
@@ -222,6 +227,7 @@ _ELEMENTWISE_FLOPS = {
     "gelu": 12,
     "gelu_tanh": 10,
     "biasgelu": 13,
+    "nanzero": 1,
 }
 
 
@@ -268,6 +274,26 @@ def _matmul(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:
     flops, padded = _gemm(math.prod(a[:-2]), a[-2], b[-1], a[-1], tile)
     main = Kernel(bytes=_bytes(a, b, sig.output), gemm_flops=flops, gemm_padded=padded)
     return [main, *_fused_activation(sig, sig.params[0], math.prod(sig.output))]
+
+
+def _attention(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:
+    """One fused kernel: the two batched GEMMs (scores, then probabilities @ v) and the
+    element-wise work on the [B, H, S, T] scores, which stay in the kernel."""
+    _arity(sig, 4)
+    q, kt, v, _ = sig.inputs
+    if len(q) != 4 or len(kt) != 4 or len(v) != 4:
+        raise sig.error("attention needs 4-D q, kt, v")
+    batch, s, d, t, dv = q[0] * q[1], q[2], q[3], kt[3], v[3]
+    f1, p1 = _gemm(batch, s, t, d, tile)
+    f2, p2 = _gemm(batch, s, dv, t, tile)
+    return [
+        Kernel(
+            bytes=_bytes(*sig.inputs, sig.output),
+            flops=7 * batch * s * t,
+            gemm_flops=f1 + f2,
+            gemm_padded=p1 + p2,
+        )
+    ]
 
 
 def _conv(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:

@@ -169,6 +169,8 @@ class _Exporter:
             if len(default) > 1:
                 raise OnnxError(f"opaque nodes come from several opsets {sorted(default)}")
             opset = default.pop() if default else OPSET
+            if opset < transformer_ops.ATTENTION_OPSET and self._raise_for_attention(opset):
+                opset = transformer_ops.ATTENTION_OPSET
         else:
             opset = requested
             for n in self.graph.nodes:
@@ -183,6 +185,20 @@ class _Exporter:
                         f"means something else at opset {opset}; export at opset {meta['opset']}"
                     )
         return opset, {d: max(v) for d, v in recorded.items()}
+
+    def _raise_for_attention(self, opset: int) -> bool:
+        """Whether to write the model at ONNX Attention's opset (23) rather than ``opset``: the
+        graph holds an ``attention`` (else it is spelled out), and every opaque node means the
+        same at 23 as at the opset it was imported at (:func:`_same_meaning`)."""
+        if not any(n.op == "attention" for n in self.graph.nodes):
+            return False
+        for n in self.graph.nodes:
+            meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
+            if meta and not meta["domain"]:
+                old = int(meta["opset"])
+                if not _same_meaning(n.params["type"], old, transformer_ops.ATTENTION_OPSET):
+                    return False
+        return True
 
     # --- names ----------------------------------------------------------------------------
 
@@ -399,9 +415,11 @@ class _Exporter:
         bias = None
         if node.op == "conv2d_bias" or (node.op == "matmul_bias" and len(shapes[0]) == 2):
             bias = self.bias_input(node.inputs[2])
-        # (a skiplayernorm's packed scale and bias are unpacked by its emitter)
+        # (a skiplayernorm's packed scale and bias are unpacked by its emitter, an attention's
+        # bias is written, or left out, by its emitter)
         two = bias or node.op == "skiplayernorm"
-        ins = [self.name_of(r, node) for r in (node.inputs[:2] if two else node.inputs)]
+        take = 2 if two else 3 if node.op == "attention" else len(node.inputs)
+        ins = [self.name_of(r, node) for r in node.inputs[:take]]
         add = ins[2] if len(ins) == 3 and node.op in ("conv2d_bias", "matmul_bias") else None
         if node.op in _SIMPLE:
             self.emit(_SIMPLE[node.op], ins, outs)
@@ -601,6 +619,46 @@ def _recorded_dtypes(graph: Graph) -> dict[Ref, int]:
             elem = TensorProto.DataType.Value(name) if name != "UNDEFINED" else FLOAT
             dtypes.setdefault(ref, elem)
     return dtypes
+
+
+#: Default-domain ops whose definitions from the given opset up to 23 changed only in the element
+#: types they accept or by an attribute or optional input whose default keeps the old meaning
+#: (Cast's saturate, Reshape's allowzero, Shape's start/end, Pad's axes, ...): an opaque node of
+#: these, imported at that opset or later, means the same at opset 23 (ONNX Attention's).
+_TYPES_ONLY_SINCE = {
+    "Cast": 13,
+    "CastLike": 15,
+    "Reshape": 13,
+    "Flatten": 13,
+    "Shape": 13,
+    "Size": 13,
+    "Squeeze": 13,
+    "Unsqueeze": 13,
+    "Transpose": 13,
+    "Identity": 13,
+    "Constant": 13,
+    "ConstantOfShape": 9,
+    "IsNaN": 13,
+    "IsInf": 10,
+    "Equal": 13,
+    "Pad": 13,
+    "Dropout": 13,
+    "ScatterND": 13,
+    "Conv": 11,
+    "MaxPool": 12,
+    "AveragePool": 11,
+    "GlobalAveragePool": 1,
+    "GlobalMaxPool": 1,
+}
+
+
+def _same_meaning(op_type: str, old: int, new: int) -> bool:
+    """Whether an opaque ``op_type`` node imported at opset ``old`` means the same at ``new``
+    (the same definition, or only type additions in between: :data:`_TYPES_ONLY_SINCE`)."""
+    if _same_schema(op_type, old, new):
+        return True
+    since = _TYPES_ONLY_SINCE.get(op_type)
+    return since is not None and old >= since and new <= transformer_ops.ATTENTION_OPSET
 
 
 def _same_schema(op_type: str, old: int, new: int) -> bool:

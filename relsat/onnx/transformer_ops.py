@@ -6,13 +6,19 @@ Sub/Div/Pow/Sqrt/Erf, ReduceMean over the last axis with ``keepdims=1``, Softmax
 axis, LayerNormalization over the last axis with a ``[N]`` scale and bias (and only its first
 output read), Gelu (opset 20); ``com.microsoft`` Gelu, FastGelu, BiasGelu and
 SkipLayerNormalization. Add and Mul read a one-element float constant as a ``scalar`` (placed
-second: a rule then needs one operand order only). Anything that almost matches — another axis,
-``keepdims=0``, a scale of shape ``[1, N]``, extra outputs read — stays opaque.
+second: a rule then needs one operand order only). ``Where(IsNaN(x), 0, x)`` (torch's guard
+after the softmax of a masked attention) is ``nanzero(x)``; ONNX Attention (opset 23, 4-D
+Q/K/V, a float mask or none, no causal flag, softcap, cache or extra outputs) is ``attention``
+with the keys transposed. Anything that almost matches — another axis, ``keepdims=0``, a scale of
+shape ``[1, N]``, extra outputs read — stays opaque.
 
 Export (:func:`emit`): LayerNormalization at opset >= 17 (spelled out with ReduceMean/Sub/Pow/
 Sqrt/Div below), Softmax on the last axis, and the ``com.microsoft`` contrib ops onnxruntime
 provides kernels for: Gelu, FastGelu, BiasGelu, SkipLayerNormalization (the model then declares
-that domain, version 1).
+that domain, version 1). ``attention`` is ONNX Attention (opset 23), which onnxruntime's CPU
+provider runs as one kernel: the exporter writes the model at opset 23 when the graph holds one
+and its opaque nodes mean the same there; otherwise it spells attention out
+(MatMul/Mul/Add/Softmax/IsNaN/Where/MatMul) at the model's opset.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ if TYPE_CHECKING:
     from relsat.onnx.exporter import _Exporter
     from relsat.onnx.importer import Importer
 
-__all__ = ["CONTRIB", "CONTRIB_HANDLERS", "EXPORTED", "HANDLERS", "emit"]
+__all__ = ["ATTENTION_OPSET", "CONTRIB", "CONTRIB_HANDLERS", "EXPORTED", "HANDLERS", "emit"]
 
 #: The domain of onnxruntime's contrib operators.
 CONTRIB = "com.microsoft"
+#: The first opset with the standard Attention operator.
+ATTENTION_OPSET = 23
 
 _Handler = Callable[["Importer", int, NodeProto, Mapping[str, Any]], dict[str, Tensor]]
 
@@ -189,6 +197,55 @@ def _skip_layernorm(
     return {node.output[0]: imp.g.skiplayernorm(x, skip, packed, eps, name=node.output[0])}
 
 
+def _producer(imp: Importer, name: str) -> NodeProto | None:
+    """The node that writes tensor ``name`` (None for a graph input or initializer)."""
+    index: dict[str, NodeProto] | None = imp.__dict__.get("_producers")
+    if index is None:
+        index = {o: n for n in imp.model.graph.node for o in n.output if o}
+        imp.__dict__["_producers"] = index
+    return index.get(name)
+
+
+def _where(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """``Where(IsNaN(x), 0, x)``: x with NaN replaced by 0 (``nanzero``); any other Where is
+    opaque."""
+    cond, zero, x = node.input
+    test = _producer(imp, cond)
+    value = imp.const(zero)
+    if test is None or test.op_type != "IsNaN" or test.domain not in ("", "ai.onnx"):
+        raise Unmapped
+    if test.input[0] != x or value is None or value.size != 1 or value.reshape(-1)[0] != 0:
+        raise Unmapped
+    t = imp.tensor(x)
+    if value.ndim > t.rank:
+        raise Unmapped
+    return {node.output[0]: imp.g.nanzero(t, name=node.output[0])}
+
+
+def _attention(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """ONNX Attention (opset 23) on 4-D Q/K/V with a float additive mask (or none)."""
+    ins = [*node.input, "", "", ""][:6]
+    if any(ins[4:]) or _extra_outputs_read(imp, node) or not ins[2]:
+        raise Unmapped  # a KV cache, or present_key / qk output read
+    if a.get("is_causal", 0) or a.get("softcap", 0.0) or a.get("qk_matmul_output_mode", 0):
+        raise Unmapped
+    q, key, v = (imp.tensor(n) for n in ins[:3])
+    if q.rank != 4 or key.rank != 4 or v.rank != 4 or key.shape[1] != q.shape[1]:
+        raise Unmapped  # 3-D packed heads, or grouped-query attention
+    s, t = q.shape[2], key.shape[2]
+    if ins[3]:
+        if not imp.is_float(ins[3]):
+            raise Unmapped  # a boolean mask
+        bias = imp.tensor(ins[3])
+        if bias.rank < 2 or bias.shape[-2:] != (s, t):
+            raise Unmapped
+    else:
+        bias = imp.g.scalar(0.0)
+    scale = float(a.get("scale", 1.0 / np.sqrt(q.shape[3])))
+    kt = imp.g.transpose(key, (0, 1, 3, 2))
+    return {node.output[0]: imp.g.attention(q, kt, v, bias, scale, name=node.output[0])}
+
+
 #: Default-domain ONNX op_type → handler (Add and Mul replace the plain ones: scalars).
 HANDLERS: dict[str, _Handler] = {
     "Add": _binary,
@@ -202,6 +259,8 @@ HANDLERS: dict[str, _Handler] = {
     "Softmax": _softmax,
     "LayerNormalization": _layernorm,
     "Gelu": _gelu,
+    "Where": _where,
+    "Attention": _attention,
 }
 
 #: ``com.microsoft`` op_type → handler.
@@ -220,7 +279,9 @@ _SIMPLE = {"ewsub": "Sub", "ewdiv": "Div", "ewpow": "Pow", "sqrt": "Sqrt", "erf"
 _CONTRIB_OPS = {"gelu": "Gelu", "gelu_tanh": "FastGelu", "biasgelu": "BiasGelu"}
 #: The relsat ops :func:`emit` writes.
 EXPORTED = frozenset({*_SIMPLE, *_CONTRIB_OPS, "reducemean", "softmax", "layernorm"}) | {
-    "skiplayernorm"
+    "skiplayernorm",
+    "nanzero",
+    "attention",
 }
 
 
@@ -245,6 +306,10 @@ def emit(ex: _Exporter, op: str, params: Any, ins: list[str], outs: list[str], n
         scale, bias = _unpacked(ex, node)
         attrs = {"epsilon": float(params["epsilon"])}
         _contrib(ex, "SkipLayerNormalization", [ins[0], ins[1], scale, bias], outs, **attrs)
+    elif op == "nanzero":
+        _nanzero(ex, ins[0], outs[0])
+    elif op == "attention":
+        _attention_out(ex, float(params["scale"]), ins, outs[0], node)
     else:  # pragma: no cover (EXPORTED lists what is handled)
         raise AssertionError(op)
 
@@ -296,3 +361,53 @@ def _unpacked(ex: _Exporter, node: Any) -> tuple[str, str]:
     else:
         ex.emit("Split", [packed], [scale, bias], axis=0, split=[n, n])
     return scale, bias
+
+
+def _nanzero(ex: _Exporter, x: str, out: str) -> None:
+    test = ex.fresh(f"{out}_isnan")
+    ex.emit("IsNaN", [x], [test])
+    ex.emit("Where", [test, ex.float_const("zero", 0.0), x], [out])
+
+
+def _attention_out(ex: _Exporter, scale: float, ins: list[str], out: str, node: Any) -> None:
+    """ONNX Attention at opset 23 (keys transposed back; a constant rank-0 bias left out, the
+    softmax being shift-invariant; a bias broadcast over S or T expanded, as onnxruntime wants
+    its last two dims to be [S, T]); spelled out below opset 23."""
+    q, kt, v = ins
+    ref = node.inputs[3]
+    s = ex.graph.shape(node.inputs[0])[2]
+    t = ex.graph.shape(node.inputs[1])[3]
+    shape = tuple(ex.graph.shape(ref))
+    bias: str | None
+    if not shape and ex.foldable[ref.node] and np.isfinite(np.asarray(ex.value(ref))).all():
+        bias = None
+    else:
+        bias = ex.name_of(ref, node)
+    if ex.opset < ATTENTION_OPSET:
+        _attention_spelled(ex, scale, q, kt, v, bias, out)
+        return
+    key = ex.fresh(f"{out}_key")
+    ex.emit("Transpose", [kt], [key], perm=[0, 1, 3, 2])
+    if bias is not None and shape[-2:] != (s, t):
+        padded = (1,) * (4 - len(shape)) + shape
+        full = ex.fresh(f"{out}_mask")
+        ex.emit("Expand", [bias, ex.const("mask_shape", [*padded[:2], s, t])], [full])
+        bias = full
+    ex.emit("Attention", [q, key, v, *([bias] if bias else [])], [out], scale=scale)
+
+
+def _attention_spelled(
+    ex: _Exporter, scale: float, q: str, kt: str, v: str, bias: str | None, out: str
+) -> None:
+    """Attention as MatMul, Mul, Add, Softmax, IsNaN/Where and MatMul (below opset 23)."""
+    scores, scaled = ex.fresh(f"{out}_scores"), ex.fresh(f"{out}_scaled")
+    masked, probs, guarded = (ex.fresh(f"{out}_{s}") for s in ("masked", "probs", "guarded"))
+    ex.emit("MatMul", [q, kt], [scores])
+    ex.emit("Mul", [scores, ex.float_const("scale", scale)], [scaled])
+    if bias is not None:
+        ex.emit("Add", [scaled, bias], [masked])
+    else:
+        masked = scaled
+    ex.emit("Softmax", [masked], [probs], axis=-1 if ex.opset >= 13 else 3)
+    _nanzero(ex, probs, guarded)
+    ex.emit("MatMul", [guarded, v], [out])

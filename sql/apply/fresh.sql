@@ -7,7 +7,7 @@ WITH f AS (
            any_value(c.p0) AS p0, any_value(c.p1) AS p1, any_value(c.p2) AS p2,
            any_value(c.p3) AS p3, any_value(c.p4) AS p4, any_value(c.p5) AS p5,
            any_value(c.arity) AS arity, any_value(c.c0) AS c0, any_value(c.c1) AS c1,
-           any_value(c.c2) AS c2,
+           any_value(c.c2) AS c2, any_value(c.c3) AS c3,
            arg_min(m.rule, m.mid) AS rule
     FROM cand c JOIN match m ON m.mid = c.mid
     WHERE c.fresh
@@ -19,9 +19,12 @@ SELECT f.*,
        b.kind AS b_kind, b.shape AS b_shape, b.shape2 AS b_shape2, b.splits AS b_splits,
        b.all_weights AS b_weights,
        c.kind AS c_kind, c.shape AS c_shape, c.shape2 AS c_shape2, c.splits AS c_splits,
-       c.all_weights AS c_weights
+       c.all_weights AS c_weights,
+       d.kind AS d_kind, d.shape AS d_shape, d.shape2 AS d_shape2, d.splits AS d_splits,
+       d.all_weights AS d_weights
 FROM f
 LEFT JOIN eclass a ON a.id = f.c0
 LEFT JOIN eclass b ON b.id = f.c1
 LEFT JOIN eclass c ON c.id = f.c2
+LEFT JOIN eclass d ON d.id = f.c3
 ORDER BY f.height, f.class

@@ -12,7 +12,8 @@ CREATE TABLE IF NOT EXISTS rule_info (
 
 -- Left-hand-side pattern nodes. A node matches an e-node with the same op, literals and arity;
 -- child position j binds variable slot x_j, or must be in a class matched by pattern node sub_k
--- (sub-patterns sit at positions 0 and 1; a third child, as in conv2d_bias, is a variable).
+-- (sub-patterns sit at positions 0 and 1; a third or fourth child, as in conv2d_bias or
+-- attention, is a variable).
 CREATE TABLE IF NOT EXISTS pnode (
     rule INTEGER NOT NULL, pid INTEGER NOT NULL, lhs INTEGER NOT NULL, is_root BOOLEAN NOT NULL,
     height INTEGER NOT NULL,   -- 0: all children are variables
@@ -23,7 +24,8 @@ CREATE TABLE IF NOT EXISTS pnode (
     sub1 INTEGER NOT NULL,                           -- second sub-pattern child (position 1)
     jslot INTEGER NOT NULL,    -- multi roots: slot of the first shared variable (join key), or -1
     multi BOOLEAN NOT NULL,
-    x2 INTEGER NOT NULL        -- variable slot at child 2 (fused bias ops), or -1
+    x2 INTEGER NOT NULL,       -- variable slot at child 2 (fused bias ops), or -1
+    x3 INTEGER NOT NULL        -- variable slot at child 3 (attention's bias), or -1
 );
 
 -- Right-hand-side templates: child j is a variable slot (k_j = 1) or another template (k_j = 2).
@@ -34,7 +36,8 @@ CREATE TABLE IF NOT EXISTS tnode (
     k0 INTEGER NOT NULL, r0 INTEGER NOT NULL, k1 INTEGER NOT NULL, r1 INTEGER NOT NULL,
     cut_slot INTEGER NOT NULL, cut_dim INTEGER NOT NULL,  -- split: cut = dim cut_dim of slot
     root_of INTEGER NOT NULL,  -- bit i set: the root of right-hand side i
-    k2 INTEGER NOT NULL, r2 INTEGER NOT NULL          -- child 2, as k0/r0 (0: none)
+    k2 INTEGER NOT NULL, r2 INTEGER NOT NULL,         -- child 2, as k0/r0 (0: none)
+    k3 INTEGER NOT NULL, r3 INTEGER NOT NULL          -- child 3 (attention's bias)
 );
 
 CREATE TABLE IF NOT EXISTS rguard (

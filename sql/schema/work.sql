@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS cand (
     c0 BIGINT NOT NULL, c1 BIGINT NOT NULL,
     class BIGINT,              -- existing class (hash-cons hit) or a fresh id
     fresh BOOLEAN NOT NULL,    -- the node does not exist yet
-    c2 BIGINT NOT NULL         -- third child (fused bias ops), else -1
+    c2 BIGINT NOT NULL,        -- third child (fused bias ops), else -1
+    c3 BIGINT NOT NULL         -- fourth child (attention's bias), else -1
 );
 
 -- Distinct new e-nodes of the phase, with the analysis of their (new) class.
@@ -35,7 +36,8 @@ CREATE TABLE IF NOT EXISTS newnode (
     kind VARCHAR, shape INTEGER[], shape2 INTEGER[], splits INTEGER[][], all_weights BOOLEAN,
     valid BOOLEAN NOT NULL,
     rule INTEGER NOT NULL,     -- the first rule (lowest match id) that built it
-    c2 BIGINT NOT NULL         -- third child, else -1
+    c2 BIGINT NOT NULL,        -- third child, else -1
+    c3 BIGINT NOT NULL         -- fourth child, else -1
 );
 
 -- The new classes that the accepted matches use (inserted into the e-graph).

@@ -2,19 +2,20 @@
 -- the node's op, literals and arity whose sub-pattern children (lower heights, already in `sub`)
 -- match its child classes. The bindings of the node's own variable children (o) and of its
 -- sub-patterns (a, b) are merged per slot and must agree. Fresh if any e-node in it is.
--- Sub-patterns sit at child positions 0 and 1 (a third child is always a variable, x2).
+-- Sub-patterns sit at child positions 0 and 1 (a third or fourth child is always a variable,
+-- x2, x3).
 -- Only e-nodes born before $until take part (see match_leaves.sql).
 -- Parameters: $h, $multi, $since, $until.
 INSERT INTO sub
 WITH m AS (
     SELECT p.pid, p.jslot, e.class AS root,
            e.stamp >= $since OR a.fresh OR coalesce(b.fresh, false) AS fresh,
-           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 END AS o0,
-           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 END AS o1,
-           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 END AS o2,
-           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 END AS o3,
-           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 END AS o4,
-           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 END AS o5,
+           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
+           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
+           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o2,
+           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o3,
+           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o4,
+           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o5,
            a.v0 AS a0, a.v1 AS a1, a.v2 AS a2, a.v3 AS a3, a.v4 AS a4, a.v5 AS a5,
            b.v0 AS b0, b.v1 AS b1, b.v2 AS b2, b.v3 AS b3, b.v4 AS b4, b.v5 AS b5
     FROM pnode p

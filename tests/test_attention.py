@@ -1,0 +1,290 @@
+"""Scaled dot-product attention as one op: kernel and shape check, the engine's four-child
+nodes, import of torch's SDPA spelling and of ONNX Attention, the rules of
+rules/transformer.rules found by saturation, export as ONNX Attention (opset 23) that
+onnxruntime runs, and near misses left alone."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from relsat import GraphBuilder, optimize
+from relsat import onnx as ronnx
+from relsat.compile import compile_rules
+from relsat.cost.analytic import AnalyticModel
+from relsat.cost.model import OpSignature
+from relsat.cost.ort import unit_graph
+from relsat.errors import GraphError
+from relsat.execute import run
+from relsat.ops import f32_bits
+from relsat.rulefile import RULES_DIR, load_rules
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng(0)
+TRANSFORMER_RULES = load_rules(RULES_DIR / "transformer.rules")
+B, H, S, D = 1, 4, 16, 8
+HIDDEN = H * D
+ROOT_SCALE = float(np.float32(math.sqrt(1 / math.sqrt(D))))  # torch multiplies q and kt by it
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+# --- operator -------------------------------------------------------------------------------
+
+
+def test_kernel_is_the_guarded_softmax_of_scaled_scores() -> None:
+    b = GraphBuilder()
+    q, kt = b.input([B, H, S, D], name="q"), b.input([B, H, D, S], name="kt")
+    v, mask = b.input([B, H, S, D], name="v"), b.input([1, 1, S, S], name="mask")
+    graph = b.build(b.attention(q, kt, v, mask, 0.125), b.nanzero(mask))
+    values = {k: RNG.standard_normal(graph.tensor(k).shape) for k in ("q", "kt", "v", "mask")}
+    values["mask"][..., 3, :] = -np.inf  # query row 3 masked entirely
+    values["mask"][..., 5, 2] = np.nan
+    out, cleaned = run(graph, values)
+    scores = values["q"] @ values["kt"] * 0.125 + values["mask"]
+    want = _softmax(scores[..., :3, :]) @ values["v"][..., :, :]
+    np.testing.assert_allclose(out[..., :3, :], want, rtol=1e-12)
+    assert not out[..., 3, :].any()  # a row masked entirely gives zeros, as onnxruntime's
+    assert not out[..., 5, :].any() and not np.isnan(cleaned).any()
+
+
+def test_shape_check_refuses_what_is_not_attention() -> None:
+    b = GraphBuilder()
+    q, kt, v = b.input([2, H, S, D]), b.input([2, H, D, S]), b.input([2, H, S, 5])
+    assert b.attention(q, kt, v, b.input([2, 1, 1, S]), 0.5).shape == (2, H, S, 5)
+    assert b.attention(q, kt, v, b.scalar(0.0), 0.5).shape == (2, H, S, 5)
+    bad = [
+        (q, b.input([2, H, S, D]), v, b.scalar(0.0)),  # keys not transposed
+        (q, kt, b.input([1, H, S, 5]), b.scalar(0.0)),  # values of another batch
+        (q, kt, v, b.input([3, 1, S, S])),  # a mask that broadcasts the scores up
+        (q, kt, v, b.input([1, 2, H, S, S])),  # a mask of higher rank
+        (b.input([H, S, D]), b.input([H, D, S]), b.input([H, S, D]), b.scalar(0.0)),  # 3-D
+    ]
+    for args in bad:
+        with pytest.raises(GraphError):
+            b.attention(*args, 0.5)
+    with pytest.raises(GraphError):
+        b.attention(q, kt, v, b.scalar(0.0), 0.0)  # the scale must be > 0
+
+
+def test_engine_matches_and_builds_four_child_nodes() -> None:
+    program = compile_rules(TRANSFORMER_RULES)
+    names = program.names
+    pnode, tnode = program.pnode.to_pylist(), program.tnode.to_pylist()
+    unfuse = names.index("attention-unfuse")
+    root = next(r for r in pnode if r["rule"] == unfuse and r["is_root"])
+    assert root["op"] == "attention" and root["arity"] == 4 and root["x3"] >= 0
+    fuse = names.index("attention-masked-fuse")
+    built = next(t for t in tnode if t["rule"] == fuse and t["op"] == "attention")
+    assert built["k3"] == 1 and built["p0"] == f32_bits(1.0)
+
+
+def test_prices_see_one_kernel() -> None:
+    model = AnalyticModel("cpu")
+    qs, kts, ss = (B, H, 128, 64), (B, H, 64, 128), (B, H, 128, 128)
+    sig = OpSignature("attention", (f32_bits(1.0),), "", (qs, kts, qs, (1, 1, 128, 128)), qs)
+    fused = model.cost(sig)
+    pieces = [
+        OpSignature("matmul", (0,), "", (qs, kts), ss),
+        OpSignature("ewadd", (), "", (ss, (1, 1, 128, 128)), ss),
+        OpSignature("softmax", (), "", (ss,), ss),
+        OpSignature("nanzero", (), "", (ss,), ss),
+        OpSignature("matmul", (0,), "", (ss, qs), qs),
+    ]
+    assert 0 < fused < sum(model.cost(p) for p in pieces)
+    unit = unit_graph(sig)  # what the onnxruntime cost model exports and times
+    assert unit.nodes[-1].op == "attention"
+    assert "Attention" in {n.op_type for n in ronnx.to_model(unit).graph.node}
+
+
+# --- ONNX: torch's spelling -----------------------------------------------------------------
+
+
+def _sdpa_model(
+    *,
+    softmax_axis: int = -1,
+    guard: bool = True,
+    zero: float = 0.0,
+    mask: bool = True,
+) -> onnx.ModelProto:
+    """One attention block as torch.onnx.export writes scaled_dot_product_attention (opset 17):
+    projections, head split, q and kt each scaled by sqrt(1/sqrt(D)), the additive mask, softmax,
+    Where(IsNaN(p), 0, p), the product with v, heads merged."""
+    n = helper.make_node
+    nodes = []
+    for x in "qkv":
+        perm = [0, 2, 3, 1] if x == "k" else [0, 2, 1, 3]
+        nodes += [
+            n("MatMul", ["x", f"w{x}"], [f"{x}_proj"]),
+            n("Reshape", [f"{x}_proj", "heads"], [f"{x}_split"]),
+            n("Transpose", [f"{x}_split"], [f"{x}_t"], perm=perm),
+        ]
+    nodes += [
+        n("Mul", ["q_t", "root_scale"], ["q_s"]),
+        n("Mul", ["k_t", "root_scale"], ["k_s"]),
+        n("MatMul", ["q_s", "k_s"], ["scores"]),
+    ]
+    probs_in = "scores"
+    if mask:
+        nodes.append(n("Add", ["scores", "mask"], ["masked"]))
+        probs_in = "masked"
+    nodes.append(n("Softmax", [probs_in], ["probs"], axis=softmax_axis))
+    probs = "probs"
+    if guard:
+        nodes += [
+            n("IsNaN", ["probs"], ["nan"]),
+            n("Where", ["nan", "zero", "probs"], ["guarded"]),
+        ]
+        probs = "guarded"
+    nodes += [
+        n("MatMul", [probs, "v_t"], ["ctx"]),
+        n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["ctx_t", "merged"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(RNG.standard_normal((HIDDEN, HIDDEN)).astype(np.float32), f"w{x}")
+        for x in "qkv"
+    ]
+    inits += [
+        numpy_helper.from_array(np.array([B, S, H, D], np.int64), "heads"),
+        numpy_helper.from_array(np.array([B, S, HIDDEN], np.int64), "merged"),
+        numpy_helper.from_array(np.array(ROOT_SCALE, np.float32), "root_scale"),
+        numpy_helper.from_array(np.array([zero], np.float32), "zero"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, HIDDEN])]
+    if mask:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, S, S]))
+    graph = helper.make_graph(
+        nodes,
+        "sdpa",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, HIDDEN])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    feeds = {"x": RNG.standard_normal((B, S, HIDDEN)).astype(np.float32)}
+    if any(i.name == "mask" for i in model.graph.input):
+        m = np.zeros((1, 1, S, S), np.float32)
+        m[..., S - 4 :] = -np.inf  # the last keys padded
+        m[..., 2, :] = -np.inf  # and one query row masked entirely: torch's guard gives 0
+        feeds["mask"] = m
+    return feeds
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("mask", [True, False], ids=["masked", "unmasked"])
+def test_torch_spelling_fuses_and_runs_as_onnx_attention(mask: bool) -> None:
+    model = _sdpa_model(mask=mask, guard=mask)
+    graph = ronnx.load(model)
+    counts = graph.op_counts()
+    assert counts["softmax"] == 1 and counts["nanzero"] == int(mask) and "opaque" not in counts
+    result = optimize(graph, rules=TRANSFORMER_RULES)  # analytic prices: no timing involved
+    fused = result.graph.op_counts()
+    assert fused["attention"] == 1
+    assert not {"softmax", "nanzero"} & set(fused)
+    assert result.verified
+    out = ronnx.to_model(result.graph, like=model)
+    assert {o.domain: o.version for o in out.opset_import}[""] == 23
+    assert "Attention" in {n.op_type for n in out.graph.node}
+    feeds = _feeds(model)
+    want, got = _ort(model, feeds), _ort(out, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # masked row included
+    back = ronnx.load(out).op_counts()  # and ONNX Attention imports as the op
+    assert back["attention"] == 1 and "opaque" not in back
+
+
+def test_near_misses_stay_unfused() -> None:
+    cases = {
+        "softmax over another axis": _sdpa_model(softmax_axis=2),
+        "masked softmax without the NaN guard": _sdpa_model(guard=False),
+        "a guard that writes 1, not 0": _sdpa_model(zero=1.0),
+    }
+    for why, model in cases.items():
+        graph = ronnx.load(model)
+        result = optimize(graph, rules=TRANSFORMER_RULES, verify=False)
+        assert "attention" not in result.graph.op_counts(), why
+        assert ronnx.verify(model, ronnx.to_model(result.graph, like=model)).ok, why
+    # a mask that broadcasts the scores up to the values' batch: well-typed, not attention
+    b = GraphBuilder()
+    q, kt = b.input([1, H, S, D], name="q"), b.input([1, H, D, S], name="kt")
+    v, m = b.input([2, H, S, D], name="v"), b.input([2, H, S, S], name="m")
+    y = b.matmul(b.nanzero(b.softmax(b.add(b.matmul(q, kt), m))), v)
+    result = optimize(b.build(y), rules=TRANSFORMER_RULES)
+    assert "attention" not in result.graph.op_counts() and result.verified
+
+
+def test_spelled_out_below_opset_23_and_for_opaque_nodes_that_change_meaning() -> None:
+    b = GraphBuilder()
+    q, kt = b.input([B, H, S, D], name="q"), b.input([B, H, D, S], name="kt")
+    v, mask = b.input([B, H, S, D], name="v"), b.input([1, 1, S, S], name="mask")
+    graph = b.build(b.attention(q, kt, v, mask, 0.25))
+    feeds = {
+        k: RNG.standard_normal(graph.tensor(k).shape).astype(np.float32)
+        for k in ["q", "kt", "v", "mask"]
+    }
+    (want,) = run(graph, feeds)
+    for opset in (17, 13):
+        out = ronnx.to_model(graph, opset=opset)
+        types = {n.op_type for n in out.graph.node}
+        assert "Attention" not in types and {"Softmax", "IsNaN", "Where"} <= types
+        np.testing.assert_allclose(_ort(out, feeds), want, rtol=1e-4, atol=1e-5)
+    # an opaque ReduceMax imported at opset 17 (axes an attribute; an input from 18 on) keeps
+    # the model at 17, so attention is spelled out there
+    reduce = helper.make_node("ReduceMax", ["x"], ["r"], axes=[-1], keepdims=1)
+    opaque = helper.make_graph(
+        [reduce],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, H, S, S])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, [B, H, S, 1])],
+    )
+    imported = ronnx.load(helper.make_model(opaque, opset_imports=[helper.make_opsetid("", 17)]))
+    b = GraphBuilder()
+    x = b.input([B, H, S, S], name="x")
+    attrs = json.loads(imported.nodes[-1].params["attrs"])
+    (r,) = b.opaque("ReduceMax", [x], [(B, H, S, 1)], attrs)
+    qq, kk, vv = b.input([B, H, S, D]), b.input([B, H, D, S]), b.input([B, H, S, D])
+    both = ronnx.to_model(b.build(r, b.attention(qq, kk, vv, b.scalar(0.0), 0.25)))
+    assert {o.domain: o.version for o in both.opset_import}[""] == 17
+    assert "Attention" not in {n.op_type for n in both.graph.node}
+
+
+def test_onnx_attention_imports_with_strict_guards() -> None:
+    n = helper.make_node
+    nodes = [
+        n("Attention", ["q", "k", "v", "mask"], ["y"], scale=0.25),
+        n("Attention", ["q", "k", "v"], ["y_plain"]),
+        n("Attention", ["q", "k", "v"], ["y_causal"], is_causal=1),
+    ]
+    shape = [B, H, S, D]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape) for x in "qkv"]
+        + [helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, S, S])],
+        [
+            helper.make_tensor_value_info(y, TensorProto.FLOAT, shape)
+            for y in ("y", "y_plain", "y_causal")
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    imported = ronnx.load(model)
+    counts = imported.op_counts()
+    assert counts["attention"] == 2 and counts["opaque"] == 1  # the causal one stays opaque
+    scales = sorted(round(n.params["scale"], 6) for n in imported.nodes if n.op == "attention")
+    assert scales == sorted([round(1 / math.sqrt(D), 6), 0.25])
+    assert ronnx.verify(model, ronnx.to_model(imported, like=model)).ok
