@@ -124,6 +124,7 @@ def _optimize(args: argparse.Namespace) -> int:
             time_limit=args.ilp_time_limit,
             on_phase=on_phase,
             resume=args.resume,
+            blocks=args.blocks,
         )
     except VerificationError as exc:
         console.print(f"[red]relsat: verification failed, nothing written: {exc}[/red]")
@@ -135,6 +136,8 @@ def _optimize(args: argparse.Namespace) -> int:
             f"{mismatch}[/red]"
         )
         return EXIT_VERIFY
+    if args.blocks:
+        console.print(f"blocks: {result.settings['blocks']}", soft_wrap=True)
     if result.rewrites():  # which rewrite bought what (marginal priced gain per rule)
         console.print(f"gains by rule ({result.settings['cost_model']}): {result.gains_text()}")
     if onnx_in:
@@ -636,6 +639,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--overwrite", action="store_true", help="replace an e-graph already stored in --db"
+    )
+    p.add_argument(
+        "--blocks",
+        action="store_true",
+        help="explore each distinct repeated block (identical layers) once, then put the "
+        "optimized block back into every layer",
     )
     p.add_argument(
         "--batch", type=int, help="fix a dynamic batch dimension of an ONNX input (>= 1)"

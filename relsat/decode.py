@@ -40,19 +40,28 @@ def decode(
     built: dict[int, tuple[Tensor, ...]] = {}
     visiting: set[int] = set()
 
-    def build(cls: int) -> tuple[Tensor, ...]:
-        if cls in built:
-            return built[cls]
-        if cls in visiting:
-            raise GraphError(f"the chosen e-nodes form a cycle through class {cls}")
-        if cls not in choice:
-            raise GraphError(f"no e-node chosen for class {cls}")
-        visiting.add(cls)
-        row = rows[choice[cls]]
-        kids = [build(row[f"c{i}"]) for i in range(row["arity"])]
-        visiting.discard(cls)
-        built[cls] = _node(b, row, kids, values or {})
-        return built[cls]
+    def build(root: int) -> tuple[Tensor, ...]:
+        # depth-first with an explicit stack: a 48-layer model is deeper than Python's stack
+        stack = [(root, False)]
+        while stack:
+            cls, ready = stack.pop()
+            if cls in built:
+                continue
+            if ready:  # its children are built
+                row = rows[choice[cls]]
+                kids = [built[row[f"c{i}"]] for i in range(row["arity"])]
+                visiting.discard(cls)
+                built[cls] = _node(b, row, kids, values or {})
+                continue
+            if cls in visiting:  # on the path from the root to here
+                raise GraphError(f"the chosen e-nodes form a cycle through class {cls}")
+            if cls not in choice:
+                raise GraphError(f"no e-node chosen for class {cls}")
+            visiting.add(cls)
+            stack.append((cls, True))
+            row = rows[choice[cls]]
+            stack.extend((row[f"c{i}"], False) for i in reversed(range(row["arity"])))
+        return built[root]
 
     # The interface first: every input of the source graph, in its order, used or not.
     for row in sorted(rows.values(), key=lambda r: r["id"]):

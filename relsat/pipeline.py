@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from relsat.blocks import Folding, fold
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
 from relsat.cost.ort import OrtModel
 from relsat.cycles import MODES
@@ -235,6 +236,7 @@ def optimize(
     precompute_weights: bool | None = None,
     on_phase: Callable[[IterationStats], None] | None = None,
     resume: bool = False,
+    blocks: bool = False,
 ) -> Result:
     """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
     it in that file), prices from ``cost_model``, extraction (``"ilp"`` with HiGHS, ``"greedy"``,
@@ -251,6 +253,11 @@ def optimize(
     ``resume``: an e-graph of ``graph`` already stored in ``db`` is explored further (iteration
     numbers and the limits go on from where it stopped) instead of refused; one of another graph
     is refused (:class:`~relsat.errors.DatabaseError`).
+
+    ``blocks``: explore each distinct repeated block once (:mod:`relsat.blocks`): identical
+    layers are folded into one copy whose prices count once per occurrence, and the optimized
+    copy is put back into every layer; the e-graph kept is the folded graph's. A graph without
+    repeated blocks is optimized whole.
     """
     _check_settings(
         k_multi,
@@ -263,11 +270,14 @@ def optimize(
         concat,
         precompute_weights,
     )
+    check_choice("blocks", blocks, (False, True))
     model = _cost_model(cost_model)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
-    egraph = _stored_egraph(graph, db) if resume and db is not None else None
-    egraph = egraph or EGraph.from_graph(graph, db)
+    folding: Folding | None = fold(graph) if blocks else None
+    explored = folding.graph if folding else graph  # the graph put in the e-graph
+    egraph = _stored_egraph(explored, db) if resume and db is not None else None
+    egraph = egraph or EGraph.from_graph(explored, db)
     exploration: Exploration = explore(
         egraph,
         rules,
@@ -289,6 +299,11 @@ def optimize(
         ),
     )
     problem, enode_ids, class_ids = egraph_problem(egraph)
+    if folding:  # a copy's prices count once per occurrence: costs are the whole graph's
+        times, crossing = folding.restrict(problem, _leaf_names(egraph, enode_ids))
+        problem = replace(
+            problem, node_cost=problem.node_cost * times, forbidden=problem.forbidden | crossing
+        )
     seconds["price"] = time.perf_counter() - t
     kw: dict[str, Any] = (
         {"time_limit": time_limit, "mip_gap": mip_gap, "order": order} if extractor == "ilp" else {}
@@ -316,7 +331,9 @@ def optimize(
             extraction, choice=original, cost=cost_before, method="input", found_by="input"
         )
     choice = {int(class_ids[c]): int(enode_ids[n]) for c, n in extraction.choice.items()}
-    optimized = decode(egraph, choice, values=graph.values)
+    optimized = decode(egraph, choice, values=explored.values)
+    if folding:
+        optimized = folding.unfold(optimized)
     seconds["decode"] = time.perf_counter() - t
     verified = False
     unrunnable = sorted(
@@ -347,6 +364,7 @@ def optimize(
         "extractor": extractor,
         "guards": guards,
         "cycle_filter": cycle_filter,
+        "blocks": folding.describe() if folding else ("none repeated" if blocks else "off"),
     }
     return Result(
         graph,
@@ -435,6 +453,13 @@ def _enode_column(egraph: EGraph, enode_ids: np.ndarray, column: str) -> np.ndar
 def _enode_rules(egraph: EGraph, enode_ids: np.ndarray) -> np.ndarray:
     """Per problem node: the rule that created its e-node ('' for the input graph's)."""
     return _enode_column(egraph, enode_ids, "rule")
+
+
+def _leaf_names(egraph: EGraph, enode_ids: np.ndarray) -> dict[int, str]:
+    """Problem node → tensor name, for the input and weight e-nodes."""
+    rows = egraph.db.execute("SELECT id, s FROM enode WHERE op IN ('input', 'weight') ORDER BY id")
+    at = np.searchsorted(enode_ids, [r[0] for r in rows])
+    return {int(i): str(r[1]) for i, r in zip(at.tolist(), rows, strict=True)}
 
 
 def _input_enodes(egraph: EGraph, enode_ids: np.ndarray) -> np.ndarray:

@@ -1,0 +1,159 @@
+"""Repeated blocks explored once: transformers of 4, 12 and 48 layers, whole and folded.
+
+    pip install -e '.[bench]'
+    python bench/blocks.py [--models hf-bert hf-gpt2] [--layers 4 12 48] [--exports DIR]
+                           [--cost-model analytic]
+
+For each Hugging Face model (random init from a fixed seed, hidden 256, 4 heads, FFN 1024,
+sequence 128, exported by ``torch.onnx.export`` at opset 17 like bench/real_models.py, cached in
+``--exports``) at each depth, ``relsat.optimize`` runs twice in this process, alternately: on the
+whole graph (``blocks=False``, today's default) and with repeated blocks explored once
+(``blocks=True``, :mod:`relsat.blocks`). Both with the default limits (50,000 e-nodes, 60 s ILP),
+NumPy verification on. Reported per run: operators, e-nodes explored, stop reason, seconds per
+stage and in all, priced cost before and after, and the folding. Then the growth: each mode's
+time at 12 and 48 layers over its time at 4. Markdown on stdout, rows appended to
+bench/results/blocks.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # bench/onnx.py
+
+from relsat import onnx as ronnx  # noqa: E402
+from relsat import optimize  # noqa: E402
+
+
+def _bench_module(name: str) -> ModuleType:
+    """bench/<name>.py, imported without putting bench/ on the path."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _export(model: str, layers: int, directory: Path) -> Path:
+    """The ONNX export of ``model`` with ``layers`` layers (cached)."""
+    path = directory / f"{model}-{layers}.onnx"
+    if path.exists():
+        return path
+    import torch
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+
+    real = _bench_module("real_models")
+    torch.manual_seed(real.SEED)
+    if model == "hf-bert":
+        config = BertConfig(
+            hidden_size=256,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            intermediate_size=1024,
+        )
+        net = BertModel(config)
+    else:
+        config = GPT2Config(n_embd=256, n_layer=layers, n_head=4, use_cache=False)
+        net = GPT2Model(config)
+    wrapped = real._HiddenState(net, ["input_ids", "attention_mask"]).eval()
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            wrapped,
+            real._tokens(config.vocab_size),
+            str(tmp),
+            dynamo=False,
+            opset_version=17,
+            do_constant_folding=True,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["output"],
+        )
+    tmp.replace(path)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", default=["hf-bert", "hf-gpt2"])
+    ap.add_argument("--layers", nargs="*", type=int, default=[4, 12, 48])
+    ap.add_argument("--exports", type=Path, default=Path("/tmp/relsat-exports/blocks"))
+    ap.add_argument("--cost-model", default="analytic")
+    args = ap.parse_args()
+    headers = [
+        "model",
+        "layers",
+        "mode",
+        "ops",
+        "e-nodes",
+        "stop",
+        "explore s",
+        "extract s",
+        "verify s",
+        "total s",
+        "cost before",
+        "cost after",
+        "less %",
+        "verified",
+        "folding",
+    ]
+    rows, total = [], {}
+    for model in args.models:
+        for layers in args.layers:
+            graph = ronnx.load(_export(model, layers, args.exports))
+            for blocks in (False, True):
+                mode = "blocks" if blocks else "whole"
+                print(f"  {model} x{layers} {mode} ...", file=sys.stderr, flush=True)
+                t = time.perf_counter()
+                r = optimize(graph, blocks=blocks, cost_model=args.cost_model)
+                seconds = time.perf_counter() - t
+                total[model, layers, mode] = seconds
+                rows.append(
+                    [
+                        model,
+                        layers,
+                        mode,
+                        sum(graph.op_counts().values()),
+                        r.egraph.counts()[0],
+                        r.stop.value,
+                        round(r.seconds["explore"], 2),
+                        round(r.seconds["extract"], 2),
+                        round(r.seconds.get("verify", 0.0), 2),
+                        round(seconds, 2),
+                        round(r.cost_before, 4),
+                        round(r.cost_after, 4),
+                        round(100 * r.reduction, 1),
+                        r.settings["verify"],
+                        r.settings["blocks"],
+                    ]
+                )
+    common = _bench_module("common")
+    print(common.markdown(headers, rows))
+    base = min(args.layers)
+    growth = [
+        [
+            model,
+            mode,
+            *(f"{total[model, n, mode] / total[model, base, mode]:.2f}x" for n in args.layers),
+        ]
+        for model in args.models
+        for mode in ("whole", "blocks")
+    ]
+    print()
+    print(
+        common.markdown(["model", "mode", *(f"{n} / {base} layers" for n in args.layers)], growth)
+    )
+    print(f"\nappended to {common.append_csv('blocks', headers, rows)}")
+
+
+if __name__ == "__main__":
+    main()

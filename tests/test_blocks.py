@@ -1,0 +1,128 @@
+"""Repeated blocks explored once (relsat.blocks): folding finds identical layers, the folded
+graph holds each once, unfolding puts the optimized copy back into every layer, and costs and
+verification are the whole graph's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relsat import GraphBuilder, models, optimize
+from relsat.blocks import fold
+from relsat.errors import SettingsError
+from relsat.execute import compare
+from relsat.graph import Graph
+
+
+def _encoder(layers: int, *, tie_in: int | None = None, d: int = 64) -> Graph:
+    """A pre-norm transformer-like stack: per layer, Q/K/V matmuls sharing their input
+    (TASO merges them), an attention-like product, a layernorm and a residual add. With
+    ``tie_in``, that layer reads one weight for both Q and K (another wiring)."""
+    b = GraphBuilder()
+    g, beta = b.weight([d], name="g"), b.weight([d], name="beta")
+    x = b.relu(b.input([32, d], name="x"))
+    for i in range(layers):
+        h = b.layernorm(x, g, beta, 1e-5)
+        wq = b.weight([d, d], name=f"wq{i}")
+        wk = wq if i == tie_in else b.weight([d, d], name=f"wk{i}")
+        wv = b.weight([d, d], name=f"wv{i}")
+        q, k, v = b.matmul(h, wq), b.matmul(h, wk), b.matmul(h, wv)
+        s = b.softmax(b.matmul(q, b.transpose(k, [1, 0], shuffle=True)))
+        x = b.add(x, b.relu(b.matmul(s, v)))
+    return b.build(b.layernorm(x, g, beta, 1e-5))  # a head after the stack, as GPT-2's
+
+
+def test_fold_finds_the_layers_and_keeps_the_ends_whole():
+    folding = fold(_encoder(12))
+    assert folding is not None
+    # the first and last layers join the ends; the ten in between are one copy
+    assert sorted(folding.count) == [1, 1, 10]
+    k = folding.count.index(10)
+    layer = folding.pieces[folding.first[k]]
+    assert len(layer.nodes) == 10 and len(layer.outputs) == 1
+    assert folding.saved == 9 * 10
+    names = {n.name for n in folding.graph.inputs}
+    assert f"blk{k}.in0" in names
+
+
+def test_folded_graph_does_not_grow_with_depth():
+    small, big = fold(_encoder(12)), fold(_encoder(48))
+    assert small is not None and big is not None
+    assert len(big.graph) == len(small.graph)
+    assert big.count[big.count.index(max(big.count))] == 46
+
+
+def test_unfold_of_the_folded_graph_is_the_original_function():
+    graph = _encoder(8)
+    folding = fold(graph)
+    assert folding is not None
+    again = folding.unfold(folding.graph)
+    assert [n.name for n in again.inputs] == [n.name for n in graph.inputs]
+    assert [n.name for n in again.weights] == [n.name for n in graph.weights]
+    assert compare(graph, again).ok
+    assert again.op_counts() == graph.op_counts()
+
+
+def test_a_layer_wired_otherwise_is_its_own_copy():
+    folding = fold(_encoder(12, tie_in=5))  # layer 5 reads wq for K too
+    assert folding is not None
+    nodes = folding.original.nodes
+    tied = [p for p in folding.pieces if any(nodes[w].name == "wq5" for w in p.weights)]
+    assert len(tied) == 1 and folding.count[tied[0].copy] == 1
+    assert compare(folding.original, folding.unfold(folding.graph)).ok
+
+
+def test_nothing_to_fold():
+    assert fold(models.load("vgg19")) is None  # no layer repeats with equal shapes
+    assert fold(models.load("nasrnn")) is None  # steps share their matrices (tied weights)
+    b = GraphBuilder()
+    t = b.input([4, 8])
+    for _ in range(3):
+        t = b.relu(b.matmul(t, b.weight([8, 8])))
+    assert fold(b.build(t)) is None  # too little to be worth a cut
+
+
+def test_optimize_with_blocks_matches_the_whole_graph():
+    graph = _encoder(10)
+    whole = optimize(graph)
+    folded = optimize(graph, blocks=True)
+    assert folded.verified and folded.graph.output_shapes == graph.output_shapes
+    assert folded.cost_before == pytest.approx(whole.cost_before, rel=1e-9)
+    assert folded.cost_after <= whole.cost_after * (1 + 1e-9)
+    assert folded.egraph.counts()[0] < whole.egraph.counts()[0] / 2
+    assert folded.settings["blocks"].startswith("10 pieces, 3 distinct")
+    assert whole.settings["blocks"] == "off"
+
+
+def test_copies_linked_by_a_rule_are_never_mixed():
+    """TASO's rules without shared variables (two ReLUs into one over a concat) link the copies
+    side by side in the folded e-graph; such e-nodes are forbidden, so the costs stay the whole
+    graph's and every layer is rebuilt from its own tensors."""
+    graph = models.load("resnext50")
+    whole = optimize(graph, verify=False)
+    folded = optimize(graph, blocks=True)
+    assert folded.settings["blocks"] != "none repeated"
+    assert folded.cost_before == pytest.approx(whole.cost_before, rel=1e-9)
+    assert folded.cost_after == pytest.approx(whole.cost_after, rel=1e-6)
+    assert folded.verified
+
+
+def test_blocks_without_repeats_optimizes_the_whole_graph():
+    result = optimize(models.load("nasrnn"), blocks=True)
+    assert result.settings["blocks"] == "none repeated"
+    assert result.reduction == pytest.approx(optimize(models.load("nasrnn")).reduction)
+
+
+def test_bad_blocks_value():
+    with pytest.raises(SettingsError, match="blocks"):
+        optimize(_encoder(2), blocks="yes")  # type: ignore[arg-type]
+
+
+def test_restrict_weights_count_each_copy():
+    graph = _encoder(6)
+    folding = fold(graph)
+    assert folding is not None
+    result = optimize(graph, blocks=True, verify=False)
+    assert result.extraction.cost == pytest.approx(result.cost_after)
+    counts = np.asarray(folding.count)
+    assert counts.sum() == len(folding.pieces)
