@@ -24,10 +24,11 @@ Each row says which fused operators the variant's file contains (LayerNormalizat
 FastGelu, BiasGelu, SkipLayerNormalization, Attention, ...), the ratio of its median to the
 original's (below 1 = faster) and whether its outputs match the original's (rtol 1e-4,
 atol 1e-5). Then the exporter-variant check: the same model exported with two spellings of one
-activation (BERT with ``hidden_act`` ``gelu`` — torch's Erf form — and ``gelu_python`` —
-transformers' ``x * 0.5 * (1 + erf(x / sqrt 2))``; GPT-2 with ``gelu_new`` — Pow form — and
-``gelu_pytorch_tanh`` — torch's ``x * x * x`` form): does each reach the same fused graph in
-relsat, and in onnxruntime's optimizer? Markdown on stdout, progress on stderr, rows appended to
+activation or of attention (BERT with ``hidden_act`` ``gelu`` — torch's Erf form — and
+``gelu_python`` — transformers' ``x * 0.5 * (1 + erf(x / sqrt 2))``; GPT-2 with ``gelu_new`` —
+Pow form — and ``gelu_pytorch_tanh`` — torch's ``x * x * x`` form; BERT with attention through
+torch's SDPA and through eager MatMul/Softmax): does each reach the same fused graph in relsat,
+and in onnxruntime's optimizer? Markdown on stdout, progress on stderr, rows appended to
 bench/results/transformers.csv.
 """
 
@@ -206,14 +207,18 @@ def bench_model(name: str, args: argparse.Namespace, flags: set[str]) -> list[di
 
 
 def export_variant(name: str, act: str, directory: Path) -> Path:
-    """``name`` (hf-bert or hf-gpt2) with activation ``act``, exported as bench/real_models.py
-    exports it (cached by name and activation)."""
+    """``name`` (hf-bert or hf-gpt2) with activation ``act`` — or, for ``attn:<impl>``, BERT's
+    default activation and attention implementation ``<impl>`` (``sdpa``: torch's
+    scaled_dot_product_attention; ``eager``: explicit MatMul/Mul/Add/Softmax/MatMul) — exported
+    as bench/real_models.py exports it (cached by name and variant)."""
     import torch
 
     rm = _bench_module("real_models")
-    path = directory / f"{name}-{act}.onnx"
+    path = directory / f"{name}-{act.replace(':', '-')}.onnx"
     if path.exists():
         return path
+    attn = act.split(":", 1)[1] if act.startswith("attn:") else None
+    act = "gelu" if attn else act
     torch.manual_seed(rm.SEED)
     if name == "hf-bert":
         from transformers import BertConfig, BertModel
@@ -225,6 +230,8 @@ def export_variant(name: str, act: str, directory: Path) -> Path:
             intermediate_size=1024,
             hidden_act=act,
         )
+        if attn:
+            config._attn_implementation = attn
         model = rm._HiddenState(BertModel(config), ["input_ids", "attention_mask"])
     else:
         from transformers import GPT2Config, GPT2Model
@@ -253,25 +260,29 @@ def export_variant(name: str, act: str, directory: Path) -> Path:
 
 
 def spelling(path: Path) -> str:
-    """How the export spells its activation: the op types between the MLP's matmuls."""
+    """How the export spells its activation and attention: op types that tell them apart."""
     counts = op_types(path)
-    keys = ("Erf", "Div", "Pow", "Tanh", "Mul")
+    keys = ("Erf", "Div", "Pow", "Tanh", "Mul", "IsNaN")
     return ", ".join(f"{k} {counts[k]}" for k in keys if counts.get(k))
 
 
 def variant_check(args: argparse.Namespace, flags: set[str]) -> list[dict[str, Any]]:
     directory = args.exports / "transformers" / "variants"
     rows = []
-    pairs = (("hf-bert", ("gelu", "gelu_python")), ("hf-gpt2", ("gelu_new", "gelu_pytorch_tanh")))
+    pairs = (
+        ("hf-bert", ("gelu", "gelu_python")),
+        ("hf-gpt2", ("gelu_new", "gelu_pytorch_tanh")),
+        ("hf-bert", ("attn:sdpa", "attn:eager")),
+    )
     for name, acts in pairs:
         graphs = {}
         for act in acts:
             log(f"exporter variant: {name} {act}")
             path = export_variant(name, act, directory)
-            opt = directory / f"{name}-{act}.relsat.onnx"
+            opt = path.with_suffix(".relsat.onnx")
             options = ["--keep-slower", "--no-timing", "--threads", str(args.threads)]
             run = real.relsat_optimize(path, opt, options, args.timeout, flags)
-            ort_path = directory / f"{name}-{act}.ort-opt.onnx"
+            ort_path = path.with_suffix(".ort-opt.onnx")
             failure = ort_optimize(path, ort_path, name)
             relsat_ops = op_types(opt) if run.ok and run.output else collections.Counter()
             ort_ops = op_types(ort_path) if failure is None else collections.Counter()

@@ -202,6 +202,34 @@ def test_export_declares_contrib_domain_and_runs_in_onnxruntime() -> None:
 # --- saturation -----------------------------------------------------------------------------
 
 
+def test_skip_layernorm_whose_sum_is_read_imports_as_add_and_layernorm() -> None:
+    """onnxruntime's optimizer writes a pre-norm model's residual sum as SkipLayerNormalization's
+    fourth output; relsat reads it as the add and a layernorm (and the sum), with the bias input
+    added first."""
+    shape = (1, 8, 16)
+    sln = helper.make_node(
+        "SkipLayerNormalization",
+        ["x", "s", "g", "b", "bias"],
+        ["y", "", "", "sum"],
+        domain="com.microsoft",
+        epsilon=1e-5,
+    )
+    tail = helper.make_node("Add", ["sum", "y"], ["out"])
+    model = _model(
+        [sln, tail],
+        {"x": shape, "s": shape},
+        {"out": shape},
+        [_vec("g", 16), _vec("b", 16), _vec("bias", 16)],
+    )
+    model.graph.value_info.extend(  # as onnxruntime's symbolic shape inference writes them
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("y", "sum")
+    )
+    graph = ronnx.load(model)
+    counts = graph.op_counts()
+    assert counts["layernorm"] == 1 and counts["ewadd"] == 3 and not counts["opaque"]
+    assert ronnx.verify(model, ronnx.to_model(graph, like=model)).ok
+
+
 def _gelu_torch(b: GraphBuilder, x: object) -> object:
     inner = b.add(b.erf(b.div(x, b.scalar(math.sqrt(2)))), b.scalar(1.0))
     return b.mul(b.mul(x, inner), b.scalar(0.5))

@@ -185,16 +185,24 @@ def _bias_gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> 
 def _skip_layernorm(
     imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]
 ) -> dict[str, Tensor]:
+    """SkipLayerNormalization: ``layernorm(x + skip [+ bias])`` as one fused op; when its fourth
+    output (the sum, which onnxruntime's optimizer emits for a pre-norm model's next residual) is
+    read, as the add and a layernorm (the rules may fuse them again where the sum is not needed
+    elsewhere). The mean and inverse-std outputs read: opaque."""
     x, skip = imp.tensor(node.input[0]), imp.tensor(node.input[1])
-    if _extra_outputs_read(imp, node) or skip.shape != x.shape:
+    outs = [*node.output, "", "", ""][:4]
+    if any(o and imp.uses[o] for o in outs[1:3]) or skip.shape != x.shape:
         raise Unmapped
     n = x.shape[-1]
     scale, bias = _vector(imp, node, 2, n), _vector(imp, node, 3, n, zeros=True)
     if len(node.input) > 4 and node.input[4]:
         x = imp.g.add(x, _vector(imp, node, 4, n))
-    packed = imp.g.concat(0, [scale, bias])
     eps = float(a.get("epsilon", 1e-12))  # onnxruntime's default for this op
-    return {node.output[0]: imp.g.skiplayernorm(x, skip, packed, eps, name=node.output[0])}
+    if outs[3] and imp.uses[outs[3]]:
+        total = imp.g.add(x, skip, name=outs[3])
+        return {outs[0]: imp.g.layernorm(total, scale, bias, eps, name=outs[0]), outs[3]: total}
+    packed = imp.g.concat(0, [scale, bias])
+    return {outs[0]: imp.g.skiplayernorm(x, skip, packed, eps, name=outs[0])}
 
 
 def _producer(imp: Importer, name: str) -> NodeProto | None:
