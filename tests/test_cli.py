@@ -542,3 +542,18 @@ def test_progress_lines_add_up(tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert int(net) == int(added) - int(merged)
         total += int(net)
         assert total == int(enodes)
+
+
+def test_optimize_with_blocks_writes_the_whole_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--blocks``: BERT's eight layers explored once each distinct block, the whole graph
+    written and verified; the e-graph kept is the folded graph's (inputs ``blk<k>.in<j>``)."""
+    db, out = tmp_path / "b.duckdb", tmp_path / "bert-opt.json"
+    assert main(["optimize", "--model", "bert", "--blocks", "--db", str(db), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "blocks: 14 pieces, 4 distinct" in text and "26.6 % less" in text
+    optimized = Graph.from_json(out.read_text())
+    assert optimized.op_counts()["matmul"] == 32 and len(optimized.inputs) == 1
+    assert main(["sql", str(db), "SELECT count(*) AS n FROM enode WHERE s LIKE 'blk%'"]) == 0
+    assert "n" in capsys.readouterr().out
