@@ -81,7 +81,8 @@ class Piece:
 @dataclass(frozen=True)
 class Folding:
     """The folded graph (one copy per distinct piece, side by side: copy ``k``'s inputs are
-    named ``blk<k>.in<j>``, its weights keep their names, its outputs are consecutive
+    named ``blk<k>.in<j>`` (``blk_`` … when the original has a tensor named so), its weights
+    keep their names, its outputs are consecutive
     outputs of the folded graph), the original's pieces in order, and how often each copy
     occurs (``count[k]``)."""
 
@@ -91,6 +92,11 @@ class Folding:
     count: tuple[int, ...]
     first: tuple[int, ...]  # per copy: the index of the piece it was built from
     out_start: tuple[int, ...]  # per copy: its first output's position in graph.outputs
+    prefix: str = "blk"  # of the copies' input names; no tensor of the original starts with it
+
+    def input_name(self, k: int, j: int) -> str:
+        """The name of copy ``k``'s ``j``-th boundary input in the folded graph."""
+        return f"{self.prefix}{k}.in{j}"
 
     @property
     def saved(self) -> int:
@@ -133,7 +139,7 @@ class Folding:
         for k in range(len(self.count)):
             ok = ~inner  # constants; then the inputs and weights copy k may read
             for i, name in leaves.items():
-                ok[i] = name.startswith(f"blk{k}.in") or k in owner.get(name, ())
+                ok[i] = name.startswith(f"{self.prefix}{k}.in") or k in owner.get(name, ())
             have = np.zeros(n_classes, dtype=bool)
             while True:  # the classes copy k can compute, to a fixpoint
                 have_now = np.zeros(n_classes, dtype=bool)
@@ -193,7 +199,7 @@ class Folding:
             rep = self.pieces[self.first[piece.copy]]
             leaf: dict[int, Tensor] = {}  # folded node id -> this piece's tensor
             for j, ref in enumerate(piece.inputs):
-                fid = names.get(f"blk{piece.copy}.in{j}")
+                fid = names.get(self.input_name(piece.copy, j))
                 if fid is not None:
                     leaf[fid] = made[ref]
             for wr, wi in zip(rep.weights, piece.weights, strict=True):
@@ -271,8 +277,12 @@ def fold(graph: Graph, *, min_saved: int = MIN_SAVED) -> Folding | None:
         Piece(tuple(order[a:b]), sig[1], sig[2], sig[3], copy_of[i])
         for i, ((a, b), sig) in enumerate(zip(spans, sigs, strict=True))
     )
-    folded, out_start = _folded_graph(graph, pieces, first)
-    return Folding(graph, folded, pieces, tuple(count), tuple(first), tuple(out_start))
+    taken = [n.name or "" for n in graph.nodes if not n.inputs]
+    prefix = "blk"
+    while any(name.startswith(prefix) for name in taken):
+        prefix += "_"
+    folded, out_start = _folded_graph(graph, pieces, first, prefix)
+    return Folding(graph, folded, pieces, tuple(count), tuple(first), tuple(out_start), prefix)
 
 
 def _tied(graph: Graph, weights: Sequence[Sequence[int]]) -> bool:
@@ -417,9 +427,9 @@ def _signature(
 
 
 def _folded_graph(
-    graph: Graph, pieces: Sequence[Piece], first: Sequence[int]
+    graph: Graph, pieces: Sequence[Piece], first: Sequence[int], prefix: str
 ) -> tuple[Graph, list[int]]:
-    """One copy of each distinct piece: its boundary inputs as inputs ``blk<k>.in<j>`` (plain
+    """One copy of each distinct piece: its boundary inputs as inputs ``<prefix><k>.in<j>`` (plain
     types: a split history does not cross a cut), its weights as they are, its outputs."""
     b = GraphBuilder()
     weights: dict[int, Tensor] = {}
@@ -429,7 +439,7 @@ def _folded_graph(
         piece = pieces[i]
         made: dict[Ref, Tensor] = {}
         for j, ref in enumerate(piece.inputs):
-            made[ref] = b.input(graph.shape(ref), name=f"blk{k}.in{j}")
+            made[ref] = b.input(graph.shape(ref), name=f"{prefix}{k}.in{j}")
         for w in piece.weights:
             if w not in weights:
                 node = graph.nodes[w]

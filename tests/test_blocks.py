@@ -126,3 +126,16 @@ def test_restrict_weights_count_each_copy():
     assert result.extraction.cost == pytest.approx(result.cost_after)
     counts = np.asarray(folding.count)
     assert counts.sum() == len(folding.pieces)
+
+
+def test_a_tensor_named_like_a_copy_input_does_not_clash():
+    b = GraphBuilder()
+    x = b.input([8, 16], name="blk0.in0")
+    for i in range(12):
+        x = b.relu(b.matmul(x, b.weight([16, 16], name=f"blk{i}")))
+    graph = b.build(x)
+    folding = fold(graph)
+    assert folding is not None and folding.prefix == "blk_"
+    assert {n.name for n in folding.graph.inputs} == {"blk_0.in0"}
+    result = optimize(graph, blocks=True)
+    assert result.verified and [n.name for n in result.graph.inputs] == ["blk0.in0"]
