@@ -514,7 +514,14 @@ class _Exporter:
                 self.inits.append(_decode_tensor(spec, name))
                 inputs.append(name)
         out_it = iter(outs)
-        outputs = [next(out_it) if present else "" for present in meta["outputs"]]
+        outputs = [
+            next(out_it)
+            if code == 1
+            else self.fresh(f"{node.params['type']}_{node.id}_unread")
+            if code == 2
+            else ""
+            for code in meta["outputs"]
+        ]
         proto_attrs = []
         A = onnx.AttributeProto
         for key, value in sorted(attrs.items()):

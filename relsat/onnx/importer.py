@@ -463,7 +463,11 @@ class Importer:
             layout.append("t")
             in_dtypes.append(self.dtype(name))
         shapes, names = [], []
-        for name in node.output:
+        # An output nothing reads is dropped (the exporter writes a fresh name for it), so that
+        # a node with one output read is one e-node (EmbedLayerNormalization's mask_index).
+        read = [o for o in node.output if o and self.uses[o]]
+        kept = read if 0 < len(read) < len([o for o in node.output if o]) else node.output
+        for name in kept:
             if not name:
                 continue
             shape = self.static_shape_inferred(name)
@@ -483,7 +487,8 @@ class Importer:
             "opset": self.opsets.get(node.domain or "", self.opsets[""]),
             "types": {a.name: AttributeProto.AttributeType.Name(a.type) for a in node.attribute},
             "inputs": layout,
-            "outputs": [1 if o else 0 for o in node.output],
+            # per ONNX output: 1 a relsat output, 2 present but unread (dropped), 0 absent
+            "outputs": [(1 if o in names else 2) if o else 0 for o in node.output],
         }
         out_dtypes = [self.dtype(name) for name in names]
         # Element types other than float32 are recorded: the exporter declares graph inputs and
