@@ -10,11 +10,12 @@ Two views of the same compilation:
   engine is checked against.
 * :func:`compile_rules` turns the whole rule set into rows of three tables (``pnode``: pattern
   nodes; ``tnode``: right-hand-side templates; ``rguard``: guards). The engine then runs the same
-  few hand-written statements every iteration (``sql/search``, ``sql/apply``) whatever the number
-  of rules: matching proceeds level by level over all rules' pattern nodes at once, and right-hand
-  sides are instantiated by joining matches with their templates. This is the batching of
-  DESIGN.md ("Batch"): a UNION ALL of one query per rule costs ~1.5 ms per rule per iteration in
-  DuckDB even when nothing matches, the rule program costs a fixed handful of statements.
+  few hand-written statements every iteration (``sql/search``, ``sql/apply``) whatever the number of
+  rules: matching proceeds height by height (one recursive query) over all rules' pattern nodes at
+  once, and right-hand sides are instantiated by joining matches with their templates. This is the
+  batching of DESIGN.md ("Batch"): a UNION ALL of one query per rule costs ~1.5 ms per rule per
+  iteration in DuckDB even when nothing matches, the rule program costs a fixed handful of
+  statements.
 
 Integer arguments of a pattern node map to the ``enode`` columns ``p0…`` in TENSAT's argument
 order and tensor arguments to ``c0…``, so ``(conv2d 1 1 0 2 ?x ?w)`` is ``op = 'conv2d' AND p0 = 1

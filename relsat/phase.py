@@ -95,14 +95,6 @@ class Phases:
         else:
             self.next_iteration, self._skip_multi = int(last["iteration"]) + 1, False
         self._whole = True
-        pnode = program.pnode.to_pydict()
-        self.heights = {  # the tallest left-hand-side pattern of each kind of phase
-            kind: max(
-                (h for h, m in zip(pnode["height"], pnode["multi"], strict=True) if m == kind),
-                default=0,
-            )
-            for kind in (True, False)
-        }
         for table in ("rule_info", "pnode", "tnode", "rguard"):
             self.db.execute(f"DELETE FROM {table}")
             self.db.insert_arrow(table, getattr(program, table))
@@ -118,9 +110,7 @@ class Phases:
         """Fill ``match`` with the phase's matches that involve an e-node stamped >= ``since``,
         among the e-nodes born before ``until``."""
         self.db.run("search/reset")
-        self.db.run("search/match_leaves", multi=multi, since=since, until=until)
-        for h in range(1, self.heights[multi] + 1):
-            self.db.run("search/match_level", h=h, multi=multi, since=since, until=until)
+        self.db.run("search/match", multi=multi, since=since, until=until)
         self.db.run("search/collect_multi" if multi else "search/collect_single")
 
     def phase(self, iteration: int, *, multi: bool, budget: int) -> IterationStats:
@@ -132,7 +122,7 @@ class Phases:
         self.search(multi=multi, since=self.since[multi], until=self.until.pop(multi, NEVER))
         self.since[multi] = self.epoch
         t1 = time.perf_counter()
-        ((pending, height, guarded),) = db.run("apply/pending_height")
+        ((pending, guarded),) = db.run("apply/pending")
         cycle_s = 0.0
         if pending:
             if multi and self.cycle_filter != "off":
@@ -140,7 +130,7 @@ class Phases:
                 cycle_s = time.perf_counter() - t1
             if guarded:
                 db.run("apply/check_guards")
-            cycle_s += self._apply(pending, height, multi=multi, budget=budget)
+            cycle_s += self._apply(pending, multi=multi, budget=budget)
         t2 = time.perf_counter()
         t1b = t1 + cycle_s
         matches = applied = rejected_cycle = capped = new_enodes = 0
@@ -190,7 +180,7 @@ class Phases:
         )
         return stats
 
-    def _apply(self, pending: int, height: int, *, multi: bool, budget: int) -> float:
+    def _apply(self, pending: int, *, multi: bool, budget: int) -> float:
         """Apply the phase's ``pending`` matches (ids 1..pending) a chunk of :attr:`chunk` at a
         time, in match-id order: cycle pre-filter, instantiation, shape check, e-node limit,
         insertion. A chunk's new e-nodes are inserted before the next chunk is instantiated, so
@@ -209,8 +199,7 @@ class Phases:
                 cycle_s += time.perf_counter() - t
             if lo > 1:
                 db.run("apply/next_chunk")
-            for h in range(height + 1):
-                db.run("apply/instantiate_level", h=h, lo=lo, hi=hi)
+            db.run("apply/instantiate", lo=lo, hi=hi)
             fresh = check_new(db)
             db.run("apply/settle")
             capped = False
