@@ -136,8 +136,10 @@ class Phases:
         matches = applied = rejected_cycle = capped = new_enodes = 0
         rebuilt = Rebuilt(0, 0)
         if pending:  # nothing matched: nothing to count, rebuild or check for cycles
-            ((matches, applied, rejected_cycle, capped, new_enodes),) = db.run("stats/phase_counts")
-            db.run("stats/rule_counts", iteration=iteration)
+            per_rule = db.run("stats/rule_counts", iteration=iteration)
+            matches, applied, _, rejected_cycle, new_enodes, capped = (
+                sum(r[i] for r in per_rule) for i in range(2, 8)
+            )
             rebuilt = rebuild(db, self.epoch)
         t3 = time.perf_counter()
         # The first post-pass of a run looks at everything (the stored e-graph may come from a
