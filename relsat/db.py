@@ -8,6 +8,7 @@ text). Every statement is counted and timed, planning and execution separately
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -31,16 +32,20 @@ SQL_DIR = data_dir("sql")
 SCHEMA_VERSION = "5"
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
-_PLAN_COST: dict[str, float] = {}
+_PLAN_COST: dict[str, float] = {}  # statement text -> seconds DuckDB takes to plan it
+#: The statements of each ``sql/<name>.sql`` with the parameters they want and their planning
+#: cost, split once per process (the files do not change while it runs).
+_STATEMENTS: dict[str, list[tuple[str, list[str], float]]] = {}
 _SKIPPED_OPTIMIZERS = (
     "compressed_materialization,statistics_propagation,common_subexpressions,"
     "late_materialization,common_subplan,partitioned_execution,"
     "join_filter_pushdown"
-)  # statement text -> seconds DuckDB takes to plan it
+)
 
 
+@functools.cache
 def sql_text(name: str) -> str:
-    """The text of ``sql/<name>.sql`` (e.g. ``"rebuild/apply_remap"``)."""
+    """The text of ``sql/<name>.sql`` (e.g. ``"rebuild/apply_remap"``), read once per process."""
     path = SQL_DIR / f"{name}.sql"
     try:
         return path.read_text()
@@ -94,7 +99,6 @@ class Database:
         # benchmarks, bench/explore.py). Results do not depend on optimizer settings.
         self.con.execute(f"SET disabled_optimizers = '{_SKIPPED_OPTIMIZERS}'").fetchall()
         self.counters = Counters()
-        self._statements: dict[str, list[tuple[str, list[str], float]]] = {}
         self._in_transaction = False
         # The deadline watcher (see deadline()): `_expired` once it has passed; `_busy` while a
         # statement runs, changed and read under `_lock` so that an interrupt only ever lands on
@@ -138,9 +142,7 @@ class Database:
         time a statement runs, relsat times an ``EXPLAIN`` of it (parse, bind, plan, optimize)
         and from then on books that much of every execution as planning.
         """
-        statements = self._statements.get(name)
-        if statements is None:
-            statements = self._load(name)
+        statements = _STATEMENTS.get(name) or self._load(name)
         rows: list[Any] = []
         for sql, wanted, plan_s in statements:
             with self._statement(name, plan_s):
@@ -154,7 +156,7 @@ class Database:
     def run_arrow(self, name: str, **params: Any) -> pa.Table:
         """Execute the one statement of ``sql/<name>.sql`` (a query) with ``$`` parameters bound
         and fetch its result as an Arrow table; counted and timed as :meth:`run`."""
-        ((sql, wanted, plan_s),) = self._statements.get(name) or self._load(name)
+        ((sql, wanted, plan_s),) = _STATEMENTS.get(name) or self._load(name)
         with self._statement(name, plan_s):
             table: pa.Table = self.con.sql(sql, params=_bind(name, wanted, params)).to_arrow_table()
         return table
@@ -191,7 +193,7 @@ class Database:
                 except duckdb.Error:
                     _PLAN_COST[part] = 0.0
             statements.append((part, wanted, _PLAN_COST[part]))
-        self._statements[name] = statements
+        _STATEMENTS[name] = statements
         return statements
 
     # --- data in and out ------------------------------------------------------------------
