@@ -2,25 +2,14 @@
 -- (match ids; a phase with many matches is applied a chunk at a time, relsat/phase.py), all
 -- heights in one statement: a recursive query whose step h builds the templates of height h of
 -- the matches that built one of height h - 1 (the working table `lvl`; every template of height
--- h has a child of height h - 1, its `dref`). Children are bound variables or templates of lower
--- height (`recurring.lvl`); a split's cut is dim cut_dim of the class bound to slot cut_slot.
+-- h has a child of height h - 1, its `tnode.dref`). Children are bound variables or templates of
+-- lower height (`recurring.lvl`); a split's cut is dim cut_dim of the class bound to slot cut_slot.
 -- Hash-cons against the e-graph: an existing e-node gives its class; a node that does not exist
 -- yet gets a fresh class id, one per distinct node of its height (never an id that union-find has
 -- merged away, nor one an earlier chunk of the phase gave to a node that `newnode` still holds,
 -- nor one a lower height gave). `cand` is empty when this runs. Parameters: $lo, $hi.
 INSERT INTO cand
-WITH RECURSIVE tpl AS MATERIALIZED (
-    SELECT t.*,
-           CASE WHEN t.k0 = 2 AND d0.height = t.height - 1 THEN t.r0
-                WHEN t.k1 = 2 AND d1.height = t.height - 1 THEN t.r1
-                WHEN t.k2 = 2 AND d2.height = t.height - 1 THEN t.r2
-                WHEN t.k3 = 2 AND d3.height = t.height - 1 THEN t.r3 ELSE -1 END AS dref
-    FROM tnode t
-    LEFT JOIN tnode d0 ON d0.tid = t.r0 AND t.k0 = 2
-    LEFT JOIN tnode d1 ON d1.tid = t.r1 AND t.k1 = 2
-    LEFT JOIN tnode d2 ON d2.tid = t.r2 AND t.k2 = 2
-    LEFT JOIN tnode d3 ON d3.tid = t.r3 AND t.k3 = 2
-), base AS MATERIALIZED (
+WITH RECURSIVE base AS MATERIALIZED (
     SELECT greatest((SELECT coalesce(max(id), -1) FROM eclass),
                     (SELECT coalesce(max(id), -1) FROM uf),
                     (SELECT coalesce(max(class), -1) FROM newnode)) AS top
@@ -69,7 +58,7 @@ USING KEY (mid, tid) AS (
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] WHEN 2 THEN i2.class ELSE -1 END AS c2,
                    CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] WHEN 2 THEN i3.class ELSE -1 END AS c3
             FROM lvl w
-            JOIN tpl t ON t.dref = w.tid
+            JOIN tnode t ON t.dref = w.tid
             JOIN match m ON m.mid = w.mid
             LEFT JOIN recurring.lvl i0 ON i0.mid = m.mid AND i0.tid = t.r0 AND t.k0 = 2
             LEFT JOIN recurring.lvl i1 ON i1.mid = m.mid AND i1.tid = t.r1 AND t.k1 = 2

@@ -23,17 +23,13 @@ WITH RECURSIVE cand AS MATERIALIZED (
            CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o4,
            CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o5,
            -- the deep sub-pattern (height h - 1; -1 at height 0) and the other one (or -1), with
-           -- the classes they must match (-1 at height 0)
-           CASE WHEN s.height = p.height - 1 THEN p.sub0 ELSE p.sub1 END AS dpid,
-           CASE WHEN s.height = p.height - 1 THEN p.sub1 ELSE p.sub0 END AS spid,
-           CASE WHEN p.height = 0 THEN -1 WHEN s.height = p.height - 1 AND p.sub0_pos = 0 THEN e.c0
-                ELSE e.c1 END AS droot,
-           CASE WHEN s.height = p.height - 1 OR p.sub0_pos = 1 THEN e.c1 ELSE e.c0 END AS sroot
+           -- the classes they must match
+           p.dpid, p.spid, CASE p.dpos WHEN 0 THEN e.c0 ELSE e.c1 END AS droot,
+           CASE p.spos WHEN 0 THEN e.c0 ELSE e.c1 END AS sroot
     FROM pnode p
     JOIN enode e
       ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
      AND e.arity = p.arity
-    LEFT JOIN pnode s ON s.pid = p.sub0
     WHERE p.multi = $multi AND NOT e.filtered AND e.born < $until
       AND (p.x0 <> p.x1 OR e.c0 = e.c1 OR (p.height > 0 AND p.x0 < 0))
       AND (p.height > 0 OR (
