@@ -172,6 +172,7 @@ def explore(
             done: list[IterationStats] = []
             for multi in runner.phases(iteration):
                 try:
+                    db.fit_threads(enodes)
                     with db.transaction():
                         s = runner.phase(iteration, multi=multi, budget=limits.nodes - enodes)
                         violations = egraph.audit() if audit else {}
