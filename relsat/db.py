@@ -144,7 +144,8 @@ class Database:
 
         DuckDB plans a statement anew on every execution (prepared statements included, as
         measured with DuckDB 2.0), so planning time cannot be read off the execution. The first
-        time a statement runs, relsat times an ``EXPLAIN`` of it (parse, bind, plan, optimize)
+        time a statement runs, relsat times an ``EXPLAIN (FORMAT json)`` of it (parse, bind, plan,
+        optimize; the JSON form, since rendering the text plan costs up to twice the planning)
         and from then on books that much of every execution as planning.
         """
         statements = _STATEMENTS.get(name) or self._load(name)
@@ -193,7 +194,8 @@ class Database:
             if part not in _PLAN_COST:  # measured once per process: it depends on the SQL text
                 start = time.perf_counter()
                 try:  # the work tables may be empty now: only the plan matters
-                    self.con.execute(f"EXPLAIN {part}", {p: 0 for p in wanted} or None).fetchall()
+                    probe = f"EXPLAIN (FORMAT json) {part}"  # text rendering is not planning
+                    self.con.execute(probe, {p: 0 for p in wanted} or None).fetchall()
                     _PLAN_COST[part] = time.perf_counter() - start
                 except duckdb.Error:
                     _PLAN_COST[part] = 0.0
