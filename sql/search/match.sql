@@ -12,7 +12,9 @@
 -- and must agree. The key (pattern node, root, bindings) is unique: no height overwrites
 -- another's rows. E-nodes on the cycle filter list are ignored. Fresh (semi-naive) if any e-node
 -- in the match has stamp >= $since. Only e-nodes born before $until take part (a phase cut short
--- by the e-node limit is run again over the e-graph it saw). Parameters: $multi, $since, $until.
+-- by the e-node limit is run again over the e-graph it saw). Finds what match_leaves.sql and
+-- match_level.sql find, one statement instead of one per height: used while the e-graph is small
+-- (relsat/phase.py RECURSIVE_BELOW). Parameters: $multi, $since, $until.
 INSERT INTO sub
 WITH RECURSIVE cand AS MATERIALIZED (
     SELECT p.pid, p.jslot, e.class AS root, e.stamp >= $since AS fresh,

@@ -1,0 +1,50 @@
+-- Match every pattern node of height $h >= 1, of all rules of the phase at once: an e-node with
+-- the node's op, literals and arity whose sub-pattern children (lower heights, already in `sub`)
+-- match its child classes. The bindings of the node's own variable children (o) and of its
+-- sub-patterns (a, b) are merged per slot and must agree. Fresh if any e-node in it is.
+-- Sub-patterns sit at child positions 0 and 1 (a third or fourth child is always a variable,
+-- x2, x3).
+-- Only e-nodes born before $until take part (see match_leaves.sql).
+-- Parameters: $h, $multi, $since, $until.
+INSERT INTO sub
+WITH m AS (
+    SELECT p.pid, p.jslot, e.class AS root,
+           e.stamp >= $since OR a.fresh OR coalesce(b.fresh, false) AS fresh,
+           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
+           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
+           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o2,
+           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o3,
+           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o4,
+           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o5,
+           a.v0 AS a0, a.v1 AS a1, a.v2 AS a2, a.v3 AS a3, a.v4 AS a4, a.v5 AS a5,
+           b.v0 AS b0, b.v1 AS b1, b.v2 AS b2, b.v3 AS b3, b.v4 AS b4, b.v5 AS b5
+    FROM pnode p
+    JOIN enode e
+      ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
+     AND e.arity = p.arity
+    JOIN sub a ON a.pid = p.sub0 AND a.root = CASE p.sub0_pos WHEN 0 THEN e.c0 ELSE e.c1 END
+    LEFT JOIN sub b ON b.pid = p.sub1 AND b.root = e.c1
+    WHERE p.height = $h AND p.multi = $multi AND NOT e.filtered AND e.born < $until
+      AND (p.sub1 < 0 OR b.pid IS NOT NULL)
+      AND (p.x0 < 0 OR p.x0 <> p.x1 OR e.c0 = e.c1)
+), merged AS (
+    SELECT pid, jslot, root, fresh,
+           coalesce(o0, a0, b0) AS v0, coalesce(o1, a1, b1) AS v1,
+           coalesce(o2, a2, b2) AS v2, coalesce(o3, a3, b3) AS v3,
+           coalesce(o4, a4, b4) AS v4, coalesce(o5, a5, b5) AS v5,
+           (a0 IS NULL OR o0 IS NULL OR a0 = o0) AND (b0 IS NULL OR b0 = coalesce(o0, a0, b0))
+       AND (a1 IS NULL OR o1 IS NULL OR a1 = o1) AND (b1 IS NULL OR b1 = coalesce(o1, a1, b1))
+       AND (a2 IS NULL OR o2 IS NULL OR a2 = o2) AND (b2 IS NULL OR b2 = coalesce(o2, a2, b2))
+       AND (a3 IS NULL OR o3 IS NULL OR a3 = o3) AND (b3 IS NULL OR b3 = coalesce(o3, a3, b3))
+       AND (a4 IS NULL OR o4 IS NULL OR a4 = o4) AND (b4 IS NULL OR b4 = coalesce(o4, a4, b4))
+       AND (a5 IS NULL OR o5 IS NULL OR a5 = o5) AND (b5 IS NULL OR b5 = coalesce(o5, a5, b5))
+           AS agree
+    FROM m
+)
+SELECT pid, root, bool_or(fresh),
+       CASE jslot WHEN 0 THEN v0 WHEN 1 THEN v1 WHEN 2 THEN v2 WHEN 3 THEN v3 WHEN 4 THEN v4
+                  WHEN 5 THEN v5 ELSE 0 END,
+       v0, v1, v2, v3, v4, v5
+FROM merged
+WHERE agree
+GROUP BY ALL
