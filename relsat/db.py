@@ -39,7 +39,7 @@ _PLAN_COST: dict[str, float] = {}  # statement text -> seconds DuckDB takes to p
 _STATEMENTS: dict[str, list[tuple[str, list[str], float]]] = {}
 #: Below this many e-nodes an e-graph's statements run on one thread (:meth:`Database.fit_threads`):
 #: they are many and small, and a second thread costs more in scheduling than it gains (measured
-#: on 2 loaded cores, k_multi = 1 to 3: 5-26 % less exploration time up to 100,000 e-nodes).
+#: on 2 loaded cores, k_multi = 1 to 3: 0-26 % less exploration time up to 100,000 e-nodes).
 SERIAL_BELOW = 200_000
 _SKIPPED_OPTIMIZERS = (
     "compressed_materialization,statistics_propagation,common_subexpressions,"
