@@ -10,11 +10,12 @@ Two views of the same compilation:
   engine is checked against.
 * :func:`compile_rules` turns the whole rule set into rows of three tables (``pnode``: pattern
   nodes; ``tnode``: right-hand-side templates; ``rguard``: guards). The engine then runs the same
-  few hand-written statements every iteration (``sql/search``, ``sql/apply``) whatever the number
-  of rules: matching proceeds level by level over all rules' pattern nodes at once, and right-hand
-  sides are instantiated by joining matches with their templates. This is the batching of
-  DESIGN.md ("Batch"): a UNION ALL of one query per rule costs ~1.5 ms per rule per iteration in
-  DuckDB even when nothing matches, the rule program costs a fixed handful of statements.
+  few hand-written statements every iteration (``sql/search``, ``sql/apply``) whatever the number of
+  rules: matching proceeds height by height (one recursive query) over all rules' pattern nodes at
+  once, and right-hand sides are instantiated by joining matches with their templates. This is the
+  batching of DESIGN.md ("Batch"): a UNION ALL of one query per rule costs ~1.5 ms per rule per
+  iteration in DuckDB even when nothing matches, the rule program costs a fixed handful of
+  statements.
 
 Integer arguments of a pattern node map to the ``enode`` columns ``p0…`` in TENSAT's argument
 order and tensor arguments to ``c0…``, so ``(conv2d 1 1 0 2 ?x ?w)`` is ``op = 'conv2d' AND p0 = 1
@@ -227,6 +228,11 @@ def _add_pattern(
     ]
     xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors] + [-1] * 4
     heights = [rows[pid]["height"] for _, pid in subs]
+    # The deep sub-pattern (the first of height h - 1: the search finds a node of height h from
+    # it) and the other one, as (position, pattern node), (-1, -1) for none.
+    deep = heights.index(max(heights)) if heights else -1
+    dpos, dpid = subs[deep] if subs else (-1, -1)
+    spos, spid = subs[1 - deep] if len(subs) > 1 else (-1, -1)
     lits = [*ints, -1, -1, -1, -1][:MAX_LHS_INTS]
     row = {
         "rule": rid,
@@ -249,6 +255,10 @@ def _add_pattern(
         "multi": rule.is_multi,
         "x2": xs[2],
         "x3": xs[3],
+        "dpid": dpid,
+        "dpos": dpos,
+        "spid": spid,
+        "spos": spos,
     }
     rows.append(row)
     return len(rows) - 1
@@ -308,6 +318,16 @@ def _add_template(
         "r2": refs[2],
         "k3": kinds[3],
         "r3": refs[3],
+        # the first template child of height h - 1 (instantiation builds a node of height h
+        # after it), or -1
+        "dref": next(
+            (
+                r
+                for k, r in zip(kinds, refs, strict=True)
+                if k == TEMPLATE and rows[r]["height"] == max(heights)
+            ),
+            -1,
+        ),
     }
     rows.append(row)
     memo[p] = len(rows) - 1
@@ -382,6 +402,10 @@ _PNODE = pa.schema(
         ("multi", pa.bool_()),
         ("x2", pa.int32()),
         ("x3", pa.int32()),
+        ("dpid", pa.int32()),
+        ("dpos", pa.int32()),
+        ("spid", pa.int32()),
+        ("spos", pa.int32()),
     ]
 )
 _TNODE = pa.schema(
@@ -403,6 +427,7 @@ _TNODE = pa.schema(
         ("r2", pa.int32()),
         ("k3", pa.int32()),
         ("r3", pa.int32()),
+        ("dref", pa.int32()),
     ]
 )
 _GUARD = pa.schema(

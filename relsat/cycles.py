@@ -42,10 +42,11 @@ UNRANKED = 2**31 - 1
 def ranks(db: Database) -> None:
     """Fill ``cedge`` (class → child class, e-nodes not filtered) and ``crank`` (longest path to a
     leaf; classes on or above a cycle get :data:`UNRANKED`)."""
-    edges = db.arrow("SELECT DISTINCT class, child FROM (" + _class_edges(db) + ")")
+    edges = db.run_arrow("cycles/class_edges")
     classes = db.arrow("SELECT id FROM eclass")["id"].to_numpy()
-    parent = edges["class"].to_numpy()
-    child = edges["child"].to_numpy()
+    pairs = np.stack([edges["class"].to_numpy(), edges["child"].to_numpy()], axis=1)
+    pairs = np.unique(pairs, axis=0) if len(pairs) else pairs
+    parent, child = pairs[:, 0], pairs[:, 1]
     rank = _longest_path(classes, parent, child)
     db.execute("DELETE FROM cedge")
     db.execute("DELETE FROM crank")
@@ -75,7 +76,7 @@ def remove_cycles(db: Database, epoch: int | None = None) -> int:
     none is left; returns how many e-nodes were put on the filter list. With ``epoch`` (the
     phase's stamp; the e-graph had no cycle reachable from the outputs before the phase) the
     search runs only if an e-node stamped ``epoch`` can be on or lead to a cycle."""
-    rows = db.arrow(_class_edges(db))
+    rows = db.run_arrow("cycles/class_edges")
     node = rows["id"].to_numpy()
     cls = rows["class"].to_numpy()
     child = rows["child"].to_numpy()
@@ -106,12 +107,6 @@ def remove_cycles(db: Database, epoch: int | None = None) -> int:
         finally:
             db.con.unregister("relsat_filtered")
     return len(filtered)
-
-
-def _class_edges(db: Database) -> str:
-    from relsat.db import _strip_comments, sql_text
-
-    return _strip_comments(sql_text("cycles/class_edges")).strip().rstrip(";")
 
 
 def _longest_path(classes: np.ndarray, parent: np.ndarray, child: np.ndarray) -> np.ndarray:

@@ -8,9 +8,11 @@ text). Every statement is counted and timed, planning and execution separately
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,19 +30,27 @@ __all__ = ["SCHEMA_VERSION", "SQL_DIR", "Counters", "Database", "DeadlinePassed"
 #: Where the hand-written SQL lives.
 SQL_DIR = data_dir("sql")
 #: Bumped whenever a table changes shape; a stored e-graph of another version is refused.
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
-_PLAN_COST: dict[str, float] = {}
+_PLAN_COST: dict[str, float] = {}  # statement text -> seconds DuckDB takes to plan it
+#: The statements of each ``sql/<name>.sql`` with the parameters they want and their planning
+#: cost, split once per process (the files do not change while it runs).
+_STATEMENTS: dict[str, list[tuple[str, list[str], float]]] = {}
+#: Below this many e-nodes an e-graph's statements run on one thread (:meth:`Database.fit_threads`):
+#: they are many and small, and a second thread costs more in scheduling than it gains (measured
+#: on 2 loaded cores, k_multi = 1 to 3: 0-26 % less exploration time up to 100,000 e-nodes).
+SERIAL_BELOW = 200_000
 _SKIPPED_OPTIMIZERS = (
     "compressed_materialization,statistics_propagation,common_subexpressions,"
     "late_materialization,common_subplan,partitioned_execution,"
     "join_filter_pushdown"
-)  # statement text -> seconds DuckDB takes to plan it
+)
 
 
+@functools.cache
 def sql_text(name: str) -> str:
-    """The text of ``sql/<name>.sql`` (e.g. ``"rebuild/apply_remap"``)."""
+    """The text of ``sql/<name>.sql`` (e.g. ``"rebuild/apply_remap"``), read once per process."""
     path = SQL_DIR / f"{name}.sql"
     try:
         return path.read_text()
@@ -94,7 +104,6 @@ class Database:
         # benchmarks, bench/explore.py). Results do not depend on optimizer settings.
         self.con.execute(f"SET disabled_optimizers = '{_SKIPPED_OPTIMIZERS}'").fetchall()
         self.counters = Counters()
-        self._statements: dict[str, list[tuple[str, list[str], float]]] = {}
         self._in_transaction = False
         # The deadline watcher (see deadline()): `_expired` once it has passed; `_busy` while a
         # statement runs, changed and read under `_lock` so that an interrupt only ever lands on
@@ -103,6 +112,7 @@ class Database:
         self._lock = threading.Lock()
         self._busy = False
         self._watcher: tuple[threading.Thread, threading.Event] | None = None
+        self._serial = False  # DuckDB's default threads until fit_threads says otherwise
 
     # --- statements -----------------------------------------------------------------------
 
@@ -115,7 +125,7 @@ class Database:
         start = time.perf_counter()
         try:
             if fetch == "arrow":
-                return self.con.sql(sql, params=dict(params) if params else None).to_arrow_table()
+                return self._to_arrow(sql, dict(params) if params else None)
             return self.con.execute(sql, dict(params) if params else None).fetchall()
         except duckdb.Error as exc:
             raise self._error(exc, "") from None
@@ -135,12 +145,11 @@ class Database:
 
         DuckDB plans a statement anew on every execution (prepared statements included, as
         measured with DuckDB 2.0), so planning time cannot be read off the execution. The first
-        time a statement runs, relsat times an ``EXPLAIN`` of it (parse, bind, plan, optimize)
+        time a statement runs, relsat times an ``EXPLAIN (FORMAT json)`` of it (parse, bind, plan,
+        optimize; the JSON form, since rendering the text plan costs up to twice the planning)
         and from then on books that much of every execution as planning.
         """
-        statements = self._statements.get(name)
-        if statements is None:
-            statements = self._load(name)
+        statements = _STATEMENTS.get(name) or self._load(name)
         rows: list[Any] = []
         for sql, wanted, plan_s in statements:
             with self._statement(name, plan_s):
@@ -154,9 +163,19 @@ class Database:
     def run_arrow(self, name: str, **params: Any) -> pa.Table:
         """Execute the one statement of ``sql/<name>.sql`` (a query) with ``$`` parameters bound
         and fetch its result as an Arrow table; counted and timed as :meth:`run`."""
-        ((sql, wanted, plan_s),) = self._statements.get(name) or self._load(name)
+        ((sql, wanted, plan_s),) = _STATEMENTS.get(name) or self._load(name)
         with self._statement(name, plan_s):
-            table: pa.Table = self.con.sql(sql, params=_bind(name, wanted, params)).to_arrow_table()
+            table = self._to_arrow(sql, _bind(name, wanted, params))
+        return table
+
+    def _to_arrow(self, sql: str, params: dict[str, Any] | None) -> pa.Table:
+        """Run a query and fetch its result as Arrow: through an executed statement, not a
+        relation (``con.sql`` parses and binds the query once more to learn its schema, ~1.5 ms
+        for the phase's queries), at the price of a copy of the (small) result, which DuckDB
+        warns about."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            table: pa.Table = self.con.execute(sql, params).to_arrow_table()
         return table
 
     @contextmanager
@@ -186,13 +205,26 @@ class Database:
             if part not in _PLAN_COST:  # measured once per process: it depends on the SQL text
                 start = time.perf_counter()
                 try:  # the work tables may be empty now: only the plan matters
-                    self.con.execute(f"EXPLAIN {part}", {p: 0 for p in wanted} or None).fetchall()
+                    probe = f"EXPLAIN (FORMAT json) {part}"  # text rendering is not planning
+                    self.con.execute(probe, {p: 0 for p in wanted} or None).fetchall()
                     _PLAN_COST[part] = time.perf_counter() - start
                 except duckdb.Error:
                     _PLAN_COST[part] = 0.0
             statements.append((part, wanted, _PLAN_COST[part]))
-        self._statements[name] = statements
+        _STATEMENTS[name] = statements
         return statements
+
+    def fit_threads(self, enodes: int) -> None:
+        """One thread while the e-graph has fewer than :data:`SERIAL_BELOW` e-nodes, DuckDB's
+        default (one per core) from then on; a statement only when that changes."""
+        serial = enodes < SERIAL_BELOW
+        if serial == self._serial:
+            return
+        if serial:
+            self.run("settings/threads", n=1)
+        else:
+            self.run("settings/default_threads")
+        self._serial = serial
 
     # --- data in and out ------------------------------------------------------------------
 

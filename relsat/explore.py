@@ -3,12 +3,12 @@
 Each iteration runs the multi-pattern phase (only in the first ``k_multi`` iterations, before the
 single-pattern rules, as TENSAT does) and then the single-pattern phase, each phase in its own
 transaction. A phase is a fixed sequence of statements whatever the number of rules (see
-:mod:`relsat.compile`): match level by level, collect whole matches, check guards, instantiate
-right-hand sides level by level with the shape check, insert, rebuild. Searches are semi-naive:
-only matches that involve an e-node created or re-canonicalized since the last search of the same
-kind are new. A run ends with a :class:`StopReason`, never an exception for a limit; one
-:class:`IterationStats` row per iteration and phase, and per-rule rows, are kept in the database
-(``iteration_stats``, ``rule_stats``).
+:mod:`relsat.compile`): match all pattern heights (one recursive query), collect whole matches,
+check guards, instantiate right-hand sides (one recursive query), shape-check, insert, rebuild.
+Searches are semi-naive: only matches that involve an e-node created or re-canonicalized since the
+last search of the same kind are new. A run ends with a :class:`StopReason`, never an exception for
+a limit; one :class:`IterationStats` row per iteration and phase, and per-rule rows, are kept in the
+database (``iteration_stats``, ``rule_stats``).
 
 Limits hold inside a phase. The time limit interrupts the running statement (a watcher thread,
 :meth:`relsat.db.Database.deadline`) and **rolls the phase in progress back**: what earlier
@@ -172,6 +172,7 @@ def explore(
             done: list[IterationStats] = []
             for multi in runner.phases(iteration):
                 try:
+                    db.fit_threads(enodes)
                     with db.transaction():
                         s = runner.phase(iteration, multi=multi, budget=limits.nodes - enodes)
                         violations = egraph.audit() if audit else {}

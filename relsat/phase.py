@@ -55,6 +55,13 @@ class IterationStats:
 
 #: ``until`` of a search that sees every e-node.
 NEVER = 2**31 - 1
+#: Below this many e-nodes a search matches all pattern heights in one recursive statement
+#: (``sql/search/match.sql``); from it on, one statement per height (``match_leaves.sql``,
+#: ``match_level.sql``). The recursion saves the planning of one statement per height (~5-9 ms
+#: each), but it copies every partial match found so far at each height, which grows with the
+#: e-graph (measured: 35 % less search time on the k_multi = 1 benchmarks, 1.5k-6.7k e-nodes;
+#: 30 % more on NasRNN and BERT at k_multi = 2, 20k-33k e-nodes).
+RECURSIVE_BELOW = 10_000
 #: Matches applied at a time (see :meth:`Phases._apply`): bounds the right-hand sides a phase holds
 #: at once (a cross-product rule finds millions of matches) without splitting the phases of the
 #: TENSAT benchmarks at k_multi <= 2 (at most 6,740 matches), whose results stay as they were.
@@ -95,6 +102,7 @@ class Phases:
         else:
             self.next_iteration, self._skip_multi = int(last["iteration"]) + 1, False
         self._whole = True
+        self.enodes = egraph.counts()[0]  # kept up to date by phase(): how to search
         pnode = program.pnode.to_pydict()
         self.heights = {  # the tallest left-hand-side pattern of each kind of phase
             kind: max(
@@ -118,9 +126,12 @@ class Phases:
         """Fill ``match`` with the phase's matches that involve an e-node stamped >= ``since``,
         among the e-nodes born before ``until``."""
         self.db.run("search/reset")
-        self.db.run("search/match_leaves", multi=multi, since=since, until=until)
-        for h in range(1, self.heights[multi] + 1):
-            self.db.run("search/match_level", h=h, multi=multi, since=since, until=until)
+        if self.enodes < RECURSIVE_BELOW:
+            self.db.run("search/match", multi=multi, since=since, until=until)
+        else:
+            self.db.run("search/match_leaves", multi=multi, since=since, until=until)
+            for h in range(1, self.heights[multi] + 1):
+                self.db.run("search/match_level", h=h, multi=multi, since=since, until=until)
         self.db.run("search/collect_multi" if multi else "search/collect_single")
 
     def phase(self, iteration: int, *, multi: bool, budget: int) -> IterationStats:
@@ -132,7 +143,7 @@ class Phases:
         self.search(multi=multi, since=self.since[multi], until=self.until.pop(multi, NEVER))
         self.since[multi] = self.epoch
         t1 = time.perf_counter()
-        ((pending, height, guarded),) = db.run("apply/pending_height")
+        ((pending, guarded),) = db.run("apply/pending")
         cycle_s = 0.0
         if pending:
             if multi and self.cycle_filter != "off":
@@ -140,14 +151,16 @@ class Phases:
                 cycle_s = time.perf_counter() - t1
             if guarded:
                 db.run("apply/check_guards")
-            cycle_s += self._apply(pending, height, multi=multi, budget=budget)
+            cycle_s += self._apply(pending, multi=multi, budget=budget)
         t2 = time.perf_counter()
         t1b = t1 + cycle_s
         matches = applied = rejected_cycle = capped = new_enodes = 0
         rebuilt = Rebuilt(0, 0)
         if pending:  # nothing matched: nothing to count, rebuild or check for cycles
-            ((matches, applied, rejected_cycle, capped, new_enodes),) = db.run("stats/phase_counts")
-            db.run("stats/rule_counts", iteration=iteration)
+            per_rule = db.run("stats/rule_counts", iteration=iteration)
+            matches, applied, _, rejected_cycle, new_enodes, capped = (
+                sum(r[i] for r in per_rule) for i in range(2, 8)
+            )
             rebuilt = rebuild(db, self.epoch)
         t3 = time.perf_counter()
         # The first post-pass of a run looks at everything (the stored e-graph may come from a
@@ -158,6 +171,7 @@ class Phases:
             self._whole = False
         cycle_s += time.perf_counter() - t3
         enodes, eclasses = self.eg.counts()
+        self.enodes = enodes
         used = db.counters.since(before)
         stats = IterationStats(
             iteration,
@@ -190,7 +204,7 @@ class Phases:
         )
         return stats
 
-    def _apply(self, pending: int, height: int, *, multi: bool, budget: int) -> float:
+    def _apply(self, pending: int, *, multi: bool, budget: int) -> float:
         """Apply the phase's ``pending`` matches (ids 1..pending) a chunk of :attr:`chunk` at a
         time, in match-id order: cycle pre-filter, instantiation, shape check, e-node limit,
         insertion. A chunk's new e-nodes are inserted before the next chunk is instantiated, so
@@ -209,8 +223,7 @@ class Phases:
                 cycle_s += time.perf_counter() - t
             if lo > 1:
                 db.run("apply/next_chunk")
-            for h in range(height + 1):
-                db.run("apply/instantiate_level", h=h, lo=lo, hi=hi)
+            db.run("apply/instantiate", lo=lo, hi=hi)
             fresh = check_new(db)
             db.run("apply/settle")
             capped = False

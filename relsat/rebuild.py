@@ -55,10 +55,8 @@ def rebuild(db: Database, epoch: int) -> Rebuilt:
     """Process ``pending`` to a fixpoint; returns how many classes were merged away and how many
     e-nodes were removed."""
     merged = 0
-    while True:
-        edges = db.arrow("SELECT a, b FROM pending")
-        if edges.num_rows == 0:
-            break
+    edges = db.run_arrow("rebuild/pending_edges")
+    while edges.num_rows:
         old, new = components(edges["a"].to_numpy(), edges["b"].to_numpy())
         db.execute("DELETE FROM remap")
         db.insert_arrow(
@@ -66,7 +64,9 @@ def rebuild(db: Database, epoch: int) -> Rebuilt:
         )
         db.run("rebuild/apply_remap", epoch=epoch)
         merged += len(old)
-        db.run("rebuild/congruence", epoch=epoch)
+        ((found,),) = db.run("rebuild/congruence", epoch=epoch)
+        # the next round's unions, fetched only when congruence found some
+        edges = db.run_arrow("rebuild/pending_edges") if found else edges.slice(0, 0)
     if not merged:  # new e-nodes were hash-consed when built: without unions none is a duplicate
         return Rebuilt(0, 0)
     ((removed,),) = db.run("rebuild/dedupe", epoch=epoch)

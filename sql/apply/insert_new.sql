@@ -3,7 +3,7 @@
 -- (stamp = born = $epoch), and each such match queues the union of its root(s) with the class of
 -- its right-hand side(s). `cand` holds the chunk being applied, `used` and `newnode` the whole
 -- phase so far: the chunk's own new classes are those numbered from its smallest fresh id on
--- (sql/apply/instantiate_level.sql numbers each chunk above the earlier ones).
+-- (sql/apply/instantiate.sql numbers each chunk above the earlier ones).
 -- Parameters: $epoch.
 INSERT INTO used
     SELECT DISTINCT c.class FROM cand c JOIN match m ON m.mid = c.mid WHERE m.ok AND c.fresh;

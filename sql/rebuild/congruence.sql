@@ -1,6 +1,6 @@
 -- Congruence: e-nodes stamped $epoch (just re-canonicalized or inserted) that now equal another
 -- e-node (same op, parameters and children) in a different class queue the union of the two
--- classes. Parameters: $epoch.
+-- classes; returns how many pairs were queued. Parameters: $epoch.
 DELETE FROM pending;
 INSERT INTO pending
 SELECT DISTINCT a.class, b.class

@@ -25,7 +25,10 @@ CREATE TABLE IF NOT EXISTS pnode (
     jslot INTEGER NOT NULL,    -- multi roots: slot of the first shared variable (join key), or -1
     multi BOOLEAN NOT NULL,
     x2 INTEGER NOT NULL,       -- variable slot at child 2 (fused bias ops), or -1
-    x3 INTEGER NOT NULL        -- variable slot at child 3 (attention's bias), or -1
+    x3 INTEGER NOT NULL,       -- variable slot at child 3 (attention's bias), or -1
+    -- the deep sub-pattern (the first of height - 1, from whose matches the search finds this
+    -- node's) and the other one, each as pattern node and child position, or -1
+    dpid INTEGER NOT NULL, dpos INTEGER NOT NULL, spid INTEGER NOT NULL, spos INTEGER NOT NULL
 );
 
 -- Right-hand-side templates: child j is a variable slot (k_j = 1) or another template (k_j = 2).
@@ -37,7 +40,8 @@ CREATE TABLE IF NOT EXISTS tnode (
     cut_slot INTEGER NOT NULL, cut_dim INTEGER NOT NULL,  -- split: cut = dim cut_dim of slot
     root_of INTEGER NOT NULL,  -- bit i set: the root of right-hand side i
     k2 INTEGER NOT NULL, r2 INTEGER NOT NULL,         -- child 2, as k0/r0 (0: none)
-    k3 INTEGER NOT NULL, r3 INTEGER NOT NULL          -- child 3 (attention's bias)
+    k3 INTEGER NOT NULL, r3 INTEGER NOT NULL,         -- child 3 (attention's bias)
+    dref INTEGER NOT NULL      -- the first template child of height - 1, or -1 (height 0)
 );
 
 CREATE TABLE IF NOT EXISTS rguard (

@@ -1,0 +1,80 @@
+-- Match every pattern node of the phase's rules ($multi: the multi-pattern rules, else the
+-- single-pattern ones), all heights in one statement. A pattern node matches an e-node with the
+-- node's op, literals and arity (`cand`: every such pair, with the e-node's classes as the node's
+-- own variable bindings o0…o5); child j binds variable slot x_j (a slot bound twice must see the
+-- same class), or must lie in a class where the sub-pattern at that position matched
+-- (sub-patterns sit at child positions 0 and 1; a third or fourth child is always a variable,
+-- x2, x3). A recursive query matches height h from the matches of height h - 1 (the working
+-- table `lvl`: every node of height h has a sub-pattern of height h - 1, its `deep` one; the
+-- anchor is height 0, the nodes whose children are all variables) and those of every lower height
+-- (`recurring.lvl`, for its other sub-pattern); it ends at the first height that matches
+-- nothing. The bindings of the node's own variables and of its sub-patterns are merged per slot
+-- and must agree. The key (pattern node, root, bindings) is unique: no height overwrites
+-- another's rows. E-nodes on the cycle filter list are ignored. Fresh (semi-naive) if any e-node
+-- in the match has stamp >= $since. Only e-nodes born before $until take part (a phase cut short
+-- by the e-node limit is run again over the e-graph it saw). Finds what match_leaves.sql and
+-- match_level.sql find, one statement instead of one per height: used while the e-graph is small
+-- (relsat/phase.py RECURSIVE_BELOW). Parameters: $multi, $since, $until.
+INSERT INTO sub
+WITH RECURSIVE cand AS MATERIALIZED (
+    SELECT p.pid, p.jslot, e.class AS root, e.stamp >= $since AS fresh,
+           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
+           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
+           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o2,
+           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o3,
+           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o4,
+           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o5,
+           -- the deep sub-pattern (height h - 1; -1 at height 0) and the other one (or -1), with
+           -- the classes they must match
+           p.dpid, p.spid, CASE p.dpos WHEN 0 THEN e.c0 ELSE e.c1 END AS droot,
+           CASE p.spos WHEN 0 THEN e.c0 ELSE e.c1 END AS sroot
+    FROM pnode p
+    JOIN enode e
+      ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
+     AND e.arity = p.arity
+    WHERE p.multi = $multi AND NOT e.filtered AND e.born < $until
+      AND (p.x0 <> p.x1 OR e.c0 = e.c1 OR (p.height > 0 AND p.x0 < 0))
+      AND (p.height > 0 OR (
+               (p.x2 < 0 OR ((p.x2 <> p.x0 OR e.c2 = e.c0) AND (p.x2 <> p.x1 OR e.c2 = e.c1)))
+           AND (p.x3 < 0 OR ((p.x3 <> p.x0 OR e.c3 = e.c0) AND (p.x3 <> p.x1 OR e.c3 = e.c1)
+                             AND (p.x3 <> p.x2 OR e.c3 = e.c2)))))
+), lvl(pid, root, fresh, jk, v0, v1, v2, v3, v4, v5)
+USING KEY (pid, root, v0, v1, v2, v3, v4, v5) AS (
+    SELECT pid, root, bool_or(fresh),
+           CASE jslot WHEN 0 THEN o0 WHEN 1 THEN o1 WHEN 2 THEN o2 WHEN 3 THEN o3 WHEN 4 THEN o4
+                      WHEN 5 THEN o5 ELSE 0 END,
+           o0, o1, o2, o3, o4, o5
+    FROM cand
+    WHERE dpid < 0
+    GROUP BY ALL
+    UNION
+    SELECT pid, root, bool_or(fresh),
+           CASE jslot WHEN 0 THEN v0 WHEN 1 THEN v1 WHEN 2 THEN v2 WHEN 3 THEN v3 WHEN 4 THEN v4
+                      WHEN 5 THEN v5 ELSE 0 END,
+           v0, v1, v2, v3, v4, v5
+    FROM (
+        SELECT c.pid, c.jslot, c.root, c.fresh OR a.fresh OR coalesce(b.fresh, false) AS fresh,
+               coalesce(c.o0, a.v0, b.v0) AS v0, coalesce(c.o1, a.v1, b.v1) AS v1,
+               coalesce(c.o2, a.v2, b.v2) AS v2, coalesce(c.o3, a.v3, b.v3) AS v3,
+               coalesce(c.o4, a.v4, b.v4) AS v4, coalesce(c.o5, a.v5, b.v5) AS v5,
+               (a.v0 IS NULL OR c.o0 IS NULL OR a.v0 = c.o0)
+           AND (b.v0 IS NULL OR b.v0 = coalesce(c.o0, a.v0, b.v0))
+           AND (a.v1 IS NULL OR c.o1 IS NULL OR a.v1 = c.o1)
+           AND (b.v1 IS NULL OR b.v1 = coalesce(c.o1, a.v1, b.v1))
+           AND (a.v2 IS NULL OR c.o2 IS NULL OR a.v2 = c.o2)
+           AND (b.v2 IS NULL OR b.v2 = coalesce(c.o2, a.v2, b.v2))
+           AND (a.v3 IS NULL OR c.o3 IS NULL OR a.v3 = c.o3)
+           AND (b.v3 IS NULL OR b.v3 = coalesce(c.o3, a.v3, b.v3))
+           AND (a.v4 IS NULL OR c.o4 IS NULL OR a.v4 = c.o4)
+           AND (b.v4 IS NULL OR b.v4 = coalesce(c.o4, a.v4, b.v4))
+           AND (a.v5 IS NULL OR c.o5 IS NULL OR a.v5 = c.o5)
+           AND (b.v5 IS NULL OR b.v5 = coalesce(c.o5, a.v5, b.v5)) AS agree
+        FROM lvl a
+        JOIN cand c ON c.dpid = a.pid AND c.droot = a.root
+        LEFT JOIN recurring.lvl b ON b.pid = c.spid AND b.root = c.sroot
+        WHERE c.spid < 0 OR b.pid IS NOT NULL
+    )
+    WHERE agree
+    GROUP BY ALL
+)
+SELECT pid, root, fresh, jk, v0, v1, v2, v3, v4, v5 FROM lvl
