@@ -93,6 +93,9 @@ class Folding:
     first: tuple[int, ...]  # per copy: the index of the piece it was built from
     out_start: tuple[int, ...]  # per copy: its first output's position in graph.outputs
     prefix: str = "blk"  # of the copies' input names; no tensor of the original starts with it
+    #: The most tensors made inside a repeat that cross a cut between two of its copies (1: a
+    #: chain of layers; ``optimize(blocks="auto")`` folds only such graphs).
+    streams: int = 1
 
     def input_name(self, k: int, j: int) -> str:
         """The name of copy ``k``'s ``j``-th boundary input in the folded graph."""
@@ -282,7 +285,34 @@ def fold(graph: Graph, *, min_saved: int = MIN_SAVED) -> Folding | None:
     while any(name.startswith(prefix) for name in taken):
         prefix += "_"
     folded, out_start = _folded_graph(graph, pieces, first, prefix)
-    return Folding(graph, folded, pieces, tuple(count), tuple(first), tuple(out_start), prefix)
+    streams = _streams(graph, order, last, pos, repeats)
+    return Folding(
+        graph, folded, pieces, tuple(count), tuple(first), tuple(out_start), prefix, streams
+    )
+
+
+def _streams(
+    graph: Graph,
+    order: Sequence[int],
+    last: Mapping[Ref, int],
+    pos: Mapping[int, int],
+    repeats: Sequence[tuple[int, int, int]],
+) -> int:
+    """The most tensors made inside a repeat that cross one of its cuts between two copies: 1
+    for a chain of layers (a transformer's hidden state, a ResNet's activation; a mask made
+    before the repeat does not count), more where a layer also reads the one before the last
+    (NasNet-A's cells) or keeps outputs for the end (TENSAT's BERT)."""
+    most = 0
+    for a, b, n in repeats:
+        period = (b - a) // n
+        made = [
+            (pos[r.node], use)
+            for r, use in last.items()
+            if r.node in pos and a <= pos[r.node] < b and graph.nodes[r.node].inputs
+        ]
+        for c in range(a + period, b, period):
+            most = max(most, sum(1 for m, use in made if m < c <= use))
+    return most
 
 
 def _tied(graph: Graph, weights: Sequence[Sequence[int]]) -> bool:

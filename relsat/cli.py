@@ -124,7 +124,7 @@ def _optimize(args: argparse.Namespace) -> int:
             time_limit=args.ilp_time_limit,
             on_phase=on_phase,
             resume=args.resume,
-            blocks=args.blocks,
+            blocks=_blocks(args, onnx_in),
         )
     except VerificationError as exc:
         console.print(f"[red]relsat: verification failed, nothing written: {exc}[/red]")
@@ -136,7 +136,7 @@ def _optimize(args: argparse.Namespace) -> int:
             f"{mismatch}[/red]"
         )
         return EXIT_VERIFY
-    if args.blocks:
+    if result.settings["blocks"] != "off":
         console.print(f"blocks: {result.settings['blocks']}", soft_wrap=True)
     if result.rewrites():  # which rewrite bought what (marginal priced gain per rule)
         console.print(f"gains by rule ({result.settings['cost_model']}): {result.gains_text()}")
@@ -152,6 +152,14 @@ def _optimize(args: argparse.Namespace) -> int:
     if args.db:
         console.print(f'e-graph kept in {args.db} (relsat sql {args.db} "SELECT …")')
     return 0
+
+
+def _blocks(args: argparse.Namespace, onnx_in: bool) -> bool | str:
+    """``--blocks``: on, off or auto; without it, auto for an ONNX input (real exports are
+    chains of layers) and off for a bundled model (TENSAT's graphs explored whole, as TENSAT
+    does)."""
+    mode = args.blocks or ("auto" if onnx_in else "off")
+    return "auto" if mode == "auto" else mode == "on"
 
 
 def _prepare_db(args: argparse.Namespace) -> None:
@@ -642,9 +650,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--blocks",
-        action="store_true",
+        nargs="?",
+        const="on",
+        choices=("auto", "on", "off"),
         help="explore each distinct repeated block (identical layers) once, then put the "
-        "optimized block back into every layer",
+        "optimized block back into every layer: on, off, or auto (only a chain of layers; "
+        "the default for an ONNX input; off for --model)",
     )
     p.add_argument(
         "--batch", type=int, help="fix a dynamic batch dimension of an ONNX input (>= 1)"

@@ -236,7 +236,7 @@ def optimize(
     precompute_weights: bool | None = None,
     on_phase: Callable[[IterationStats], None] | None = None,
     resume: bool = False,
-    blocks: bool = False,
+    blocks: bool | str = False,
 ) -> Result:
     """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
     it in that file), prices from ``cost_model``, extraction (``"ilp"`` with HiGHS, ``"greedy"``,
@@ -257,7 +257,10 @@ def optimize(
     ``blocks``: explore each distinct repeated block once (:mod:`relsat.blocks`): identical
     layers are folded into one copy whose prices count once per occurrence, and the optimized
     copy is put back into every layer; the e-graph kept is the folded graph's. A graph without
-    repeated blocks is optimized whole.
+    repeated blocks is optimized whole. ``"auto"`` folds only a chain of layers (one tensor made
+    inside the repeat crosses each cut: a transformer's hidden state, a ResNet's activation),
+    not cells wired to the cell before the last (NasNet-A), whose rewrites across cuts the
+    whole graph finds.
     """
     _check_settings(
         k_multi,
@@ -270,11 +273,15 @@ def optimize(
         concat,
         precompute_weights,
     )
-    check_choice("blocks", blocks, (False, True))
+    check_choice("blocks", blocks, (False, True, "auto"))
     model = _cost_model(cost_model)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
     folding: Folding | None = fold(graph) if blocks else None
+    unfolded = ""
+    if blocks == "auto" and folding is not None and folding.streams != 1:
+        unfolded = f"not folded ({folding.streams} tensors cross a cut between copies)"
+        folding = None
     explored = folding.graph if folding else graph  # the graph put in the e-graph
     egraph = _stored_egraph(explored, db) if resume and db is not None else None
     egraph = egraph or EGraph.from_graph(explored, db)
@@ -364,7 +371,9 @@ def optimize(
         "extractor": extractor,
         "guards": guards,
         "cycle_filter": cycle_filter,
-        "blocks": folding.describe() if folding else ("none repeated" if blocks else "off"),
+        "blocks": (
+            folding.describe() if folding else unfolded or ("none repeated" if blocks else "off")
+        ),
     }
     return Result(
         graph,

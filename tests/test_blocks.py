@@ -139,3 +139,19 @@ def test_a_tensor_named_like_a_copy_input_does_not_clash():
     assert {n.name for n in folding.graph.inputs} == {"blk_0.in0"}
     result = optimize(graph, blocks=True)
     assert result.verified and [n.name for n in result.graph.inputs] == ["blk0.in0"]
+
+
+def test_auto_folds_chains_of_layers_only():
+    """``blocks="auto"``: a chain of layers (one tensor made inside the repeat crosses each cut)
+    is folded; TENSAT's BERT, whose layers keep an output for the end, and NasNet-A, whose cells
+    read the cell before the last, are explored whole."""
+    chain = _encoder(8)
+    assert fold(chain).streams == 1
+    assert optimize(chain, blocks="auto").settings["blocks"].startswith("8 pieces")
+    for name, streams in (("bert", 8), ("nasneta", 4)):
+        graph = models.load(name)
+        assert fold(graph).streams == streams
+        result = optimize(graph, blocks="auto", verify=False)
+        assert result.settings["blocks"] == (
+            f"not folded ({streams} tensors cross a cut between copies)"
+        )
