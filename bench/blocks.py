@@ -20,30 +20,18 @@ bench/results/blocks.csv.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 import warnings
 from pathlib import Path
-from types import ModuleType
 
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # bench/onnx.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling modules: common, ...
 
-import onnx  # noqa: E402
+import common
+import onnx
 
-from relsat import onnx as ronnx  # noqa: E402
-from relsat import optimize  # noqa: E402
-
-
-def _bench_module(name: str) -> ModuleType:
-    """bench/<name>.py, imported without putting bench/ on the path."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from relsat import onnx as ronnx
+from relsat import optimize
 
 
 def _export(model: str, layers: int, directory: Path) -> Path:
@@ -51,10 +39,10 @@ def _export(model: str, layers: int, directory: Path) -> Path:
     path = directory / f"{model}-{layers}.onnx"
     if path.exists():
         return path
+    import real_models as real
     import torch
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
-    real = _bench_module("real_models")
     torch.manual_seed(real.SEED)
     if model == "hf-bert":
         config = BertConfig(
@@ -140,7 +128,6 @@ def main() -> None:
                         r.settings["blocks"],
                     ]
                 )
-    common = _bench_module("common")
     print(common.markdown(headers, rows))
     base = min(args.layers)
     growth = [

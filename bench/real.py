@@ -56,9 +56,9 @@ from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# bench/ holds an onnx.py: drop the folder from the path so `import onnx` finds the package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(HERE))  # sibling modules: common, real_models
 
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
@@ -67,20 +67,12 @@ from relsat import onnx as ronnx  # noqa: E402
 from relsat.runtime import OrtSettings  # noqa: E402
 
 
-def _bench_module(name: str) -> ModuleType:
-    """A sibling module of bench/, loaded by file path (the folder is not on sys.path)."""
-    key = f"bench_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+def _real_models() -> ModuleType:
+    """bench/real_models.py, imported when needed (it imports torch)."""
+    import real_models
 
+    return real_models
 
-common = _bench_module("common")
 
 #: The variants timed, in the table's order.
 VARIANTS = ("original", "A/A", "onnxsim", "relsat", "handed", "onnxsim+relsat")
@@ -96,7 +88,7 @@ def corpus() -> list[str]:
     """Every model name: torch exports (when torch imports), then the bundled TENSAT graphs."""
     names = []
     if importlib.util.find_spec("torch") is not None:
-        names += list(_bench_module("real_models").MODELS)
+        names += list(_real_models().MODELS)
     return names + [TENSAT_PREFIX + m for m in models.BENCHMARKS]
 
 
@@ -233,7 +225,7 @@ def prepare(name: str, exports: Path) -> tuple[Path, dict[str, np.ndarray], str]
         path = exports / f"{name}.onnx"
         ronnx.save(models.load(name.removeprefix(TENSAT_PREFIX)), path)
         return path, ronnx.random_inputs(path), "relsat.onnx.save"
-    export = _bench_module("real_models").export(name, exports)
+    export = _real_models().export(name, exports)
     return export.path, export.inputs, export.exporter
 
 

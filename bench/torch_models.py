@@ -1,8 +1,8 @@
 """Small models made of standard ``torch.nn`` building blocks, exported with ``torch.onnx.export``.
 
-Used by ``bench/onnx.py``. Importing this module needs torch; ``MODELS`` maps a name to a builder
-returning ``(module in eval mode, example input)``. Weights and batch-norm statistics are seeded
-random values, so every run exports the same model.
+Used by ``bench/onnx_models.py``. Importing this module needs torch; ``MODELS`` maps a name to a
+builder returning ``(module in eval mode, example input)``. Weights and batch-norm statistics are
+seeded random values, so every run exports the same model.
 """
 
 from __future__ import annotations

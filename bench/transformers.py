@@ -38,37 +38,21 @@ import argparse
 import collections
 import csv
 import datetime
-import importlib.util
 import json
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # bench/onnx.py
+sys.path.insert(0, str(HERE))  # sibling modules: common, real_models
 
 import onnx  # noqa: E402
+import real  # noqa: E402
 
 from relsat.runtime import OrtSettings  # noqa: E402
-
-
-def _bench_module(name: str) -> ModuleType:
-    key = f"bench_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-real = _bench_module("real")
 
 MODELS = ("hf-bert", "hf-gpt2", "hf-distilbert", "hf-vit", "hf-convnext-tiny")
 #: onnxruntime optimizer model type and (heads, hidden) by model (0: let it detect).
@@ -211,9 +195,9 @@ def export_variant(name: str, act: str, directory: Path) -> Path:
     default activation and attention implementation ``<impl>`` (``sdpa``: torch's
     scaled_dot_product_attention; ``eager``: explicit MatMul/Mul/Add/Softmax/MatMul) — exported
     as bench/real_models.py exports it (cached by name and variant)."""
+    import real_models as rm
     import torch
 
-    rm = _bench_module("real_models")
     path = directory / f"{name}-{act.replace(':', '-')}.onnx"
     if path.exists():
         return path

@@ -1,6 +1,6 @@
 """onnxruntime CPU latency of original vs relsat-optimized ONNX models, with op counts.
 
-    python bench/onnx.py [--models nasrnn bert ...] [--torch-models transformer convnet]
+    python bench/onnx_models.py [--models nasrnn bert ...] [--torch-models transformer convnet]
                          [--runs 50] [--rounds 10] [--threads 2] [--skip-torch] [--no-disable-all]
 
 Two sources: (a) the seven bundled TENSAT graphs, written with ``relsat.onnx.save`` (weights get
@@ -34,31 +34,17 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-# This file is named onnx.py: drop its folder from the path so `import onnx` finds the package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling modules: common, ...
 
-import onnx  # noqa: E402
-import onnxruntime as ort  # noqa: E402
+import common
+import onnx
+import onnxruntime as ort
 
-from relsat import models, optimize  # noqa: E402
-from relsat import onnx as ronnx  # noqa: E402
-from relsat.pipeline import Result  # noqa: E402
-
-
-def _bench_module(name: str) -> ModuleType:
-    """A sibling module of bench/, loaded by file path (the folder is not on sys.path)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-common = _bench_module("common")
+from relsat import models, optimize
+from relsat import onnx as ronnx
+from relsat.pipeline import Result
 
 LEVELS = {
     "default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
@@ -127,7 +113,8 @@ def shape_fold(source: Path, target: Path) -> None:
 
 def from_torch(name: str, tmp: Path) -> tuple[Path, Path, Path, Result, str]:
     """(reference, original, optimized, result, note) for a torch.nn model."""
-    torch_models = _bench_module("torch_models")
+    import torch_models
+
     exported, optimized = tmp / f"{name}.onnx", tmp / f"{name}.opt.onnx"
     names = torch_models.export(name, exported)
     original, note = exported, "torch.onnx.export"
