@@ -9,9 +9,13 @@ import pytest
 
 from relsat import GraphBuilder, models, optimize
 from relsat.blocks import fold
+from relsat.cost import AnalyticModel, price_egraph
+from relsat.egraph import EGraph
 from relsat.errors import SettingsError
 from relsat.execute import compare
+from relsat.extract.egraph import egraph_problem
 from relsat.graph import Graph
+from relsat.pipeline import _leaf_names
 
 
 def _encoder(layers: int, *, tie_in: int | None = None, d: int = 64) -> Graph:
@@ -119,13 +123,23 @@ def test_bad_blocks_value():
 
 
 def test_restrict_weights_count_each_copy():
+    """Before any rewrite, the folded e-graph's prices times each copy's count add up to the
+    whole graph's (each price summed once per node, no sharing to blur it)."""
     graph = _encoder(6)
     folding = fold(graph)
-    assert folding is not None
-    result = optimize(graph, blocks=True, verify=False)
-    assert result.extraction.cost == pytest.approx(result.cost_after)
-    counts = np.asarray(folding.count)
-    assert counts.sum() == len(folding.pieces)
+    assert folding is not None and sorted(folding.count) == [1, 1, 4]
+    sums = []
+    for g in (graph, folding.graph):
+        eg = EGraph.from_graph(g)
+        price_egraph(eg, AnalyticModel("h100"), concat="copy", precompute_weights=False)
+        problem, enode_ids, _ = egraph_problem(eg)
+        times = np.ones(len(enode_ids))
+        if g is folding.graph:
+            times, forbidden = folding.restrict(problem, _leaf_names(eg, enode_ids))
+            # the ends once, the middle layer 4 times, the layernorm weights all share: 6
+            assert not forbidden.any() and set(times.tolist()) == {1.0, 4.0, 6.0}
+        sums.append(float((problem.node_cost * times).sum()))
+    assert sums[1] == pytest.approx(sums[0], rel=1e-12)
 
 
 def test_a_tensor_named_like_a_copy_input_does_not_clash():
