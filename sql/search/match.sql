@@ -14,7 +14,10 @@
 -- in the match has stamp >= $since. Only e-nodes born before $until take part (a phase cut short
 -- by the e-node limit is run again over the e-graph it saw). Finds what match_leaves.sql and
 -- match_level.sql find, one statement instead of one per height: used while the e-graph is small
--- (relsat/phase.py RECURSIVE_BELOW). Parameters: $multi, $since, $until.
+-- (relsat/phase.py RECURSIVE_BELOW). Only partial matches some use can take are kept: a
+-- height-0 match of a sub-pattern only in a class where a candidate parent wants it (`needed`),
+-- a whole match of a single-pattern rule only when fresh (the phase applies no other).
+-- Parameters: $multi, $since, $until.
 INSERT INTO sub
 WITH RECURSIVE cand AS MATERIALIZED (
     SELECT p.pid, p.jslot, e.class AS root, e.stamp >= $since AS fresh,
@@ -27,7 +30,8 @@ WITH RECURSIVE cand AS MATERIALIZED (
            -- the deep sub-pattern (height h - 1; -1 at height 0) and the other one (or -1), with
            -- the classes they must match
            p.dpid, p.spid, CASE p.dpos WHEN 0 THEN e.c0 ELSE e.c1 END AS droot,
-           CASE p.spos WHEN 0 THEN e.c0 ELSE e.c1 END AS sroot
+           CASE p.spos WHEN 0 THEN e.c0 ELSE e.c1 END AS sroot,
+           p.is_root, p.is_root AND NOT p.multi AS lone
     FROM pnode p
     JOIN enode e
       ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
@@ -38,22 +42,28 @@ WITH RECURSIVE cand AS MATERIALIZED (
                (p.x2 < 0 OR ((p.x2 <> p.x0 OR e.c2 = e.c0) AND (p.x2 <> p.x1 OR e.c2 = e.c1)))
            AND (p.x3 < 0 OR ((p.x3 <> p.x0 OR e.c3 = e.c0) AND (p.x3 <> p.x1 OR e.c3 = e.c1)
                              AND (p.x3 <> p.x2 OR e.c3 = e.c2)))))
+), needed AS MATERIALIZED (
+    SELECT dpid AS pid, droot AS root FROM cand WHERE dpid >= 0
+    UNION
+    SELECT spid, sroot FROM cand WHERE spid >= 0
 ), lvl(pid, root, fresh, jk, v0, v1, v2, v3, v4, v5)
 USING KEY (pid, root, v0, v1, v2, v3, v4, v5) AS (
     SELECT pid, root, bool_or(fresh),
            CASE jslot WHEN 0 THEN o0 WHEN 1 THEN o1 WHEN 2 THEN o2 WHEN 3 THEN o3 WHEN 4 THEN o4
                       WHEN 5 THEN o5 ELSE 0 END,
            o0, o1, o2, o3, o4, o5
-    FROM cand
-    WHERE dpid < 0
+    FROM cand c
+    LEFT JOIN needed n USING (pid, root)
+    WHERE c.dpid < 0 AND (c.is_root OR n.pid IS NOT NULL)
     GROUP BY ALL
+    HAVING bool_or(fresh) OR NOT bool_or(lone)
     UNION
     SELECT pid, root, bool_or(fresh),
            CASE jslot WHEN 0 THEN v0 WHEN 1 THEN v1 WHEN 2 THEN v2 WHEN 3 THEN v3 WHEN 4 THEN v4
                       WHEN 5 THEN v5 ELSE 0 END,
            v0, v1, v2, v3, v4, v5
     FROM (
-        SELECT c.pid, c.jslot, c.root, c.fresh OR a.fresh OR coalesce(b.fresh, false) AS fresh,
+        SELECT c.pid, c.jslot, c.root, c.lone, c.fresh OR a.fresh OR coalesce(b.fresh, false) AS fresh,
                coalesce(c.o0, a.v0, b.v0) AS v0, coalesce(c.o1, a.v1, b.v1) AS v1,
                coalesce(c.o2, a.v2, b.v2) AS v2, coalesce(c.o3, a.v3, b.v3) AS v3,
                coalesce(c.o4, a.v4, b.v4) AS v4, coalesce(c.o5, a.v5, b.v5) AS v5,
@@ -76,5 +86,6 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5) AS (
     )
     WHERE agree
     GROUP BY ALL
+    HAVING bool_or(fresh) OR NOT bool_or(lone)
 )
 SELECT pid, root, fresh, jk, v0, v1, v2, v3, v4, v5 FROM lvl
