@@ -106,7 +106,8 @@ def _optimize(args: argparse.Namespace) -> int:
             f"  it {s.iteration:2d} {s.phase:6s} matches {s.matches:6d} applied "
             f"{s.applied:6d} added {s.new_enodes:5d} merged {s.merged:5d} net {s.net:+6d} "
             f"e-nodes {s.enodes:6d} {seconds:.2f}s"
-            + (f" (e-node limit: {s.capped} matches not applied)" if s.capped else ""),
+            + (f" (e-node limit: {s.capped} matches not applied)" if s.capped else "")
+            + (f" (backoff: {s.banned} matches of banned rules discarded)" if s.banned else ""),
             soft_wrap=True,
         )
 
@@ -125,6 +126,7 @@ def _optimize(args: argparse.Namespace) -> int:
             on_phase=on_phase,
             resume=args.resume,
             blocks=_blocks(args, onnx_in),
+            scheduler=args.scheduler,
         )
     except VerificationError as exc:
         console.print(f"[red]relsat: verification failed, nothing written: {exc}[/red]")
@@ -656,6 +658,14 @@ def _parser() -> argparse.ArgumentParser:
         help="explore each distinct repeated block (identical layers) once, then put the "
         "optimized block back into every layer: on, off, or auto (only a chain of layers; "
         "the default for an ONNX input; off for --model)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default="simple",
+        choices=("simple", "backoff"),
+        help="simple: apply every match; backoff: egg's backoff scheduler, as TENSAT ran (a "
+        "rule with over 1,000 new matches in an iteration is banned for 5 iterations, both "
+        "doubled per ban), so that a rule set that explodes leaves room for the other rules",
     )
     p.add_argument(
         "--batch", type=int, help="fix a dynamic batch dimension of an ONNX input (>= 1)"

@@ -44,10 +44,23 @@ from relsat.cycles import MODES
 from relsat.db import DeadlinePassed
 from relsat.egraph import EGraph
 from relsat.errors import AuditError, check_choice, check_int, check_number
-from relsat.phase import IterationStats, Phases
+from relsat.phase import Backoff, IterationStats, Phases
 from relsat.rules import Rule, RuleSet
 
-__all__ = ["Exploration", "IterationStats", "Limits", "StopReason", "explore", "find_matches"]
+__all__ = [
+    "SCHEDULERS",
+    "Backoff",
+    "Exploration",
+    "IterationStats",
+    "Limits",
+    "StopReason",
+    "explore",
+    "find_matches",
+]
+
+#: ``explore(scheduler=...)``: every match applied, or egg's backoff scheduler with its defaults
+#: (a :class:`Backoff` gives other settings).
+SCHEDULERS = ("simple", "backoff")
 
 
 class StopReason(enum.Enum):
@@ -111,14 +124,15 @@ class Exploration:
             f"stop: {self.why} after {len({s.iteration for s in self.iterations})} "
             f"iterations, {self.seconds:.3f} s; {self.enodes} e-nodes, "
             f"{self.eclasses} e-classes",
-            "iter phase   matches applied rejected  capped   added  merged     net  e-nodes "
-            " search   apply rebuild  stmts  plan%",
+            "iter phase   matches applied rejected  capped  banned   added  merged     net "
+            " e-nodes  search   apply rebuild  stmts  plan%",
         ]
         for s in self.iterations:
             total = s.plan_s + s.exec_s
             lines.append(
                 f"{s.iteration:4d} {s.phase:6s} {s.matches:8d} {s.applied:7d} "
-                f"{s.rejected:8d} {s.capped:7d} {s.new_enodes:7d} {s.merged:7d} {s.net:+7d} "
+                f"{s.rejected:8d} {s.capped:7d} {s.banned:7d} {s.new_enodes:7d} {s.merged:7d} "
+                f"{s.net:+7d} "
                 f"{s.enodes:8d} {s.search_s:7.3f} {s.apply_s:7.3f} {s.rebuild_s:7.3f} "
                 f"{s.statements:6d} {100 * s.plan_s / total if total else 0:5.1f}"
             )
@@ -135,6 +149,7 @@ def explore(
     cycle_filter: str = "efficient",
     audit: bool = False,
     on_phase: Callable[[IterationStats], None] | None = None,
+    scheduler: str | Backoff = "simple",
 ) -> Exploration:
     """Saturate ``egraph`` with ``rules`` (default: the shipped rule set).
 
@@ -149,13 +164,18 @@ def explore(
     :class:`~relsat.errors.AuditError` (rolling the phase back) when one fails.
     An e-graph explored before is continued (see the module docstring and :class:`Limits`).
     ``on_phase`` is called with each phase's :class:`IterationStats` (progress display).
+    ``scheduler``: ``"simple"`` applies every match; ``"backoff"`` (or a :class:`Backoff`) is
+    egg's backoff scheduler, which TENSAT ran with (:mod:`relsat.phase`): a single-pattern rule
+    that matches too often is banned for a few iterations, so that a rule set that explodes (add
+    associativity on a residual stream) spends the e-node budget on the other rules too.
     """
     start = time.perf_counter()
     limits = limits or Limits()
     check_int("k_multi", k_multi, 0)
     check_choice("cycle_filter", cycle_filter, MODES)
+    backoff = backoff_for(scheduler)
     program = program_for(default_rules() if rules is None else rules, guards=guards)
-    runner = Phases(egraph, program, k_multi, cycle_filter)
+    runner = Phases(egraph, program, k_multi, cycle_filter, backoff=backoff)
     db = egraph.db
     first = iteration = runner.next_iteration
     stats: list[IterationStats] = []
@@ -195,7 +215,11 @@ def explore(
             stats.extend(done)
             if stop is not StopReason.ITERATION_LIMIT:
                 break
-            if not any(s.changed for s in done) and iteration >= k_multi - 1:
+            if (
+                not any(s.changed for s in done)
+                and iteration >= k_multi - 1
+                and not runner.lift_bans(iteration)  # banned rules: not saturated yet
+            ):
                 stop = StopReason.SATURATED
                 break
             iteration += 1
@@ -215,6 +239,7 @@ def explore(
                 {
                     "k_multi": k_multi,
                     "guards": guards,
+                    "scheduler": asdict(backoff) if backoff else "simple",
                     **asdict(limits),
                     "rules": len(program.rules),
                     "first_iteration": first,
@@ -268,6 +293,16 @@ def program_for(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     if isinstance(rules, tuple | RuleSet):  # immutable: safe to recognize by identity
         _LAST[guards] = (rules, program)
     return program
+
+
+def backoff_for(scheduler: object) -> Backoff | None:
+    """The :class:`Backoff` settings ``scheduler`` names (None: every match applied); anything
+    but ``"simple"``, ``"backoff"`` or a :class:`Backoff` raises
+    :class:`~relsat.errors.SettingsError`."""
+    if isinstance(scheduler, Backoff):
+        return scheduler
+    check_choice("scheduler", scheduler, SCHEDULERS)
+    return Backoff() if scheduler == "backoff" else None
 
 
 def find_matches(egraph: EGraph, rules: Iterable[Rule], *, multi: bool) -> pa.Table:

@@ -1,17 +1,33 @@
-"""One exploration phase over a rule program, set-at-a-time in SQL: semi-naive search, guards,
-the cycle pre-filter, right-hand sides instantiated and shape-checked a chunk of matches at a
-time, the e-node cap, insertion, rebuild and the cycle post-pass (:class:`Phases`), and the stats
-row each phase leaves (:class:`IterationStats`). :mod:`relsat.explore` runs the phases in
-TENSAT's schedule and holds the limits."""
+"""One exploration phase over a rule program, set-at-a-time in SQL: semi-naive search, the
+backoff scheduler, guards, the cycle pre-filter, right-hand sides instantiated and shape-checked a
+chunk of matches at a time, the e-node cap, insertion, rebuild and the cycle post-pass
+(:class:`Phases`), and the stats row each phase leaves (:class:`IterationStats`).
+:mod:`relsat.explore` runs the phases in TENSAT's schedule and holds the limits.
+
+**Backoff** (:class:`Backoff`, egg's ``BackoffScheduler``, which TENSAT runs with its defaults:
+``reference/ALGORITHMS.md`` §1.4). It applies to the single-pattern rules only, as in TENSAT. A
+rule whose matches in one phase exceed its threshold (``match_limit``, doubled for every earlier
+ban of the rule) has them discarded and is not searched for ``ban_length`` iterations (also
+doubled per earlier ban); the first single-pattern phase of an e-graph is never limited. egg
+searches the whole e-graph every iteration and counts every match; relsat's search is
+semi-naive and counts the matches that are new, so a rule is banned on its new matches, and when
+its ban ends its search starts from where the banned search started (``rule_sched.since``): the
+discarded matches are found again. An e-graph is not saturated while rules are banned: every ban
+is moved forward so that the first ends (egg's ``can_stop``). The state is stored
+(``rule_sched``), so a continued exploration goes on with it."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
 
 from relsat.compile import Program
 from relsat.cycles import prefilter, ranks, remove_cycles
 from relsat.egraph import EGraph
+from relsat.errors import check_int
 from relsat.rebuild import Rebuilt, rebuild
 from relsat.shapecheck import check_new
 
@@ -42,6 +58,7 @@ class IterationStats:
     merged: int  # e-nodes merged away by congruence: new_enodes - merged is the net change
     capped: int  # matches not applied because the e-node limit was reached
     epoch: int  # the phase's stamp
+    banned: int = 0  # matches discarded because the backoff scheduler banned their rule
 
     @property
     def changed(self) -> bool:
@@ -53,7 +70,22 @@ class IterationStats:
         return self.new_enodes - self.merged
 
 
-#: ``until`` of a search that sees every e-node.
+@dataclass(frozen=True)
+class Backoff:
+    """egg's backoff scheduler with egg's defaults (those TENSAT ran with): a single-pattern rule
+    with more than ``match_limit`` new matches in a phase (doubled per earlier ban) is banned for
+    ``ban_length`` iterations (doubled per earlier ban) and those matches are discarded. Both
+    are integers >= 1; anything else raises :class:`~relsat.errors.SettingsError`."""
+
+    match_limit: int = 1000
+    ban_length: int = 5
+
+    def __post_init__(self) -> None:
+        check_int("match_limit", self.match_limit, 1)
+        check_int("ban_length", self.ban_length, 1)
+
+
+#: ``until`` of a search that sees every e-node (and ``iteration`` of one that bans no rule).
 NEVER = 2**31 - 1
 #: Below this many e-nodes a search matches all pattern heights in one recursive statement
 #: (``sql/search/match.sql``); from it on, one statement per height (``match_leaves.sql``,
@@ -78,9 +110,11 @@ class Phases:
         k_multi: int,
         cycle_filter: str = "off",
         chunk: int | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.eg, self.db, self.program = egraph, egraph.db, program
         self.chunk = chunk or CHUNK
+        self.backoff = backoff
         self.k_multi = k_multi
         self.cycle_filter = cycle_filter
         # Where the stored e-graph's exploration stopped: the last phase's epoch per kind (the
@@ -114,6 +148,11 @@ class Phases:
         for table in ("rule_info", "pnode", "tnode", "rguard"):
             self.db.execute(f"DELETE FROM {table}")
             self.db.insert_arrow(table, getattr(program, table))
+        # The scheduler's stored state: rules with their own semi-naive start are searched from
+        # it whatever the scheduler; bans hold only under the backoff scheduler.
+        self._own_since = bool(self.db.scalar("SELECT count(*) FROM rule_sched"))
+        if self._own_since:
+            self.db.run("search/sync_schedule", enforce=backoff is not None)
 
     def phases(self, iteration: int) -> list[bool]:
         """The phases of ``iteration`` still to run (True: multi-pattern)."""
@@ -122,16 +161,25 @@ class Phases:
         )
         return [True, False] if multi else [False]
 
-    def search(self, *, multi: bool, since: int, until: int = NEVER) -> None:
-        """Fill ``match`` with the phase's matches that involve an e-node stamped >= ``since``,
-        among the e-nodes born before ``until``."""
+    def search(
+        self, *, multi: bool, since: int, until: int = NEVER, iteration: int = NEVER
+    ) -> None:
+        """Fill ``match`` with the phase's matches that involve an e-node stamped >= ``since``
+        (or the rule's own start after a ban), among the e-nodes born before ``until``, of the
+        rules not banned at ``iteration``."""
         self.db.run("search/reset")
+        args: dict[str, Any] = {
+            "multi": multi,
+            "since": since,
+            "until": until,
+            "iteration": iteration,
+        }
         if self.enodes < RECURSIVE_BELOW:
-            self.db.run("search/match", multi=multi, since=since, until=until)
+            self.db.run("search/match", **args)
         else:
-            self.db.run("search/match_leaves", multi=multi, since=since, until=until)
+            self.db.run("search/match_leaves", **args)
             for h in range(1, self.heights[multi] + 1):
-                self.db.run("search/match_level", h=h, multi=multi, since=since, until=until)
+                self.db.run("search/match_level", h=h, **args)
         self.db.run("search/collect_multi" if multi else "search/collect_single")
 
     def phase(self, iteration: int, *, multi: bool, budget: int) -> IterationStats:
@@ -140,8 +188,12 @@ class Phases:
         before = db.counters.snapshot()
         self.epoch += 1
         t0 = time.perf_counter()
-        self.search(multi=multi, since=self.since[multi], until=self.until.pop(multi, NEVER))
+        since = self.since[multi]
+        self.search(
+            multi=multi, since=since, until=self.until.pop(multi, NEVER), iteration=iteration
+        )
         self.since[multi] = self.epoch
+        banned = 0 if multi else self._schedule(iteration, since)
         t1 = time.perf_counter()
         ((pending, guarded),) = db.run("apply/pending")
         cycle_s = 0.0
@@ -162,6 +214,7 @@ class Phases:
                 sum(r[i] for r in per_rule) for i in range(2, 8)
             )
             rebuilt = rebuild(db, self.epoch)
+        matches += banned
         t3 = time.perf_counter()
         # The first post-pass of a run looks at everything (the stored e-graph may come from a
         # run with another cycle filter); later ones only where the phase changed something.
@@ -178,7 +231,7 @@ class Phases:
             "multi" if multi else "single",
             matches,
             applied,
-            matches - applied - rejected_cycle - capped,
+            matches - applied - rejected_cycle - capped - banned,
             rejected_cycle,
             filtered,
             new_enodes,
@@ -196,6 +249,7 @@ class Phases:
             rebuilt.removed,
             capped,
             self.epoch,
+            banned,
         )
         fields = asdict(stats)
         db.execute(
@@ -203,6 +257,53 @@ class Phases:
             fields,
         )
         return stats
+
+    def _schedule(self, iteration: int, since: int) -> int:
+        """The backoff scheduler after a single-pattern search (see the module docstring): ban
+        the rules over their threshold and discard their matches; the rules searched go on from
+        the phase's start. Returns the matches discarded."""
+        db, backoff = self.db, self.backoff
+        banned = 0
+        if backoff is not None and since > 0:  # the e-graph's first search is never limited
+            over = db.run("search/over_limit", limit=backoff.match_limit, since=since)
+            if over:
+                names = [r[0] for r in over]
+                banned = sum(int(r[1]) for r in over)
+                db.execute(
+                    "DELETE FROM rule_sched WHERE rule IN (SELECT unnest($names))", {"names": names}
+                )
+                db.insert_arrow(
+                    "rule_sched",
+                    pa.table(
+                        {
+                            "rule": pa.array(names, pa.string()),
+                            "since": pa.array([int(r[2]) for r in over], pa.int32()),
+                            "banned_until": pa.array(
+                                [iteration + (backoff.ban_length << int(r[3])) for r in over],
+                                pa.int32(),
+                            ),
+                            "times_banned": pa.array([int(r[3]) + 1 for r in over], pa.int32()),
+                        }
+                    ),
+                )
+                db.run("search/ban", iteration=iteration)
+        if self._own_since or banned:
+            db.run("search/searched", iteration=iteration)
+            db.run("search/sync_schedule", enforce=backoff is not None)
+            self._own_since = bool(
+                db.scalar("SELECT count(*) FROM rule_sched WHERE since IS NOT NULL")
+            )
+        return banned
+
+    def lift_bans(self, iteration: int) -> bool:
+        """At saturation: move every ban forward so that the first ends now (the rules it held
+        are searched in the next iteration). Returns whether any rule was banned."""
+        if self.backoff is None:
+            return False
+        ((moved,),) = self.db.run("search/lift_bans", iteration=iteration)
+        if moved:
+            self.db.run("search/sync_schedule", enforce=True)
+        return bool(moved)
 
     def _apply(self, pending: int, *, multi: bool, budget: int) -> float:
         """Apply the phase's ``pending`` matches (ids 1..pending) a chunk of :attr:`chunk` at a

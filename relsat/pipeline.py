@@ -32,7 +32,15 @@ from relsat.errors import (
     check_number,
 )
 from relsat.execute import Comparison, compare
-from relsat.explore import Exploration, IterationStats, Limits, StopReason, explore
+from relsat.explore import (
+    Backoff,
+    Exploration,
+    IterationStats,
+    Limits,
+    StopReason,
+    backoff_for,
+    explore,
+)
 from relsat.extract import EXTRACTORS, Extraction, Problem, dag_cost, extract
 from relsat.extract.egraph import egraph_problem
 from relsat.graph import Graph
@@ -237,6 +245,7 @@ def optimize(
     on_phase: Callable[[IterationStats], None] | None = None,
     resume: bool = False,
     blocks: bool | str = False,
+    scheduler: str | Backoff = "simple",
 ) -> Result:
     """Optimize ``graph``: equality saturation with TASO's rules on a DuckDB e-graph (``db``: keep
     it in that file), prices from ``cost_model``, extraction (``"ilp"`` with HiGHS, ``"greedy"``,
@@ -261,6 +270,9 @@ def optimize(
     inside the repeat crosses each cut: a transformer's hidden state, a ResNet's activation),
     not cells wired to the cell before the last (NasNet-A), whose rewrites across cuts the
     whole graph finds.
+
+    ``scheduler``: ``"simple"`` (every match applied) or ``"backoff"`` / a :class:`Backoff`
+    (egg's backoff scheduler, as TENSAT ran: see :func:`relsat.explore.explore`).
     """
     _check_settings(
         k_multi,
@@ -274,6 +286,7 @@ def optimize(
         precompute_weights,
     )
     check_choice("blocks", blocks, (False, True, "auto"))
+    backoff_for(scheduler)
     model = _cost_model(cost_model)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -293,6 +306,7 @@ def optimize(
         guards=guards,
         cycle_filter=cycle_filter,
         on_phase=on_phase,
+        scheduler=scheduler,
     )
     seconds["explore"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -371,6 +385,7 @@ def optimize(
         "extractor": extractor,
         "guards": guards,
         "cycle_filter": cycle_filter,
+        "scheduler": scheduler if isinstance(scheduler, str) else "backoff",
         "blocks": (
             folding.describe() if folding else unfolded or ("none repeated" if blocks else "off")
         ),

@@ -28,7 +28,11 @@ CREATE TABLE IF NOT EXISTS pnode (
     x3 INTEGER NOT NULL,       -- variable slot at child 3 (attention's bias), or -1
     -- the deep sub-pattern (the first of height - 1, from whose matches the search finds this
     -- node's) and the other one, each as pattern node and child position, or -1
-    dpid INTEGER NOT NULL, dpos INTEGER NOT NULL, spid INTEGER NOT NULL, spos INTEGER NOT NULL
+    dpid INTEGER NOT NULL, dpos INTEGER NOT NULL, spid INTEGER NOT NULL, spos INTEGER NOT NULL,
+    -- the backoff scheduler's state of the node's rule (relsat/phase.py, `rule_sched`): the
+    -- semi-naive start of a rule whose matches were discarded by a ban (NULL: the phase's), and
+    -- the iteration from which it is searched again
+    since INTEGER, banned_until INTEGER NOT NULL DEFAULT 0
 );
 
 -- Right-hand-side templates: child j is a variable slot (k_j = 1) or another template (k_j = 2).

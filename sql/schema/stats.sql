@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS iteration_stats (
     merged        BIGINT  NOT NULL,  -- e-nodes merged away by congruence (new_enodes - merged:
                                      -- the net change of the e-node count)
     capped        BIGINT  NOT NULL,  -- matches not applied: the e-node limit was reached first
-    epoch         INTEGER NOT NULL   -- the phase's stamp (semi-naive search resumes from it)
+    epoch         INTEGER NOT NULL,  -- the phase's stamp (semi-naive search resumes from it)
+    banned        BIGINT  NOT NULL   -- matches discarded by the backoff scheduler (rules banned)
 );
 
 CREATE TABLE IF NOT EXISTS rule_stats (
@@ -34,7 +35,18 @@ CREATE TABLE IF NOT EXISTS rule_stats (
     rejected   BIGINT  NOT NULL,  -- by the shape check or a guard
     rejected_cycle BIGINT NOT NULL,  -- by the cycle pre-filter
     new_enodes BIGINT  NOT NULL,
-    capped     BIGINT  NOT NULL   -- not applied: the e-node limit was reached first
+    capped     BIGINT  NOT NULL,  -- not applied: the e-node limit was reached first
+    banned     BIGINT  NOT NULL   -- discarded: the backoff scheduler banned the rule
+);
+
+-- The backoff scheduler's state (relsat/phase.py): one row per rule ever banned. A rule is not
+-- searched in iterations < banned_until; `since` is where its semi-naive search starts again
+-- (the matches a ban discarded are found anew), NULL once it has been searched after the ban.
+CREATE TABLE IF NOT EXISTS rule_sched (
+    rule         VARCHAR NOT NULL,
+    since        INTEGER,
+    banned_until INTEGER NOT NULL,
+    times_banned INTEGER NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS run (

@@ -11,16 +11,17 @@
 -- nothing. The bindings of the node's own variables and of its sub-patterns are merged per slot
 -- and must agree. The key (pattern node, root, bindings) is unique: no height overwrites
 -- another's rows. E-nodes on the cycle filter list are ignored. Fresh (semi-naive) if any e-node
--- in the match has stamp >= $since. Only e-nodes born before $until take part (a phase cut short
--- by the e-node limit is run again over the e-graph it saw). Finds what match_leaves.sql and
+-- in the match has stamp >= $since (or the rule's own start, `pnode.since`, after a backoff
+-- ban); a rule banned at $iteration is not searched. Only e-nodes born before $until take part (a
+-- phase cut short by the e-node limit is run again over the e-graph it saw). Finds what match_leaves.sql and
 -- match_level.sql find, one statement instead of one per height: used while the e-graph is small
 -- (relsat/phase.py RECURSIVE_BELOW). Only partial matches some use can take are kept: a
 -- height-0 match of a sub-pattern only in a class where a candidate parent wants it (`needed`),
 -- a whole match of a single-pattern rule only when fresh (the phase applies no other).
--- Parameters: $multi, $since, $until.
+-- Parameters: $multi, $since, $until, $iteration.
 INSERT INTO sub
 WITH RECURSIVE cand AS MATERIALIZED (
-    SELECT p.pid, p.jslot, e.class AS root, e.stamp >= $since AS fresh,
+    SELECT p.pid, p.jslot, e.class AS root, e.stamp >= coalesce(p.since, $since) AS fresh,
            CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
            CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
            CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o2,
@@ -36,7 +37,8 @@ WITH RECURSIVE cand AS MATERIALIZED (
     JOIN enode e
       ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
      AND e.arity = p.arity
-    WHERE p.multi = $multi AND NOT e.filtered AND e.born < $until
+    WHERE p.multi = $multi AND p.banned_until <= $iteration
+      AND NOT e.filtered AND e.born < $until
       AND (p.x0 <> p.x1 OR e.c0 = e.c1 OR (p.height > 0 AND p.x0 < 0))
       AND (p.height > 0 OR (
                (p.x2 < 0 OR ((p.x2 <> p.x0 OR e.c2 = e.c0) AND (p.x2 <> p.x1 OR e.c2 = e.c1)))

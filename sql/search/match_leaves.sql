@@ -2,10 +2,12 @@
 -- phase at once ($multi: the multi-pattern rules, else the single-pattern ones): e-nodes with the
 -- node's op, literals and arity; child j binds variable slot x_j (a slot bound twice must see the
 -- same class); e-nodes on the cycle filter list are ignored. Fresh (semi-naive) if the e-node has
--- stamp >= $since. Only e-nodes born before $until take part (a phase cut short by the e-node
--- limit is run again over the e-graph it saw). Parameters: $multi, $since, $until.
+-- stamp >= $since (or the rule's own start after a backoff ban, `pnode.since`); a rule banned at
+-- $iteration is not searched. Only e-nodes born before $until take part (a phase cut short by the
+-- e-node limit is run again over the e-graph it saw). Parameters: $multi, $since, $until,
+-- $iteration.
 INSERT INTO sub
-SELECT p.pid, e.class, bool_or(e.stamp >= $since),
+SELECT p.pid, e.class, bool_or(e.stamp >= coalesce(p.since, $since)),
        CASE WHEN p.jslot < 0 THEN 0 WHEN p.jslot = p.x0 THEN e.c0 WHEN p.jslot = p.x1 THEN e.c1
             WHEN p.jslot = p.x2 THEN e.c2 WHEN p.jslot = p.x3 THEN e.c3 ELSE 0 END,
        CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END,
@@ -18,7 +20,8 @@ FROM pnode p
 JOIN enode e
   ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
  AND e.arity = p.arity
-WHERE p.height = 0 AND p.multi = $multi AND NOT e.filtered AND e.born < $until
+WHERE p.height = 0 AND p.multi = $multi AND p.banned_until <= $iteration
+  AND NOT e.filtered AND e.born < $until
   AND (p.x0 <> p.x1 OR e.c0 = e.c1)
   AND (p.x2 < 0 OR ((p.x2 <> p.x0 OR e.c2 = e.c0) AND (p.x2 <> p.x1 OR e.c2 = e.c1)))
   AND (p.x3 < 0 OR ((p.x3 <> p.x0 OR e.c3 = e.c0) AND (p.x3 <> p.x1 OR e.c3 = e.c1)

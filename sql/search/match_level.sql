@@ -4,12 +4,13 @@
 -- sub-patterns (a, b) are merged per slot and must agree. Fresh if any e-node in it is.
 -- Sub-patterns sit at child positions 0 and 1 (a third or fourth child is always a variable,
 -- x2, x3).
--- Only e-nodes born before $until take part (see match_leaves.sql).
--- Parameters: $h, $multi, $since, $until.
+-- Only e-nodes born before $until take part, banned rules are not searched, a rule's own start
+-- replaces $since after a ban (see match_leaves.sql).
+-- Parameters: $h, $multi, $since, $until, $iteration.
 INSERT INTO sub
 WITH m AS (
     SELECT p.pid, p.jslot, e.class AS root,
-           e.stamp >= $since OR a.fresh OR coalesce(b.fresh, false) AS fresh,
+           e.stamp >= coalesce(p.since, $since) OR a.fresh OR coalesce(b.fresh, false) AS fresh,
            CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
            CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
            CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o2,
@@ -24,7 +25,8 @@ WITH m AS (
      AND e.arity = p.arity
     JOIN sub a ON a.pid = p.sub0 AND a.root = CASE p.sub0_pos WHEN 0 THEN e.c0 ELSE e.c1 END
     LEFT JOIN sub b ON b.pid = p.sub1 AND b.root = e.c1
-    WHERE p.height = $h AND p.multi = $multi AND NOT e.filtered AND e.born < $until
+    WHERE p.height = $h AND p.multi = $multi AND p.banned_until <= $iteration
+      AND NOT e.filtered AND e.born < $until
       AND (p.sub1 < 0 OR b.pid IS NOT NULL)
       AND (p.x0 < 0 OR p.x0 <> p.x1 OR e.c0 = e.c1)
 ), merged AS (

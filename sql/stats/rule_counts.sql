@@ -7,7 +7,7 @@ SELECT $iteration, r.name, count(*), count(*) FILTER (WHERE m.ok),
        count(*) FILTER (WHERE NOT m.ok AND NOT m.cycle AND NOT m.capped),
        count(*) FILTER (WHERE m.cycle),
        coalesce(any_value(n.built), 0),
-       count(*) FILTER (WHERE m.capped)
+       count(*) FILTER (WHERE m.capped), 0
 FROM match m
 JOIN rule_info r ON r.rule = m.rule
 LEFT JOIN (SELECT rule, count(*) AS built FROM newnode

@@ -1,0 +1,177 @@
+"""The backoff scheduler (egg's, as TENSAT ran): bans, discarded matches found again, saturation
+only once no rule is banned, state kept for a continued exploration, bad settings refused."""
+
+from __future__ import annotations
+
+import pytest
+from test_explore import EXPLODING, sum_chain
+
+from relsat import models, optimize
+from relsat.cli import main
+from relsat.egraph import EGraph
+from relsat.errors import SettingsError
+from relsat.explore import Backoff, Limits, StopReason, explore
+from relsat.rulefile import load_rules
+
+RULES = load_rules()
+
+
+def _bans(eg: EGraph) -> dict[str, tuple]:
+    rows = eg.db.execute("SELECT rule, since, banned_until, times_banned FROM rule_sched")
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_simple_applies_every_match_and_bans_nothing() -> None:
+    eg = EGraph.from_graph(models.load("bert"))
+    result = explore(eg, RULES)
+    assert result.stop is StopReason.SATURATED
+    assert not any(s.banned for s in result.iterations) and not _bans(eg)
+
+
+def test_backoff_bans_busy_rules_and_still_reaches_the_saturated_egraph() -> None:
+    """BERT has phases of 2,780 and 5,620 new matches: with egg's defaults the busiest rules are
+    banned, their matches discarded and found again when the ban ends, so the saturated e-graph
+    is the one every match gives, reached in more iterations."""
+    simple = EGraph.from_graph(models.load("bert"))
+    plain = explore(simple, RULES)
+    eg = EGraph.from_graph(models.load("bert"))
+    result = explore(eg, RULES, scheduler="backoff")
+    assert result.stop is StopReason.SATURATED
+    banned = sum(s.banned for s in result.iterations)
+    assert banned > 0
+    assert banned == eg.db.scalar("SELECT sum(banned) FROM rule_stats")
+    bans = _bans(eg)
+    assert bans and all(times >= 1 for _, _, times in bans.values())
+    assert all(since is None for since, _, _ in bans.values())  # all searched again since
+    assert len({s.iteration for s in result.iterations}) > len(
+        {s.iteration for s in plain.iterations}
+    )
+    assert eg.counts() == simple.counts()
+    for s in result.iterations:
+        assert s.matches == s.applied + s.rejected + s.rejected_cycle + s.capped + s.banned
+    assert not any(eg.audit().values())
+
+
+def test_a_banned_rule_is_not_searched_until_its_ban_ends_or_is_lifted() -> None:
+    """Every ban in BERT's exploration (egg's defaults): the banned rule is next searched when
+    its ban (5 iterations, doubled per earlier ban) ends, or earlier only right after an
+    iteration that changed nothing (egg moves the bans forward instead of stopping there)."""
+    eg = EGraph.from_graph(models.load("bert"))
+    result = explore(eg, RULES, scheduler="backoff")
+    idle = {
+        it
+        for it in {s.iteration for s in result.iterations}
+        if not any(s.changed for s in result.iterations if s.iteration == it)
+    }
+    rows = eg.db.execute("SELECT rule, iteration, banned FROM rule_stats ORDER BY iteration")
+    bans = [(r, i) for r, i, banned in rows if banned]
+    assert len(bans) >= 3 and min(i for _, i in bans) >= 1  # iteration 0 is never limited
+    for rule, i in bans:
+        before = sum(1 for r, j in bans if r == rule and j < i)
+        until = i + (5 << before)
+        after = [j for r, j, _ in rows if r == rule and j > i]
+        if after:
+            nxt = after[0]
+            assert nxt == until or (nxt < until and nxt - 1 in idle), (rule, i, nxt, until)
+
+
+@pytest.mark.parametrize("ban_length", [1, 3])
+def test_discarded_matches_are_found_again(ban_length: int) -> None:
+    """With a match limit of 1 nearly every rule is banned at some point; the e-graph still
+    saturates to exactly what applying every match gives (the semi-naive search of a rule
+    coming off a ban starts where its banned search started)."""
+    whole = EGraph.from_graph(models.load("nasrnn"))
+    explore(whole, RULES)
+    eg = EGraph.from_graph(models.load("nasrnn"))
+    result = explore(eg, RULES, limits=Limits(iterations=200), scheduler=Backoff(1, ban_length))
+    assert result.stop is StopReason.SATURATED
+    assert sum(s.banned for s in result.iterations) > 0
+    assert eg.counts() == whole.counts()
+    assert not any(eg.audit().values())
+
+
+def test_a_continued_exploration_keeps_the_bans() -> None:
+    """Stopped by the iteration limit while a rule is banned, then continued: the same phases
+    and e-graph as one run (the stored ban and the rule's own semi-naive start hold)."""
+    one = EGraph.from_graph(models.load("bert"))
+    explore(one, RULES, scheduler="backoff")
+    eg = EGraph.from_graph(models.load("bert"))
+    first = explore(eg, RULES, limits=Limits(iterations=3), scheduler="backoff")
+    assert first.stop is StopReason.ITERATION_LIMIT
+    assert any(until > 3 and since is not None for since, until, _ in _bans(eg).values())
+    again = explore(eg, RULES, scheduler="backoff")
+    assert again.stop is StopReason.SATURATED
+    cols = "iteration, phase, matches, applied, banned, new_enodes, merged, enodes"
+    assert eg.sql(f"SELECT {cols} FROM iteration_stats ORDER BY epoch").equals(
+        one.sql(f"SELECT {cols} FROM iteration_stats ORDER BY epoch")
+    )
+    assert eg.counts() == one.counts()
+
+
+def test_continuing_without_the_scheduler_still_finds_the_discarded_matches() -> None:
+    eg = EGraph.from_graph(models.load("bert"))
+    explore(eg, RULES, limits=Limits(iterations=4), scheduler="backoff")
+    assert any(since is not None for since, _, _ in _bans(eg).values())
+    explore(eg, RULES, limits=Limits(iterations=100))
+    whole = EGraph.from_graph(models.load("bert"))
+    explore(whole, RULES)
+    assert eg.counts() == whole.counts()
+
+
+def test_an_exploding_rule_set_under_backoff_holds_the_node_limit() -> None:
+    eg = sum_chain(12)
+    result = explore(
+        eg, list(EXPLODING), limits=Limits(nodes=3000, iterations=1000), scheduler="backoff"
+    )
+    assert result.stop is StopReason.NODE_LIMIT
+    assert result.enodes <= 3000
+    assert result.busiest and "busiest rules: " in result.why
+    assert not any(eg.audit().values())
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    ["egg", "", None, 1, "Backoff"],
+)
+def test_a_bad_scheduler_is_refused(scheduler: object) -> None:
+    eg = EGraph.from_graph(models.load("vgg19"))
+    with pytest.raises(SettingsError, match="scheduler"):
+        explore(eg, RULES, scheduler=scheduler)  # type: ignore[arg-type]
+    with pytest.raises(SettingsError, match="scheduler"):
+        optimize(models.load("vgg19"), scheduler=scheduler)  # type: ignore[arg-type]
+    assert eg.db.scalar("SELECT count(*) FROM iteration_stats") == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"match_limit": 0}, "match_limit"),
+        ({"ban_length": 0}, "ban_length"),
+        ({"match_limit": 2.5}, "match_limit"),
+        ({"ban_length": True}, "ban_length"),
+    ],
+)
+def test_bad_backoff_settings_are_refused(kwargs: dict, option: str) -> None:
+    with pytest.raises(SettingsError, match=option):
+        Backoff(**kwargs)
+
+
+def test_cli_scheduler_option(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "optimize",
+            "--model",
+            "bert",
+            "--scheduler",
+            "backoff",
+            "--no-verify",
+            "--extractor",
+            "greedy",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "backoff:" in out and "matches of banned rules discarded" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["optimize", "--model", "bert", "--scheduler", "fast"])
+    assert exc.value.code == 2
