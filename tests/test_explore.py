@@ -412,3 +412,29 @@ def test_a_chunked_phase_stops_instantiating_at_the_node_limit(
     assert 1 <= len(seen) - earlier < -(-last.matches // 1000)  # not every chunk instantiated
     assert eg.db.scalar("SELECT sum(capped) FROM rule_stats WHERE iteration = 1") == last.capped
     assert not any(eg.audit().values())
+
+
+# --- semi-naive search ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # a new ewadd(y, x) in the old class under the relu: the new match is rooted above it
+        ("(ewadd ?a ?b) => (ewadd ?b ?a)", "(relu (ewadd ?a ?b)) => (relu (ewadd ?b ?a))"),
+        # a new tanh over the old ewadd: the new match reaches down to an old e-node
+        ("(relu ?a) => (tanh ?a)", "(tanh (ewadd ?a ?b)) => (relu (ewadd ?a ?b))"),
+    ],
+)
+def test_a_new_match_is_found_whatever_its_one_new_enode(first: str, second: str) -> None:
+    """The semi-naive search finds a new match whose one new e-node sits below its old root, or
+    whose root is new and the rest old. (Continuing with another rule set, the second rule only
+    sees what is new since the first rule's phase: exactly that one match.)"""
+    b = GraphBuilder()
+    x, y = b.input([4, 4], name="x"), b.input([4, 4], name="y")
+    graph = b.build(b.relu(b.add(x, y)))
+    eg = EGraph.from_graph(graph)
+    one, two = parse_rules(f"# name: one\n{first}\n"), parse_rules(f"# name: two\n{second}\n")
+    assert explore(eg, list(one), k_multi=0, limits=Limits(iterations=1)).iterations[0].applied
+    result = explore(eg, list(two), k_multi=0, limits=Limits(iterations=2))
+    assert result.iterations[0].matches == 1
