@@ -177,9 +177,11 @@ class Phases:
         if self.enodes < RECURSIVE_BELOW:
             self.db.run("search/match", **args)
         else:
-            self.db.run("search/match_leaves", **args)
+            ((found,),) = self.db.run("search/match_leaves", **args)
             for h in range(1, self.heights[multi] + 1):
-                self.db.run("search/match_level", h=h, **args)
+                if not found:  # every node of height h needs a match of height h - 1
+                    break
+                ((found,),) = self.db.run("search/match_level", h=h, **args)
         self.db.run("search/collect_multi" if multi else "search/collect_single")
 
     def phase(self, iteration: int, *, multi: bool, budget: int) -> IterationStats:

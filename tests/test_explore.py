@@ -438,3 +438,28 @@ def test_a_new_match_is_found_whatever_its_one_new_enode(first: str, second: str
     assert explore(eg, list(one), k_multi=0, limits=Limits(iterations=1)).iterations[0].applied
     result = explore(eg, list(two), k_multi=0, limits=Limits(iterations=2))
     assert result.iterations[0].matches == 1
+
+
+@pytest.mark.parametrize("name", ["nasrnn", "bert"])
+def test_the_per_height_search_finds_what_the_recursive_one_finds(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Large e-graphs are searched one pattern height per statement (match_leaves/match_level,
+    stopping at the first empty height), small ones in one recursive statement (match.sql):
+    forced onto the per-height path, every phase and the e-graph are the same."""
+    import relsat.phase as ph
+
+    cols = "iteration, phase, matches, applied, rejected, new_enodes, unions, enodes"
+    runs = []
+    for below in (ph.RECURSIVE_BELOW, 0):
+        monkeypatch.setattr(ph, "RECURSIVE_BELOW", below)
+        eg = EGraph.from_graph(models.load(name))
+        explore(eg, RULES, limits=Limits(iterations=4))
+        runs.append(
+            (
+                eg.sql("SELECT * FROM enode ORDER BY id"),
+                eg.sql(f"SELECT {cols} FROM iteration_stats ORDER BY epoch"),
+            )
+        )
+    assert runs[0][0].equals(runs[1][0])
+    assert runs[0][1].equals(runs[1][1])

@@ -4,7 +4,8 @@
 -- same class); e-nodes on the cycle filter list are ignored. Fresh (semi-naive) if the e-node has
 -- stamp >= $since (or the rule's own start after a backoff ban, `pnode.since`); a rule banned at
 -- $iteration is not searched. Only e-nodes born before $until take part (a phase cut short by the
--- e-node limit is run again over the e-graph it saw). Parameters: $multi, $since, $until,
+-- e-node limit is run again over the e-graph it saw). A whole match of a single-pattern rule is
+-- kept only when fresh (the phase applies no other). Parameters: $multi, $since, $until,
 -- $iteration.
 INSERT INTO sub
 SELECT p.pid, e.class, bool_or(e.stamp >= coalesce(p.since, $since)),
@@ -26,4 +27,5 @@ WHERE p.height = 0 AND p.multi = $multi AND p.banned_until <= $iteration
   AND (p.x2 < 0 OR ((p.x2 <> p.x0 OR e.c2 = e.c0) AND (p.x2 <> p.x1 OR e.c2 = e.c1)))
   AND (p.x3 < 0 OR ((p.x3 <> p.x0 OR e.c3 = e.c0) AND (p.x3 <> p.x1 OR e.c3 = e.c1)
                     AND (p.x3 <> p.x2 OR e.c3 = e.c2)))
+  AND (p.multi OR NOT p.is_root OR e.stamp >= coalesce(p.since, $since))
 GROUP BY ALL

@@ -5,11 +5,12 @@
 -- Sub-patterns sit at child positions 0 and 1 (a third or fourth child is always a variable,
 -- x2, x3).
 -- Only e-nodes born before $until take part, banned rules are not searched, a rule's own start
--- replaces $since after a ban (see match_leaves.sql).
+-- replaces $since after a ban, whole matches of single-pattern rules are kept only when fresh
+-- (see match_leaves.sql).
 -- Parameters: $h, $multi, $since, $until, $iteration.
 INSERT INTO sub
 WITH m AS (
-    SELECT p.pid, p.jslot, e.class AS root,
+    SELECT p.pid, p.jslot, e.class AS root, p.is_root AND NOT p.multi AS lone,
            e.stamp >= coalesce(p.since, $since) OR a.fresh OR coalesce(b.fresh, false) AS fresh,
            CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
            CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
@@ -30,7 +31,7 @@ WITH m AS (
       AND (p.sub1 < 0 OR b.pid IS NOT NULL)
       AND (p.x0 < 0 OR p.x0 <> p.x1 OR e.c0 = e.c1)
 ), merged AS (
-    SELECT pid, jslot, root, fresh,
+    SELECT pid, jslot, root, lone, fresh,
            coalesce(o0, a0, b0) AS v0, coalesce(o1, a1, b1) AS v1,
            coalesce(o2, a2, b2) AS v2, coalesce(o3, a3, b3) AS v3,
            coalesce(o4, a4, b4) AS v4, coalesce(o5, a5, b5) AS v5,
@@ -48,5 +49,5 @@ SELECT pid, root, bool_or(fresh),
                   WHEN 5 THEN v5 ELSE 0 END,
        v0, v1, v2, v3, v4, v5
 FROM merged
-WHERE agree
+WHERE agree AND (fresh OR NOT lone)
 GROUP BY ALL
