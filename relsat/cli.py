@@ -530,10 +530,16 @@ def _inspect(args: argparse.Namespace) -> int:
     _print_arrow(
         eg.sql(
             "SELECT rule, sum(matches) AS matches, sum(applied) AS applied, "
-            "sum(new_enodes) AS new_enodes FROM rule_stats GROUP BY rule "
+            "sum(new_enodes) AS new_enodes, sum(banned) AS banned FROM rule_stats GROUP BY rule "
             "ORDER BY applied DESC LIMIT 10"
         )
     )
+    bans = eg.sql("SELECT * FROM rule_sched ORDER BY rule")
+    if bans.num_rows:  # explored with the backoff scheduler
+        console.print(
+            "backoff scheduler: rules banned (searched again from iteration banned_until)"
+        )
+        _print_arrow(bans)
     eg.close()
     return 0
 

@@ -156,22 +156,16 @@ def test_bad_backoff_settings_are_refused(kwargs: dict, option: str) -> None:
         Backoff(**kwargs)
 
 
-def test_cli_scheduler_option(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(
-        [
-            "optimize",
-            "--model",
-            "bert",
-            "--scheduler",
-            "backoff",
-            "--no-verify",
-            "--extractor",
-            "greedy",
-        ]
-    )
+def test_cli_scheduler_option(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "bert.duckdb"
+    args = ["optimize", "--model", "bert", "--scheduler", "backoff", "--db", str(db)]
+    code = main([*args, "--no-verify", "--extractor", "greedy"])
     out = capsys.readouterr().out
     assert code == 0
     assert "backoff:" in out and "matches of banned rules discarded" in out
+    assert main(["inspect", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "backoff scheduler: rules banned" in out and "matmul-assoc-right" in out
     with pytest.raises(SystemExit) as exc:
         main(["optimize", "--model", "bert", "--scheduler", "fast"])
     assert exc.value.code == 2
