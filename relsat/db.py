@@ -203,16 +203,26 @@ class Database:
                 continue
             wanted = list(dict.fromkeys(_PARAM.findall(part)))
             if part not in _PLAN_COST:  # measured once per process: it depends on the SQL text
-                start = time.perf_counter()
-                try:  # the work tables may be empty now: only the plan matters
-                    probe = f"EXPLAIN (FORMAT json) {part}"  # text rendering is not planning
-                    self.con.execute(probe, {p: 0 for p in wanted} or None).fetchall()
-                    _PLAN_COST[part] = time.perf_counter() - start
-                except duckdb.Error:
-                    _PLAN_COST[part] = 0.0
+                _PLAN_COST[part] = self._plan_cost(part, wanted)
             statements.append((part, wanted, _PLAN_COST[part]))
         _STATEMENTS[name] = statements
         return statements
+
+    def _plan_cost(self, sql: str, wanted: list[str]) -> float:
+        """Seconds DuckDB takes to plan ``sql``: an ``EXPLAIN (FORMAT json)`` of it (the text
+        rendering is not planning) with every parameter 0, on a cursor of its own, so that a
+        probe DuckDB refuses (a parameter that must be a list) cannot abort the transaction in
+        progress; 0 when refused. The work tables may be empty: only the plan matters."""
+        cursor = self.con.cursor()
+        try:
+            start = time.perf_counter()
+            cursor.execute(f"EXPLAIN (FORMAT json) {sql}", {p: 0 for p in wanted} or None)
+            cursor.fetchall()
+            return time.perf_counter() - start
+        except duckdb.Error:
+            return 0.0
+        finally:
+            cursor.close()
 
     def fit_threads(self, enodes: int) -> None:
         """One thread while the e-graph has fewer than :data:`SERIAL_BELOW` e-nodes, DuckDB's

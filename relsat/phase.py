@@ -22,8 +22,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from relsat.compile import Program
 from relsat.cycles import prefilter, ranks, remove_cycles
 from relsat.egraph import EGraph
@@ -150,9 +148,7 @@ class Phases:
             self.db.insert_arrow(table, getattr(program, table))
         # The scheduler's stored state: rules with their own semi-naive start are searched from
         # it whatever the scheduler; bans hold only under the backoff scheduler.
-        self._own_since = bool(self.db.scalar("SELECT count(*) FROM rule_sched"))
-        if self._own_since:
-            self.db.run("search/sync_schedule", enforce=backoff is not None)
+        self._sync()
 
     def phases(self, iteration: int) -> list[bool]:
         """The phases of ``iteration`` still to run (True: multi-pattern)."""
@@ -269,32 +265,22 @@ class Phases:
         if backoff is not None and since > 0:  # the e-graph's first search is never limited
             over = db.run("search/over_limit", limit=backoff.match_limit, since=since)
             if over:
-                names = [r[0] for r in over]
                 banned = sum(int(r[1]) for r in over)
-                db.execute(
-                    "DELETE FROM rule_sched WHERE rule IN (SELECT unnest($names))", {"names": names}
+                db.run(
+                    "search/ban",
+                    names=[r[0] for r in over],
+                    sinces=[int(r[2]) for r in over],
+                    # doubled per earlier ban; never past NEVER
+                    untils=[
+                        min(iteration + (backoff.ban_length << min(int(r[3]), 30)), NEVER)
+                        for r in over
+                    ],
+                    times=[int(r[3]) + 1 for r in over],
+                    iteration=iteration,
                 )
-                db.insert_arrow(
-                    "rule_sched",
-                    pa.table(
-                        {
-                            "rule": pa.array(names, pa.string()),
-                            "since": pa.array([int(r[2]) for r in over], pa.int32()),
-                            "banned_until": pa.array(
-                                [iteration + (backoff.ban_length << int(r[3])) for r in over],
-                                pa.int32(),
-                            ),
-                            "times_banned": pa.array([int(r[3]) + 1 for r in over], pa.int32()),
-                        }
-                    ),
-                )
-                db.run("search/ban", iteration=iteration)
         if self._own_since or banned:
             db.run("search/searched", iteration=iteration)
-            db.run("search/sync_schedule", enforce=backoff is not None)
-            self._own_since = bool(
-                db.scalar("SELECT count(*) FROM rule_sched WHERE since IS NOT NULL")
-            )
+            self._sync()
         return banned
 
     def lift_bans(self, iteration: int) -> bool:
@@ -304,8 +290,13 @@ class Phases:
             return False
         ((moved,),) = self.db.run("search/lift_bans", iteration=iteration)
         if moved:
-            self.db.run("search/sync_schedule", enforce=True)
+            self._sync()
         return bool(moved)
+
+    def _sync(self) -> None:
+        """Copy the scheduler's stored state into the loaded pattern nodes."""
+        ((own,),) = self.db.run("search/sync_schedule", enforce=self.backoff is not None)
+        self._own_since = bool(own)
 
     def _apply(self, pending: int, *, multi: bool, budget: int) -> float:
         """Apply the phase's ``pending`` matches (ids 1..pending) a chunk of :attr:`chunk` at a
