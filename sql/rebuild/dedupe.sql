@@ -1,25 +1,15 @@
 -- After congruence closure, equal e-nodes sit in the same class: keep the oldest (smallest id)
--- of each, looking only at e-nodes stamped $epoch (as the newer or the older of a pair: two
--- joins, each building on the stamped e-nodes only, where one join with an OR of both sides'
--- stamps would hash the whole table). Parameters: $epoch.
+-- of each, looking only at pairs with an e-node stamped $epoch. One join that builds on the
+-- stamped e-nodes (`recent`) and deletes the newer of each pair; a join of the whole table with
+-- itself on an OR of both sides' stamps would hash every e-node. Parameters: $epoch.
 DELETE FROM enode
 WHERE id IN (
-    WITH recent AS MATERIALIZED (SELECT * FROM enode WHERE stamp = $epoch)
-    SELECT b.id
-    FROM enode a
-    JOIN recent b
-      ON a.op = b.op AND a.p0 = b.p0 AND a.p1 = b.p1 AND a.p2 = b.p2 AND a.p3 = b.p3
-     AND a.p4 = b.p4 AND a.p5 = b.p5 AND a.s = b.s AND a.arity = b.arity
-     AND a.c0 = b.c0 AND a.c1 = b.c1 AND a.c2 = b.c2 AND a.c3 = b.c3
-     AND a.c4 = b.c4 AND a.c5 = b.c5 AND a.c6 = b.c6 AND a.c7 = b.c7
-     AND a.class = b.class AND a.id < b.id
-    UNION
-    SELECT b.id
-    FROM recent a
-    JOIN enode b
-      ON a.op = b.op AND a.p0 = b.p0 AND a.p1 = b.p1 AND a.p2 = b.p2 AND a.p3 = b.p3
-     AND a.p4 = b.p4 AND a.p5 = b.p5 AND a.s = b.s AND a.arity = b.arity
-     AND a.c0 = b.c0 AND a.c1 = b.c1 AND a.c2 = b.c2 AND a.c3 = b.c3
-     AND a.c4 = b.c4 AND a.c5 = b.c5 AND a.c6 = b.c6 AND a.c7 = b.c7
-     AND a.class = b.class AND a.id < b.id
+    SELECT greatest(r.id, o.id)
+    FROM enode o
+    JOIN (SELECT * FROM enode WHERE stamp = $epoch) r
+      ON o.op = r.op AND o.p0 = r.p0 AND o.p1 = r.p1 AND o.p2 = r.p2 AND o.p3 = r.p3
+     AND o.p4 = r.p4 AND o.p5 = r.p5 AND o.s = r.s AND o.arity = r.arity
+     AND o.c0 = r.c0 AND o.c1 = r.c1 AND o.c2 = r.c2 AND o.c3 = r.c3
+     AND o.c4 = r.c4 AND o.c5 = r.c5 AND o.c6 = r.c6 AND o.c7 = r.c7
+     AND o.class = r.class AND o.id <> r.id
 )
