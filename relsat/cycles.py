@@ -97,13 +97,10 @@ def remove_cycles(db: Database, epoch: int | None = None) -> int:
         filtered |= found
     if filtered:
         ids = pa.table({"id": pa.array(sorted(filtered), pa.int64())})
-        db.con.register("relsat_filtered", ids)
-        try:
+        with db.registered("relsat_filtered", ids):
             db.execute(
                 "UPDATE enode SET filtered = true WHERE id IN (SELECT id FROM relsat_filtered)"
             )
-        finally:
-            db.con.unregister("relsat_filtered")
     return len(filtered)
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,14 +238,27 @@ class Database:
 
     # --- data in and out ------------------------------------------------------------------
 
+    @contextmanager
+    def registered(self, name: str, data: pa.Table) -> Iterator[None]:
+        """Make the Arrow table ``data`` readable as the view ``name`` while the block runs.
+
+        When the block fails (an interrupted or refused statement aborts the transaction, and
+        DuckDB then refuses even the unregister until the ROLLBACK), the block's error is the one
+        raised; the name stays registered and is replaced by the next registration of it."""
+        self.con.register(name, data)
+        try:
+            yield
+        except BaseException:
+            with suppress(duckdb.Error):
+                self.con.unregister(name)
+            raise
+        self.con.unregister(name)
+
     def insert_arrow(self, table: str, data: pa.Table) -> None:
         """Append an Arrow table (columns in the table's order) in one statement."""
-        self.con.register("relsat_arrow_in", data)
-        try:
+        with self.registered("relsat_arrow_in", data):
             cols = ", ".join(data.column_names)
             self.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM relsat_arrow_in")
-        finally:
-            self.con.unregister("relsat_arrow_in")
 
     def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
         """Run a query and fetch its result as an Arrow table."""

@@ -175,6 +175,23 @@ def test_read_only_queries_refuse_writes(tmp_path: Path) -> None:
     assert db.scalar("SELECT count(*) FROM enode") == 70
 
 
+def test_a_failed_arrow_insert_raises_its_own_error_and_is_rolled_back() -> None:
+    """A statement that fails inside a transaction aborts it, and DuckDB then refuses even
+    dropping the registered Arrow view: the insert's error is the one raised (CI once saw the
+    refused drop's TransactionException instead of the time limit), and after the rollback the
+    next insert works."""
+    import pyarrow as pa
+
+    db = Database()
+    db.execute("CREATE TABLE t (a INTEGER PRIMARY KEY)")
+    with pytest.raises(DatabaseError, match="ConstraintException"), db.transaction():
+        db.insert_arrow("t", pa.table({"a": [1]}))
+        db.insert_arrow("t", pa.table({"a": [1]}))
+    assert db.scalar("SELECT count(*) FROM t") == 0
+    db.insert_arrow("t", pa.table({"a": [2, 3]}))
+    assert db.execute("SELECT a FROM t ORDER BY a") == [(2,), (3,)]
+
+
 def test_locked_database_is_a_typed_error(tmp_path: Path) -> None:
     import subprocess
     import sys
