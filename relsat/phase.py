@@ -186,11 +186,11 @@ class Phases:
         before = db.counters.snapshot()
         self.epoch += 1
         t0 = time.perf_counter()
-        since = self.since[multi]
-        self.search(
-            multi=multi, since=since, until=self.until.pop(multi, NEVER), iteration=iteration
-        )
-        self.since[multi] = self.epoch
+        since, until = self.since[multi], self.until.pop(multi, NEVER)
+        self.search(multi=multi, since=since, until=until, iteration=iteration)
+        # The next search of this kind starts here; after re-running a capped phase, which saw
+        # only the e-nodes born before it, at the capped phase (the e-nodes it added are new).
+        self.since[multi] = min(self.epoch, until)
         banned = 0 if multi else self._schedule(iteration, since)
         t1 = time.perf_counter()
         ((pending, guarded),) = db.run("apply/pending")

@@ -271,6 +271,50 @@ def test_a_capped_exploration_continued_with_a_higher_limit_reaches_the_same_egr
     assert not any(eg.audit().values())
 
 
+def _researched(eg: EGraph) -> tuple[int, int]:
+    """The e-graph's counts after searching it all again (single-pattern rules, no semi-naive
+    start): unchanged if the exploration that claimed saturation had found every match."""
+    eg.db.execute("DELETE FROM iteration_stats")
+    explore(eg, RULES, k_multi=0)
+    return eg.counts()
+
+
+@pytest.mark.parametrize("limits", [(600,), (600, 800, 1000)])
+def test_a_run_continued_after_capped_phases_is_saturated(limits: tuple[int, ...]) -> None:
+    """A capped phase's re-run sees only the e-nodes born before it; the e-nodes the capped phase
+    added must still be searched afterwards. (They were not: BERT continued after a stop at 600
+    e-nodes claimed saturation at 1,791 e-nodes, and searching it again merged it to 1,530.)
+    Also when the re-run is itself capped, and when the continuation starts from the stored
+    e-graph."""
+    whole = EGraph.from_graph(models.load("bert"))
+    assert explore(whole, RULES).stop is StopReason.SATURATED
+    eg = EGraph.from_graph(models.load("bert"))
+    for limit in limits:
+        assert explore(eg, RULES, limits=Limits(nodes=limit)).stop is StopReason.NODE_LIMIT
+    assert explore(eg, RULES).stop is StopReason.SATURATED
+    counts = eg.counts()
+    assert counts == whole.counts()
+    assert _researched(eg) == counts
+    assert not any(eg.audit().values())
+
+
+def test_a_stored_egraph_stopped_right_after_a_rerun_goes_on_from_the_capped_phase() -> None:
+    """The stored resume point: a run that re-ran the capped phase and then stopped (here at the
+    iteration limit) is continued from the capped phase's epoch, not the re-run's."""
+    whole = EGraph.from_graph(models.load("bert"))
+    explore(whole, RULES)
+    eg = EGraph.from_graph(models.load("bert"))
+    capped = explore(eg, RULES, limits=Limits(nodes=600)).iterations[-1]
+    assert capped.capped
+    rerun = explore(eg, RULES, limits=Limits(iterations=capped.iteration + 1))
+    assert rerun.stop is StopReason.ITERATION_LIMIT
+    assert [(s.iteration, s.phase, s.capped) for s in rerun.iterations] == [
+        (capped.iteration, capped.phase, 0)
+    ]
+    assert explore(eg, RULES).stop is StopReason.SATURATED
+    assert eg.counts() == whole.counts() == _researched(eg)
+
+
 def test_an_exploding_rule_set_stops_at_the_node_limit_naming_the_busiest_rules() -> None:
     eg = sum_chain()
     result = explore(eg, list(EXPLODING), limits=Limits(nodes=3000, iterations=1000))
