@@ -126,9 +126,10 @@ class Phases:
         if last is None:
             self.next_iteration, self._skip_multi = 0, False
         elif last["capped"]:  # the e-node limit cut the last phase short: run it again over
-            # the e-nodes it saw (those born before it), from the same semi-naive start
+            # the e-nodes it saw (those born before it, or before the first run of it if it was
+            # capped more than once: not its own additions), from the same semi-naive start
             self.next_iteration, self._skip_multi = int(last["iteration"]), last["phase"] != "multi"
-            self.until[last["phase"] == "multi"] = int(last["epoch"])
+            self.until[last["phase"] == "multi"] = int(last["first"])
         elif last["phase"] == "multi":  # stopped between the two phases of an iteration
             self.next_iteration, self._skip_multi = int(last["iteration"]), True
         else:

@@ -279,33 +279,44 @@ def _researched(eg: EGraph) -> tuple[int, int]:
     return eg.counts()
 
 
-@pytest.mark.parametrize("limits", [(600,), (600, 800, 1000)])
-def test_a_run_continued_after_capped_phases_is_saturated(limits: tuple[int, ...]) -> None:
-    """A capped phase's re-run sees only the e-nodes born before it; the e-nodes the capped phase
-    added must still be searched afterwards. (They were not: BERT continued after a stop at 600
-    e-nodes claimed saturation at 1,791 e-nodes, and searching it again merged it to 1,530.)
-    Also when the re-run is itself capped, and when the continuation starts from the stored
-    e-graph."""
-    whole = EGraph.from_graph(models.load("bert"))
-    assert explore(whole, RULES).stop is StopReason.SATURATED
-    eg = EGraph.from_graph(models.load("bert"))
+@pytest.mark.parametrize(
+    ("name", "k_multi", "limits"),
+    [("bert", 1, (600,)), ("bert", 1, (600, 800, 1000)), ("inceptionv3", 2, (714, 1505, 2519))],
+)
+def test_a_run_continued_after_capped_phases_is_saturated(
+    name: str, k_multi: int, limits: tuple[int, ...]
+) -> None:
+    """A capped phase's re-run sees only the e-nodes born before the phase's first run, and the
+    e-nodes the capped runs added are searched afterwards. Before: BERT continued after a stop
+    at 600 e-nodes claimed saturation at 1,791 e-nodes (searching it again merged it to 1,530);
+    Inception-v3's multi-pattern phase capped three times searched its own additions each time
+    and saturated at 35,897 e-nodes instead of 4,193."""
+    whole = EGraph.from_graph(models.load(name))
+    assert explore(whole, RULES, k_multi=k_multi).stop is StopReason.SATURATED
+    eg = EGraph.from_graph(models.load(name))
     for limit in limits:
-        assert explore(eg, RULES, limits=Limits(nodes=limit)).stop is StopReason.NODE_LIMIT
-    assert explore(eg, RULES).stop is StopReason.SATURATED
+        result = explore(eg, RULES, k_multi=k_multi, limits=Limits(nodes=limit))
+        assert result.stop is StopReason.NODE_LIMIT
+    assert explore(eg, RULES, k_multi=k_multi).stop is StopReason.SATURATED
     counts = eg.counts()
     assert counts == whole.counts()
     assert _researched(eg) == counts
     assert not any(eg.audit().values())
 
 
-def test_a_stored_egraph_stopped_right_after_a_rerun_goes_on_from_the_capped_phase() -> None:
-    """The stored resume point: a run that re-ran the capped phase and then stopped (here at the
-    iteration limit) is continued from the capped phase's epoch, not the re-run's."""
+@pytest.mark.parametrize("limits", [(600,), (600, 700)])
+def test_a_stored_egraph_stopped_right_after_a_rerun_goes_on_from_the_capped_phase(
+    limits: tuple[int, ...],
+) -> None:
+    """The stored resume point: a run that re-ran the capped phase (capped once, or twice) and
+    then stopped (here at the iteration limit) is continued from the first capped run's epoch,
+    not the re-run's."""
     whole = EGraph.from_graph(models.load("bert"))
     explore(whole, RULES)
     eg = EGraph.from_graph(models.load("bert"))
-    capped = explore(eg, RULES, limits=Limits(nodes=600)).iterations[-1]
-    assert capped.capped
+    for limit in limits:
+        capped = explore(eg, RULES, limits=Limits(nodes=limit)).iterations[-1]
+        assert capped.capped
     rerun = explore(eg, RULES, limits=Limits(iterations=capped.iteration + 1))
     assert rerun.stop is StopReason.ITERATION_LIMIT
     assert [(s.iteration, s.phase, s.capped) for s in rerun.iterations] == [
