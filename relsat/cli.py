@@ -534,7 +534,7 @@ def _inspect(args: argparse.Namespace) -> int:
             "ORDER BY applied DESC LIMIT 10"
         )
     )
-    bans = eg.sql("SELECT * FROM rule_sched ORDER BY rule")
+    bans = eg.sql("SELECT * FROM rule_sched WHERE times_banned > 0 ORDER BY rule")
     if bans.num_rows:  # explored with the backoff scheduler
         console.print(
             "backoff scheduler: rules banned (searched again from iteration banned_until)"

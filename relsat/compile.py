@@ -24,6 +24,7 @@ AND p1 = 1 AND p2 = 0 AND p3 = 2`` with ``?x = c0`` and ``?w = c1``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -129,6 +130,18 @@ def rule_sql(rule: Rule) -> str:
 # The rule program
 
 
+def rule_key(rule: Rule, *, guards: bool = True) -> str:
+    """What a rule does, as a short fingerprint: its sides, symmetry and (when ``guards``) its
+    guards as written; not its name, documentation or place. An e-graph explored before
+    remembers the keys of the rules it was explored with (`rule_info`), so that a rule new to it
+    searches the whole e-graph (relsat/phase.py); a rule that only renames a variable counts as
+    new too, which costs one full search and nothing else."""
+    text = [f"{lhs} => {rhs}" for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True)]
+    text += ["symmetric"] if rule.symmetric else []
+    text += [f"where {g}" for g in rule.guards] if guards else []
+    return hashlib.sha256("\n".join(text).encode()).hexdigest()[:16]
+
+
 def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     """Compile ``rules`` (in order; rule id = position) into a :class:`Program`."""
     rules = tuple(rules)
@@ -169,6 +182,7 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
                 "symmetric_pairs": _symmetric(rule),
                 "pid0": roots[0],
                 "pid1": roots[1] if len(roots) > 1 else -1,
+                "key": rule_key(rule, guards=guards),
             }
         )
     return Program(
@@ -381,6 +395,7 @@ _INFO = pa.schema(
         ("symmetric_pairs", pa.bool_()),
         ("pid0", pa.int32()),
         ("pid1", pa.int32()),
+        ("key", pa.string()),
     ]
 )
 _PNODE = pa.schema(

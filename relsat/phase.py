@@ -14,7 +14,13 @@ semi-naive and counts the matches that are new, so a rule is banned on its new m
 its ban ends its search starts from where the banned search started (``rule_sched.since``): the
 discarded matches are found again. An e-graph is not saturated while rules are banned: every ban
 is moved forward so that the first ends (egg's ``can_stop``). The state is stored
-(``rule_sched``), so a continued exploration goes on with it."""
+(``rule_sched``), so a continued exploration goes on with it.
+
+**Continuing with other rules.** The semi-naive search of an e-graph explored before goes on from
+where it stopped, which is right only for the rules that were searched up to there. A rule the
+last exploration did not run (none of its rules had the same key, :func:`relsat.compile.rule_key`:
+a rule added, edited, or with its guards now ignored) gets a start of its own at 0, the same
+mechanism as after a ban, so its first search sees the whole e-graph."""
 
 from __future__ import annotations
 
@@ -144,6 +150,9 @@ class Phases:
             )
             for kind in (True, False)
         }
+        if last is not None:  # rules the last exploration did not run search everything
+            with self.db.registered("relsat_rules", program.rule_info):
+                self.db.run("search/new_rules")
         for table in ("rule_info", "pnode", "tnode", "rguard"):
             self.db.execute(f"DELETE FROM {table}")
             self.db.insert_arrow(table, getattr(program, table))
@@ -192,7 +201,13 @@ class Phases:
         # The next search of this kind starts here; after re-running a capped phase, which saw
         # only the e-nodes born before it, at the capped phase (the e-nodes it added are new).
         self.since[multi] = min(self.epoch, until)
-        banned = 0 if multi else self._schedule(iteration, since)
+        if not multi:
+            banned = self._schedule(iteration, since)
+        else:
+            banned = 0
+            if self._own_since:  # the multi-pattern rules searched go on from the phase's start
+                db.run("search/searched", iteration=iteration, multi=True)
+                self._sync()
         t1 = time.perf_counter()
         ((pending, guarded),) = db.run("apply/pending")
         cycle_s = 0.0
@@ -280,7 +295,7 @@ class Phases:
                     iteration=iteration,
                 )
         if self._own_since or banned:
-            db.run("search/searched", iteration=iteration)
+            db.run("search/searched", iteration=iteration, multi=False)
             self._sync()
         return banned
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -475,24 +476,61 @@ def test_a_chunked_phase_stops_instantiating_at_the_node_limit(
 @pytest.mark.parametrize(
     ("first", "second"),
     [
-        # a new ewadd(y, x) in the old class under the relu: the new match is rooted above it
-        ("(ewadd ?a ?b) => (ewadd ?b ?a)", "(relu (ewadd ?a ?b)) => (relu (ewadd ?b ?a))"),
+        # a new ewmul(x, y) in the old class under the relu: the new match is rooted above it
+        ("(ewadd ?a ?b) => (ewmul ?a ?b)", "(relu (ewmul ?a ?b)) => (relu (ewmul ?b ?a))"),
         # a new tanh over the old ewadd: the new match reaches down to an old e-node
         ("(relu ?a) => (tanh ?a)", "(tanh (ewadd ?a ?b)) => (relu (ewadd ?a ?b))"),
     ],
 )
 def test_a_new_match_is_found_whatever_its_one_new_enode(first: str, second: str) -> None:
     """The semi-naive search finds a new match whose one new e-node sits below its old root, or
-    whose root is new and the rest old. (Continuing with another rule set, the second rule only
-    sees what is new since the first rule's phase: exactly that one match.)"""
+    whose root is new and the rest old. The second rule cannot match before the first has
+    applied, in iteration 0; in iteration 1 the search, which sees only what is new since
+    iteration 0, finds exactly that one match. (The first case's first rule is not sound;
+    nothing is computed here.)"""
     b = GraphBuilder()
     x, y = b.input([4, 4], name="x"), b.input([4, 4], name="y")
     graph = b.build(b.relu(b.add(x, y)))
     eg = EGraph.from_graph(graph)
-    one, two = parse_rules(f"# name: one\n{first}\n"), parse_rules(f"# name: two\n{second}\n")
-    assert explore(eg, list(one), k_multi=0, limits=Limits(iterations=1)).iterations[0].applied
-    result = explore(eg, list(two), k_multi=0, limits=Limits(iterations=2))
-    assert result.iterations[0].matches == 1
+    rules = list(parse_rules(f"# name: one\n{first}\n\n# name: two\n{second}\n"))
+    result = explore(eg, rules, k_multi=0, limits=Limits(iterations=2))
+    assert [s.matches for s in result.iterations] == [1, 1]
+    assert eg.db.execute("SELECT iteration, rule, matches FROM rule_stats ORDER BY ALL") == [
+        (0, "one", 1),
+        (1, "two", 1),
+    ]
+
+
+def test_rules_new_to_an_explored_egraph_search_all_of_it() -> None:
+    """Continuing an explored e-graph with rules its exploration did not run (added, edited, or
+    with their guards dropped): the new rules search the whole e-graph, not only what is newer
+    than the stop. Before, NasRNN explored with half of its single-pattern rules and continued
+    with all of them stopped 'saturated' at once, at the first run's e-graph."""
+    multi = [r for r in RULES if r.is_multi]
+    single = [r for r in RULES if not r.is_multi]
+    whole = EGraph.from_graph(models.load("nasrnn"))
+    explore(whole, RULES)
+    eg = EGraph.from_graph(models.load("nasrnn"))
+    explore(eg, multi + single[: len(single) // 2])
+    smaller = eg.counts()
+    result = explore(eg, RULES)
+    assert result.stop is StopReason.SATURATED and result.iterations[0].new_enodes > 0
+    assert eg.counts() == whole.counts() != smaller
+    assert _researched(eg) == eg.counts()
+    # the rules searched once go on semi-naively: continuing again searches nothing old
+    assert explore(eg, RULES).iterations[0].matches == 0
+    # a rule known under another name is not new; one with its guards now ignored is
+    known = EGraph.from_graph(models.load("nasrnn"))
+    explore(known, RULES)
+    renamed = [replace(r, name=f"{r.name}-again") for r in RULES]
+    assert explore(known, renamed).iterations[0].matches == 0
+    unguarded = explore(known, RULES, guards=False)
+    assert unguarded.iterations[0].matches > 0
+    # new multi-pattern rules search all of it once, then semi-naively too
+    late = EGraph.from_graph(models.load("nasrnn"))
+    explore(late, single, k_multi=2, limits=Limits(iterations=1))
+    explore(late, RULES, k_multi=2, limits=Limits(iterations=2))
+    assert late.db.scalar("SELECT count(*) FROM rule_sched WHERE since IS NOT NULL") == 0
 
 
 @pytest.mark.parametrize("name", ["nasrnn", "bert"])

@@ -7,7 +7,8 @@ CREATE TABLE IF NOT EXISTS rule_info (
     multi     BOOLEAN NOT NULL,  -- two left-hand sides
     symmetric_pairs BOOLEAN NOT NULL,  -- multi: sources equal up to renaming, pairs tried once
     pid0      INTEGER NOT NULL,  -- root pattern node of the first left-hand side
-    pid1      INTEGER NOT NULL   -- multi: root pattern node of the second, else -1
+    pid1      INTEGER NOT NULL,  -- multi: root pattern node of the second, else -1
+    key       VARCHAR NOT NULL   -- what the rule does (relsat.compile.rule_key)
 );
 
 -- Left-hand-side pattern nodes. A node matches an e-node with the same op, literals and arity;

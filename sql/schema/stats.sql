@@ -39,9 +39,11 @@ CREATE TABLE IF NOT EXISTS rule_stats (
     banned     BIGINT  NOT NULL   -- discarded: the backoff scheduler banned the rule
 );
 
--- The backoff scheduler's state (relsat/phase.py): one row per rule ever banned. A rule is not
+-- The backoff scheduler's state (relsat/phase.py): one row per rule ever banned, or new to an
+-- e-graph explored before (sql/search/new_rules.sql: not banned, `since` 0). A rule is not
 -- searched in iterations < banned_until; `since` is where its semi-naive search starts again
--- (the matches a ban discarded are found anew), NULL once it has been searched after the ban.
+-- (the matches a ban discarded are found anew; the whole e-graph for a new rule), NULL once it
+-- has been searched from there.
 CREATE TABLE IF NOT EXISTS rule_sched (
     rule         VARCHAR NOT NULL,
     since        INTEGER,
