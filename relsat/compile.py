@@ -133,9 +133,9 @@ def rule_sql(rule: Rule) -> str:
 def rule_key(rule: Rule, *, guards: bool = True) -> str:
     """What a rule does, as a short fingerprint: its sides, symmetry and (when ``guards``) its
     guards as written; not its name, documentation or place. An e-graph explored before
-    remembers the keys of the rules it was explored with (`rule_info`), so that a rule new to it
-    searches the whole e-graph (relsat/phase.py); a rule that only renames a variable counts as
-    new too, which costs one full search and nothing else."""
+    remembers the names and keys of the rules it was explored with (`rule_info`), so that a rule
+    new to it searches the whole e-graph (relsat/phase.py); a rule that only renames a variable
+    counts as new too, which costs one full search and nothing else."""
     text = [f"{lhs} => {rhs}" for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True)]
     text += ["symmetric"] if rule.symmetric else []
     text += [f"where {g}" for g in rule.guards] if guards else []

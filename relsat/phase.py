@@ -18,9 +18,10 @@ is moved forward so that the first ends (egg's ``can_stop``). The state is store
 
 **Continuing with other rules.** The semi-naive search of an e-graph explored before goes on from
 where it stopped, which is right only for the rules that were searched up to there. A rule the
-last exploration did not run (none of its rules had the same key, :func:`relsat.compile.rule_key`:
-a rule added, edited, or with its guards now ignored) gets a start of its own at 0, the same
-mechanism as after a ban, so its first search sees the whole e-graph."""
+last exploration did not run (none of its rules had the same name and key,
+:func:`relsat.compile.rule_key`: a rule added, renamed, edited, or with its guards now ignored)
+gets a start of its own at 0, the same mechanism as after a ban, so its first search sees the
+whole e-graph."""
 
 from __future__ import annotations
 
