@@ -14,7 +14,10 @@ Limits hold inside a phase. The time limit interrupts the running statement (a w
 :meth:`relsat.db.Database.deadline`) and **rolls the phase in progress back**: what earlier
 phases added is kept, the stored e-graph is the one after the last completed phase. The e-node
 limit caps what a phase may add: its matches are applied in match-id order (rule, then classes)
-while the new e-nodes they build fit, the rest are counted as ``capped`` and the run stops.
+while the new e-nodes they build fit, the rest are counted as ``capped``. If congruence then
+merged e-nodes away, making room, the phase runs again (over the e-nodes its first run saw, from
+the same semi-naive start: the matches applied build nothing new, the next ones go on); the run
+stops at the limit when a capped phase merged nothing, added nothing, or left the e-graph full.
 
 A phase applies its matches :data:`relsat.phase.CHUNK` at a time (a cross-product rule finds
 millions): each chunk is pre-filtered, instantiated, shape-checked and inserted before the next,
@@ -190,7 +193,9 @@ def explore(
                 stop = StopReason.NODE_LIMIT
                 break
             done: list[IterationStats] = []
-            for multi in runner.phases(iteration):
+            phases = runner.phases(iteration)
+            while phases and stop is StopReason.ITERATION_LIMIT:
+                multi = phases[0]
                 try:
                     db.fit_threads(enodes)
                     with db.transaction():
@@ -209,9 +214,11 @@ def explore(
                 enodes = s.enodes
                 if on_phase is not None:
                     on_phase(s)
-                if s.capped:
+                if not s.capped:
+                    phases.pop(0)
+                elif not (s.merged and s.new_enodes and enodes < limits.nodes):
                     stop = StopReason.NODE_LIMIT
-                    break
+                # else: capped, but merging made room: the phase runs again (see the module doc)
             stats.extend(done)
             if stop is not StopReason.ITERATION_LIMIT:
                 break

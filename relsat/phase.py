@@ -266,6 +266,10 @@ class Phases:
             self.epoch,
             banned,
         )
+        if capped:  # to be run again, here or in a continued run: over the e-nodes its first
+            # run saw, from the same semi-naive start (as resume_point.sql finds it stored)
+            self.since[multi] = since
+            self.until[multi] = min(until, self.epoch)
         fields = asdict(stats)
         db.execute(
             "INSERT INTO iteration_stats VALUES (" + ", ".join(f"${k}" for k in fields) + ")",

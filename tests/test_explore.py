@@ -305,6 +305,26 @@ def test_a_run_continued_after_capped_phases_is_saturated(
     assert not any(eg.audit().values())
 
 
+def test_a_capped_phase_runs_again_when_merging_made_room() -> None:
+    """The phase that reaches the e-node limit stops applying matches; when congruence then
+    merges e-nodes away, it runs again in the same run and goes on with the matches not applied
+    (here BERT's second single-pattern phase: capped, 84 merged, then applied in full). The run
+    stops once a phase is capped with no room made; continued, it reaches the uncapped e-graph."""
+    whole = EGraph.from_graph(models.load("bert"))
+    explore(whole, RULES)
+    eg = EGraph.from_graph(models.load("bert"))
+    result = explore(eg, RULES, limits=Limits(nodes=1000))
+    assert result.stop is StopReason.NODE_LIMIT and result.enodes <= 1000
+    i = next(i for i, s in enumerate(result.iterations) if s.capped)
+    capped, again = result.iterations[i : i + 2]
+    assert (again.iteration, again.phase) == (capped.iteration, capped.phase)
+    assert capped.merged > 0 and capped.enodes < 1000
+    assert again.capped == 0 and again.new_enodes > 0
+    assert not any(eg.audit().values())
+    assert explore(eg, RULES).stop is StopReason.SATURATED
+    assert eg.counts() == whole.counts() == _researched(eg)
+
+
 @pytest.mark.parametrize("limits", [(600,), (600, 700)])
 def test_a_stored_egraph_stopped_right_after_a_rerun_goes_on_from_the_capped_phase(
     limits: tuple[int, ...],
