@@ -222,13 +222,15 @@ def explore(
             stats.extend(done)
             if stop is not StopReason.ITERATION_LIMIT:
                 break
-            if (
-                not any(s.changed for s in done)
-                and iteration >= k_multi - 1
-                and not runner.lift_bans(iteration)  # banned rules: not saturated yet
-            ):
-                stop = StopReason.SATURATED
-                break
+            if not any(s.changed for s in done) and iteration >= k_multi - 1:
+                try:
+                    lifted = runner.lift_bans(iteration)  # banned rules: not saturated yet
+                except DeadlinePassed:  # one statement, refused or interrupted: nothing changed
+                    stop = StopReason.TIME_LIMIT
+                    break
+                if not lifted:
+                    stop = StopReason.SATURATED
+                    break
             iteration += 1
     seconds = time.perf_counter() - start
     enodes, eclasses = egraph.counts()

@@ -129,6 +129,26 @@ def test_an_exploding_rule_set_under_backoff_holds_the_node_limit() -> None:
     assert not any(eg.audit().values())
 
 
+def test_the_time_limit_passing_at_the_saturation_check_is_a_stop_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At saturation the scheduler moves its bans forward in one statement; when the time limit
+    passes right there, the run stops with `time limit` (it escaped as DeadlinePassed)."""
+    import relsat.phase as ph
+
+    real = ph.Phases.lift_bans
+
+    def late(self, iteration):  # type: ignore[no-untyped-def]
+        self.db._expired.set()  # the deadline passes now
+        return real(self, iteration)
+
+    monkeypatch.setattr(ph.Phases, "lift_bans", late)
+    eg = EGraph.from_graph(models.load("nasrnn"))
+    result = explore(eg, RULES, scheduler="backoff", limits=Limits(seconds=600))
+    assert result.stop is StopReason.TIME_LIMIT
+    assert not any(eg.audit().values())
+
+
 @pytest.mark.parametrize(
     "scheduler",
     ["egg", "", None, 1, "Backoff"],
