@@ -199,16 +199,7 @@ class Phases:
         t0 = time.perf_counter()
         since, until = self.since[multi], self.until.pop(multi, NEVER)
         self.search(multi=multi, since=since, until=until, iteration=iteration)
-        # The next search of this kind starts here; after re-running a capped phase, which saw
-        # only the e-nodes born before it, at the capped phase (the e-nodes it added are new).
-        self.since[multi] = min(self.epoch, until)
-        if not multi:
-            banned = self._schedule(iteration, since)
-        else:
-            banned = 0
-            if self._own_since:  # the multi-pattern rules searched go on from the phase's start
-                db.run("search/searched", iteration=iteration, multi=True)
-                self._sync()
+        banned = self._schedule(iteration, since, multi=multi)
         t1 = time.perf_counter()
         ((pending, guarded),) = db.run("apply/pending")
         cycle_s = 0.0
@@ -268,8 +259,10 @@ class Phases:
         )
         if capped:  # to be run again, here or in a continued run: over the e-nodes its first
             # run saw, from the same semi-naive start (as resume_point.sql finds it stored)
-            self.since[multi] = since
             self.until[multi] = min(until, self.epoch)
+        else:  # the next search of this kind starts here; after re-running a capped phase,
+            # which saw only the e-nodes born before it, at the capped phase (its additions)
+            self.since[multi] = min(self.epoch, until)
         fields = asdict(stats)
         db.execute(
             "INSERT INTO iteration_stats VALUES (" + ", ".join(f"${k}" for k in fields) + ")",
@@ -277,13 +270,13 @@ class Phases:
         )
         return stats
 
-    def _schedule(self, iteration: int, since: int) -> int:
-        """The backoff scheduler after a single-pattern search (see the module docstring): ban
-        the rules over their threshold and discard their matches; the rules searched go on from
-        the phase's start. Returns the matches discarded."""
+    def _schedule(self, iteration: int, since: int, *, multi: bool) -> int:
+        """The scheduler after a search (see the module docstring): after a single-pattern one,
+        under backoff, ban the rules over their threshold and discard their matches; the rules
+        searched go on from the phase's start, not their own. Returns the matches discarded."""
         db, backoff = self.db, self.backoff
         banned = 0
-        if backoff is not None and since > 0:  # the e-graph's first search is never limited
+        if backoff is not None and not multi and since > 0:  # the first search is never limited
             over = db.run("search/over_limit", limit=backoff.match_limit, since=since)
             if over:
                 banned = sum(int(r[1]) for r in over)
@@ -300,7 +293,7 @@ class Phases:
                     iteration=iteration,
                 )
         if self._own_since or banned:
-            db.run("search/searched", iteration=iteration, multi=False)
+            db.run("search/searched", iteration=iteration, multi=multi)
             self._sync()
         return banned
 
