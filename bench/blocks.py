@@ -8,7 +8,8 @@ For each Hugging Face model (random init from a fixed seed, hidden 256, 4 heads,
 sequence 128, exported by ``torch.onnx.export`` at opset 17 like bench/real_models.py, cached in
 ``--exports``) at each depth, ``relsat.optimize`` runs twice in this process, alternately: on the
 whole graph (``blocks=False``, today's default) and with repeated blocks explored once
-(``blocks=True``, :mod:`relsat.blocks`). Both with the default limits (50,000 e-nodes, 60 s ILP),
+(``blocks=True``, :mod:`relsat.pipeline.blocks`). Both with the default limits (50,000 e-nodes, 60
+s ILP),
 the result checked against the export in onnxruntime (``relsat.onnx.verify``: the NumPy check
 skips graphs with opaque operators, as these have). Reported per run: operators, e-nodes
 explored, stop reason, seconds per stage and in all, priced cost before and after, and the

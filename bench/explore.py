@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import TENSAT_ENODES, TENSAT_EXPLORE, append_csv, markdown
 
 from relsat import models
-from relsat.egraph import EGraph
-from relsat.explore import Exploration, Limits, explore
-from relsat.rulefile import load_rules
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Exploration, Limits, explore
+from relsat.rewrite.rulefile import load_rules
 
 
 def run(name: str, k_multi: int, guards: bool) -> Exploration:

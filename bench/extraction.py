@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import append_csv, markdown
 
-from relsat import egraph_json
 from relsat.errors import ExtractionError
 from relsat.extract import Problem, check, dag_cost, greedy_dag, greedy_tree, ilp
+from relsat.extract import gym as egraph_json
 from relsat.extract.model import _post_order
 from relsat.extract.problem import _closure
 

@@ -3,7 +3,7 @@
     python bench/floor.py [--models nasrnn squeezenet ...] [--repeat 5]
 
 One warm process (a first exploration of each model measures each statement's planning once,
-see ``relsat.db.Database.run``), k_multi = 1, TENSAT's limits; per model the median of
+see ``relsat.engine.db.Database.run``), k_multi = 1, TENSAT's limits; per model the median of
 ``--repeat`` explorations: phases, statements, seconds, and the SQL time split into planning
 (parse, bind and plan, estimated per statement from an ``EXPLAIN`` of it) and execution, beside
 TENSAT's Table 3 exploration time. Markdown on stdout, rows appended to
@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import TENSAT_EXPLORE, append_csv, markdown
 
 from relsat import models
-from relsat.egraph import EGraph
-from relsat.explore import Exploration, explore
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Exploration, explore
 
 
 def run(name: str) -> Exploration:

@@ -30,8 +30,8 @@ from common import append_csv, markdown
 from fuzzgen import FuzzSize, describe, random_graph
 
 from relsat import Limits, optimize
-from relsat.graph import Graph
-from relsat.pipeline import VerificationError
+from relsat.graph.graph import Graph
+from relsat.pipeline.optimize import VerificationError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,8 @@
 For each model: ``relsat.optimize`` with the shipped measured table of this GPU
 (``relsat/data/costs/<device>.parquet``) when there is one, else the analytic model
 (``--cost-model analytic`` forces it; a path picks another Parquet table); then the original and
-the optimized graph are timed in the same process with ``relsat.gpu.time_graph_detail`` (TASO's
+the optimized graph are timed in the same process with ``relsat.gpu.executor.time_graph_detail``
+(TASO's
 protocol: 100 warm-ups, 100 timed runs between CUDA events, weight-only subgraphs precomputed in
 both), alternating ``--repeat`` times, median. Prints speedup % = (original / optimized - 1) x 100
 beside TENSAT's Table 1 (measured on a T4: compare direction and size, not exact values), and how
@@ -28,9 +29,10 @@ from common import append_csv, markdown
 
 from relsat import models, optimize
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, OpSignature, TableModel
-from relsat.cost.measure import GpuUnavailableError, device_slug
-from relsat.egraph import encode_node
-from relsat.graph import Graph
+from relsat.engine.egraph import encode_node
+from relsat.errors import GpuUnavailableError
+from relsat.gpu.measure import device_slug
+from relsat.graph.graph import Graph
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTS = ROOT / "relsat" / "data" / "costs"
@@ -87,7 +89,7 @@ def main() -> None:
     ap.add_argument("--no-tf32", action="store_true", help="full fp32 matmul and conv")
     args = ap.parse_args()
     try:
-        from relsat.gpu import load_gpu, time_graph_detail
+        from relsat.gpu.executor import load_gpu, time_graph_detail
 
         gpu = load_gpu()
     except GpuUnavailableError as exc:

@@ -3,7 +3,7 @@
     python bench/guards.py [--tries 5000] [--seed 0]
 
 For every shipped rule with two or more guards, each guard is dropped alone (the others kept)
-and a seeded search (:func:`relsat.rulecheck.guards_alone`, ``--tries`` draws) looks for shapes
+and a seeded search (:func:`relsat.rewrite.check.guards_alone`, ``--tries`` draws) looks for shapes
 where the rule's sides differ. A guard with a counterexample is needed on its own; one without
 is redundant given the others (and the engine's shape and type checks at firing), though not
 necessarily removable together with another redundant one: ``tests/test_rule_soundness.py``
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import append_csv, markdown
 
-from relsat.rulecheck import guards_alone
-from relsat.rulefile import RULES_DIR, load_rules
+from relsat.rewrite.check import guards_alone
+from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
 
 Explores each model with k_multi 1 and 2 (TENSAT's limits), collects every distinct operator
 signature of the e-graphs (``relsat.cost.enode_signatures``), times each one with
-``relsat.cost.measure.MeasuredModel`` (TASO's protocol, median of the timed runs) and writes
+``relsat.gpu.measure.MeasuredModel`` (TASO's protocol, median of the timed runs) and writes
 ``relsat/data/costs/<device>.parquet`` (device from the GPU's name: ``h100``, ``h200``, …), each
 row with the backend that measured it. Prints the signature counts, what measured them, the
 signatures no backend could run, and the time spent; appends a row per source to
@@ -27,14 +27,10 @@ from common import append_csv, markdown
 
 from relsat import models
 from relsat.cost import CostTable, OpSignature, enode_signatures
-from relsat.cost.measure import (
-    BACKENDS,
-    GpuUnavailableError,
-    MeasuredModel,
-    measure_signatures,
-)
-from relsat.egraph import EGraph
-from relsat.explore import Limits, explore
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Limits, explore
+from relsat.errors import GpuUnavailableError
+from relsat.gpu.measure import BACKENDS, MeasuredModel, measure_signatures
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTS = ROOT / "relsat" / "data" / "costs"

@@ -44,7 +44,7 @@ import onnxruntime as ort
 
 from relsat import models, optimize
 from relsat import onnx as ronnx
-from relsat.pipeline import Result
+from relsat.pipeline.optimize import Result
 
 LEVELS = {
     "default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,

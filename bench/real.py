@@ -19,7 +19,7 @@ left out (``relsat optimize --help`` decides; without ``--keep-slower`` one run 
 priced cost, the rewrites and what was handed back are read from the CLI's output; a refusal is
 recorded as ``refused: <message>``.
 
-Latency: onnxruntime on the CPU with ``relsat.runtime.OrtSettings(threads=--threads)``
+Latency: onnxruntime on the CPU with ``relsat.onnx.runtime.OrtSettings(threads=--threads)``
 (ORT_ENABLE_ALL, sequential) and, unless ``--spin``, worker threads that do not spin between
 runs (spinning threads of one session steal the cores of the next). One session per variant:
 original, a second session of the original (the A/A row: what noise alone does), onnxsim,
@@ -64,7 +64,7 @@ import onnx  # noqa: E402
 
 from relsat import models  # noqa: E402
 from relsat import onnx as ronnx  # noqa: E402
-from relsat.runtime import OrtSettings  # noqa: E402
+from relsat.onnx.runtime import OrtSettings  # noqa: E402
 
 
 def _real_models() -> ModuleType:
@@ -283,7 +283,7 @@ def _feed(session: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _session(path: Path, settings: OrtSettings, spin: bool) -> Any:
     """``settings``' session for ``path``, spinning worker threads only with ``spin`` (see
-    :class:`relsat.runtime.OrtSettings`: interleaved sessions on a few cores steal each other's
+    :class:`relsat.onnx.runtime.OrtSettings`: interleaved sessions on a few cores steal each other's
     cores when idle threads spin)."""
     return replace(settings, spin=spin).session(path)
 

@@ -42,8 +42,8 @@ OPLISTS = {
 _CHILD = r"""
 import json, resource, sys, time
 from relsat import models
-from relsat.egraph import EGraph
-from relsat.explore import Limits, explore
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Limits, explore
 name, k, nodes, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 eg = EGraph.from_graph(models.load(name))
 start = eg.counts()[0]

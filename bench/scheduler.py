@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import TENSAT_ENODES, append_csv, markdown
 
 from relsat import models
-from relsat.egraph import EGraph
-from relsat.explore import Exploration, Limits, explore
-from relsat.graph import Graph
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Exploration, Limits, explore
+from relsat.graph.graph import Graph
 
 SCHEDULERS = ("simple", "backoff")
 

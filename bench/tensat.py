@@ -25,13 +25,13 @@ from common import TENSAT_EXPLORE, TENSAT_EXTRACT, TENSAT_REDUCTION, append_csv,
 
 from relsat import models
 from relsat.cost import AnalyticModel, price_egraph
-from relsat.egraph import EGraph
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Exploration, Limits, explore
+from relsat.engine.problem import egraph_problem
 from relsat.errors import RelsatError
-from relsat.explore import Exploration, Limits, explore
 from relsat.extract import dag_cost, extract
-from relsat.extract.egraph import egraph_problem
-from relsat.pipeline import _original_choice, optimize
-from relsat.rulefile import load_rules
+from relsat.pipeline.optimize import _original_choice, optimize
+from relsat.rewrite.rulefile import load_rules
 
 RULES = load_rules()
 

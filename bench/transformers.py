@@ -52,7 +52,7 @@ sys.path.insert(0, str(HERE))  # sibling modules: common, real_models
 import onnx  # noqa: E402
 import real  # noqa: E402
 
-from relsat.runtime import OrtSettings  # noqa: E402
+from relsat.onnx.runtime import OrtSettings  # noqa: E402
 
 MODELS = ("hf-bert", "hf-gpt2", "hf-distilbert", "hf-vit", "hf-convnext-tiny")
 #: onnxruntime optimizer model type and (heads, hidden) by model (0: let it detect).

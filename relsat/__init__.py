@@ -19,13 +19,14 @@ from relsat.errors import (
     SettingsError,
     UnknownModelError,
 )
-from relsat.execute import Comparison, allclose, compare, random_values, run
-from relsat.graph import Graph, GraphBuilder, Node, Ref, Tensor
-from relsat.latency import LatencyComparison, compare_latency
-from relsat.ops import TensorType
-from relsat.pipeline import Limits, Result, VerificationError, optimize
-from relsat.rulefile import load_rules, load_tensat, parse_rules
-from relsat.rules import Rule, RuleSet
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.execute import Comparison, allclose, compare, random_values, run
+from relsat.graph.graph import Graph, Node, Ref
+from relsat.graph.ops import TensorType
+from relsat.onnx.latency import LatencyComparison, compare_latency
+from relsat.pipeline.optimize import Limits, Result, VerificationError, optimize
+from relsat.rewrite.rulefile import load_rules, load_tensat, parse_rules
+from relsat.rewrite.rules import Rule, RuleSet
 
 __all__ = [
     "Comparison",

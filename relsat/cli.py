@@ -10,7 +10,7 @@
     relsat rules check [FILE …]                     check rule files (default: the shipped ones)
 
 For an ONNX input, ``optimize`` never writes a slower model: after verification it times the
-optimized model against the input in onnxruntime (``relsat.latency``; ``--threads``,
+optimized model against the input in onnxruntime (``relsat.onnx.latency``; ``--threads``,
 ``--timing-seconds``) and writes the input unchanged unless the optimized one is faster beyond
 noise (``--keep-slower`` writes it anyway, ``--no-timing`` skips the timing). When no rewrite was
 chosen the input is written unchanged without timing.
@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relsat.errors import RelsatError, SettingsError
+from relsat.graph.describe import summary
+from relsat.graph.serial import from_json, to_json
 
 if TYPE_CHECKING:
-    from relsat.graph import Graph
-    from relsat.latency import LatencyComparison
+    from relsat.graph.graph import Graph
+    from relsat.onnx.latency import LatencyComparison
 
 __all__ = ["main"]
 
@@ -66,18 +68,18 @@ def _summary(args: argparse.Namespace) -> int:
     from relsat import models
 
     graph = models.load(args.model)
-    print(graph.summary(args.model))
+    print(summary(graph, args.model))
     if args.json:
-        _write_atomic(Path(args.json), graph.to_json(indent=1).encode())
+        _write_atomic(Path(args.json), to_json(graph, indent=1).encode())
         print(f"  written to {args.json}")
     return 0
 
 
 def _optimize(args: argparse.Namespace) -> int:
     from relsat import models
-    from relsat.explore import IterationStats, Limits
-    from relsat.pipeline import VerificationError, optimize
-    from relsat.rulefile import load_rules
+    from relsat.engine.explore import IterationStats, Limits
+    from relsat.pipeline.optimize import VerificationError, optimize
+    from relsat.rewrite.rulefile import load_rules
 
     console = _console()
     onnx_in = args.input is not None
@@ -174,8 +176,8 @@ def _prepare_db(args: argparse.Namespace) -> None:
         raise _Usage("give either --resume or --overwrite, not both")
     if not args.db or not Path(args.db).exists() or args.resume:
         return
-    from relsat.db import Database
-    from relsat.egraph import EGraph
+    from relsat.engine.db import Database
+    from relsat.engine.egraph import EGraph
     from relsat.errors import DatabaseError
 
     egraph = EGraph(Database(args.db, read_only=True))  # refuses another program's file
@@ -252,7 +254,7 @@ def _cost_model(args: argparse.Namespace, onnx_in: bool) -> Any:
     if name.lower() != "ort-cpu":
         return name
     from relsat.cost.ort import OrtModel
-    from relsat.runtime import OrtSettings
+    from relsat.onnx.runtime import OrtSettings
 
     return OrtModel(OrtSettings(threads=args.threads))
 
@@ -303,8 +305,8 @@ def _finish_onnx(
 
 def _choose(args: argparse.Namespace, model: Any, console: Any) -> _Outcome:
     """Time ``model`` against the input (unless ``--no-timing``) and decide which to keep."""
-    from relsat.latency import compare_latency
-    from relsat.runtime import OrtSettings
+    from relsat.onnx.latency import compare_latency
+    from relsat.onnx.runtime import OrtSettings
 
     if args.no_timing:
         console.print("not timed (--no-timing): the optimized model is kept")
@@ -339,7 +341,7 @@ def _write_kept(args: argparse.Namespace, model: Any, graph: Graph) -> None:
         return
     path = Path(args.output)
     if path.suffix != ".onnx":
-        _write_atomic(path, graph.to_json(indent=1).encode())
+        _write_atomic(path, to_json(graph, indent=1).encode())
         return
     from relsat.onnx.exporter import write_model
 
@@ -429,7 +431,7 @@ def _finish_bundled(
             if tmp.exists():
                 tmp.unlink()
     elif args.output:
-        _write_atomic(Path(args.output), result.graph.to_json(indent=1).encode())
+        _write_atomic(Path(args.output), to_json(result.graph, indent=1).encode())
     return _Outcome("optimized", "bundled model", verified)
 
 
@@ -468,13 +470,14 @@ def _final_table(result: Any, outcome: _Outcome) -> Any:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from relsat import Graph, models
-    from relsat.dot import eclass_dot, graph_dot, render
+    from relsat import models
+    from relsat.engine.dot import eclass_dot
+    from relsat.graph.dot import graph_dot, render
 
     _check_numbers(args)
     if args.db:
-        from relsat.db import Database
-        from relsat.egraph import EGraph
+        from relsat.engine.db import Database
+        from relsat.engine.egraph import EGraph
 
         if args.eclass is None:
             raise _Usage("--db needs --eclass ID")
@@ -486,10 +489,10 @@ def _show(args: argparse.Namespace) -> int:
     else:
         if not args.graph:
             raise _Usage("give a relsat graph JSON file, or --db and --eclass")
-        graph = Graph.from_json(Path(args.graph).read_bytes(), path=args.graph)
+        graph = from_json(Path(args.graph).read_bytes(), path=args.graph)
         against = None
         if args.against:
-            against = Graph.from_json(Path(args.against).read_bytes(), path=args.against)
+            against = from_json(Path(args.against).read_bytes(), path=args.against)
         elif args.model:
             against = models.load(args.model)
         text = graph_dot(graph, against, title=args.graph)
@@ -501,7 +504,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from relsat.db import Database
+    from relsat.engine.db import Database
 
     db = Database(args.db, read_only=True)
     try:
@@ -513,8 +516,8 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from relsat.db import Database
-    from relsat.egraph import EGraph
+    from relsat.engine.db import Database
+    from relsat.engine.egraph import EGraph
 
     eg = EGraph(Database(args.db, read_only=True))
     enodes, eclasses = eg.counts()
@@ -547,8 +550,8 @@ def _inspect(args: argparse.Namespace) -> int:
 def _rules_check(args: argparse.Namespace) -> int:
     """One line per rule (ok, type-mismatch, numeric-mismatch, untested: the reason), then a
     count; exit 1 unless every rule is ok (a file that does not parse: one error line, exit 1)."""
-    from relsat.rulecheck import STATUSES, check_rule
-    from relsat.rulefile import RULES_DIR, load_rules
+    from relsat.rewrite.check import STATUSES, check_rule
+    from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
     rules = load_rules(args.files or [RULES_DIR], check=False)  # checked here, rule by rule
     counts = dict.fromkeys(STATUSES, 0)

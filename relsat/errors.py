@@ -17,6 +17,7 @@ __all__ = [
     "EGraphFormatError",
     "ExecutionError",
     "ExtractionError",
+    "GpuUnavailableError",
     "GraphError",
     "GraphFormatError",
     "ModelFormatError",
@@ -321,3 +322,11 @@ class CostError(RelsatError, ValueError):
         super().__init__(
             f"cannot price {op}({shapes}) -> {_fmt_shape(self.output)}{by}: {message}",
         )
+
+
+class GpuUnavailableError(RelsatError):
+    """No usable GPU: CuPy missing, no CUDA device, or no cuDNN path (``reason`` says which)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"no usable GPU: {reason}")

@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from relsat.errors import GraphError
-from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.ops import ACTIVATIONS
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
+from relsat.graph.ops import ACTIVATIONS
 
 __all__ = ["FuzzSize", "describe", "random_graph"]
 

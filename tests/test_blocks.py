@@ -1,4 +1,5 @@
-"""Repeated blocks explored once (relsat.blocks): folding finds identical layers, the folded
+"""Repeated blocks explored once (relsat.pipeline.blocks): folding finds identical layers, the
+folded
 graph holds each once, unfolding puts the optimized copy back into every layer, and costs and
 verification are the whole graph's."""
 
@@ -8,14 +9,14 @@ import numpy as np
 import pytest
 
 from relsat import GraphBuilder, models, optimize
-from relsat.blocks import fold
 from relsat.cost import AnalyticModel, price_egraph
-from relsat.egraph import EGraph
+from relsat.engine.egraph import EGraph
+from relsat.engine.problem import egraph_problem
 from relsat.errors import SettingsError
-from relsat.execute import compare
-from relsat.extract.egraph import egraph_problem
-from relsat.graph import Graph
-from relsat.pipeline import _leaf_names
+from relsat.graph.execute import compare
+from relsat.graph.graph import Graph
+from relsat.pipeline.blocks import fold
+from relsat.pipeline.optimize import _leaf_names
 
 
 def _encoder(layers: int, *, tie_in: int | None = None, d: int = 64) -> Graph:

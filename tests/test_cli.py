@@ -11,6 +11,7 @@ import pytest
 
 from relsat import Graph
 from relsat.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, main
+from relsat.graph.serial import from_json
 
 
 def test_models_lists_the_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +38,7 @@ def test_optimize_a_bundled_model_then_inspect(
     text = capsys.readouterr().out
     assert code == 0
     assert "it  0 multi" in text and "before / after" in text and "verified" in text
-    optimized = Graph.from_json(out.read_text())
+    optimized = from_json(out.read_text())
     assert optimized.op_counts()["relu"] < 26
     assert (
         main(["sql", str(db), "SELECT count(*) AS n FROM enode WHERE rule = 'conv-relu-fuse'"]) == 0
@@ -163,7 +164,8 @@ def test_nothing_to_rewrite_writes_the_input_unchanged(
 def _fake_latency(monkeypatch: pytest.MonkeyPatch, verdict: str | None) -> None:
     """Treat the re-exported model as rewritten, so the timing path runs whatever the rules find;
     with a ``verdict``, compare_latency answers it without timing."""
-    from relsat import cli, latency
+    from relsat import cli
+    from relsat.onnx import latency
 
     monkeypatch.setattr(cli, "_unchanged", lambda graph, result: False)
     if verdict is not None:
@@ -294,7 +296,7 @@ def test_foreign_databases_and_sql_writes_are_one_line(
 def test_ctrl_c_is_one_line_and_exit_130(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from relsat import phase
+    from relsat.engine import phase
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
@@ -497,7 +499,7 @@ def test_an_interface_change_is_never_written_even_unverified(
 def test_a_stored_egraph_is_resumed_or_overwritten_on_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from relsat.egraph import EGraph
+    from relsat.engine.egraph import EGraph
 
     db = str(tmp_path / "e.duckdb")
     run = ["optimize", "--model", "nasrnn", "--db", db, "--extractor", "greedy"]
@@ -553,7 +555,7 @@ def test_optimize_with_blocks_writes_the_whole_model(
     assert main(["optimize", "--model", "bert", "--blocks", "--db", str(db), "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "blocks: 14 pieces, 4 distinct" in text and "26.6 % less" in text
-    optimized = Graph.from_json(out.read_text())
+    optimized = from_json(out.read_text())
     assert optimized.op_counts()["matmul"] == 32 and len(optimized.inputs) == 1
     assert main(["sql", str(db), "SELECT count(*) AS n FROM enode WHERE s LIKE 'blk%'"]) == 0
     assert "n" in capsys.readouterr().out

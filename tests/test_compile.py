@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from relsat.compile import MAX_VARS, compile_rules, rule_sql
+from relsat.engine.compile import MAX_VARS, compile_rules, rule_sql
 from relsat.errors import RuleError
-from relsat.rulefile import load_rules, parse_rules
+from relsat.rewrite.rulefile import load_rules, parse_rules
 
 RULES = load_rules()
 

@@ -24,9 +24,9 @@ from relsat.cost import (
     kernels,
     price_egraph,
 )
-from relsat.egraph import EGraph
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Limits, explore
 from relsat.errors import RelsatError
-from relsat.explore import Limits, explore
 
 H100, T4 = AnalyticModel("h100"), AnalyticModel("t4")
 

@@ -18,9 +18,9 @@ from relsat import GraphBuilder, Limits, optimize
 from relsat.cost import AnalyticModel, OpSignature, OrtModel, OrtTiming, price_egraph
 from relsat.cost.ort import CostCacheWarning, cache_dir, unit_graph
 from relsat.cost.price import enode_signatures
-from relsat.egraph import EGraph
+from relsat.engine.egraph import EGraph
 from relsat.onnx import to_model
-from relsat.runtime import OrtSettings
+from relsat.onnx.runtime import OrtSettings
 
 FAST = OrtTiming(warmup=1, min_runs=3, max_runs=8, budget_s=0.02)
 

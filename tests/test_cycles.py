@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from relsat import GraphBuilder, models
-from relsat.compile import compile_rules
-from relsat.cycles import _cycle_nodes, prefilter, ranks, remove_cycles
-from relsat.egraph import EGraph
-from relsat.explore import Limits, explore
-from relsat.phase import Phases
-from relsat.rulefile import load_rules
+from relsat.engine.compile import compile_rules
+from relsat.engine.cycles import _cycle_nodes, prefilter, ranks, remove_cycles
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Limits, explore
+from relsat.engine.phase import Phases
+from relsat.rewrite.rulefile import load_rules
 
 RULES = load_rules()
 
@@ -117,7 +117,7 @@ def test_ranks_are_longest_paths_and_cycles_unranked() -> None:
     graphs with cycles and self-loops."""
     import numpy as np
 
-    from relsat.cycles import _longest_path
+    from relsat.engine.cycles import _longest_path
 
     rng = np.random.default_rng(7)
     for _ in range(30):
@@ -135,7 +135,7 @@ def test_ranks_are_longest_paths_and_cycles_unranked() -> None:
 
 def _reference_rank(kids: dict[int, set[int]], i: int, path: frozenset[int]) -> int:
     """Longest path from ``i`` down to a leaf; UNRANKED when a cycle is reachable."""
-    from relsat.cycles import UNRANKED
+    from relsat.engine.cycles import UNRANKED
 
     if i in path:
         return UNRANKED
@@ -146,7 +146,7 @@ def _reference_rank(kids: dict[int, set[int]], i: int, path: frozenset[int]) -> 
 def test_the_incremental_post_pass_filters_what_the_full_one_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import relsat.phase as ex
+    import relsat.engine.phase as ex
 
     tables = []
     for incremental in (True, False):

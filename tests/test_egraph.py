@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from relsat import GraphBuilder, GraphError, models
-from relsat.db import Database
-from relsat.egraph import EGraph
+from relsat.engine.db import Database
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import explore
 from relsat.errors import DatabaseError
-from relsat.explore import explore
 
 # Initial e-graph sizes of TENSAT (reference/MODELS.md §1), which count Num/Var leaves as e-nodes:
 # TENSAT = relsat's e-nodes + one Var per input/weight name + Num leaves + other Var leaves.
@@ -222,8 +222,8 @@ def test_locked_database_is_a_typed_error(tmp_path: Path) -> None:
 def test_a_concat_wider_than_an_enode_nests() -> None:
     """DenseNet concatenates up to 25 inputs; an e-node has 8 children: the leading inputs fold
     into nested concats on the same axis, the same tensor with the same split history."""
-    from relsat.execute import compare
-    from relsat.pipeline import optimize
+    from relsat.graph.execute import compare
+    from relsat.pipeline.optimize import optimize
 
     b = GraphBuilder()
     x = b.input([1, 2, 4, 4], name="x")

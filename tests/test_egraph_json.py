@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relsat import egraph_json
-from relsat.egraph_json import EGraphFormatError
+from relsat.extract import gym as egraph_json
 from relsat.extract import ilp
+from relsat.extract.gym import EGraphFormatError
 
 SMALL = {
     "nodes": {

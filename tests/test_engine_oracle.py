@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from relsat import models
-from relsat.compile import rule_sql
-from relsat.egraph import EGraph
-from relsat.explore import Limits, explore, find_matches
-from relsat.rulefile import load_rules
+from relsat.engine.compile import rule_sql
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Limits, explore, find_matches
+from relsat.rewrite.rulefile import load_rules
 
 RULES = load_rules()
 

@@ -6,15 +6,9 @@ import numpy as np
 import pytest
 
 from relsat.errors import ExecutionError
-from relsat.execute import (
-    allclose,
-    compare,
-    evaluate,
-    random_values,
-    register_opaque,
-    run,
-)
-from relsat.graph import GraphBuilder, Ref
+from relsat.graph.builder import GraphBuilder
+from relsat.graph.execute import allclose, compare, evaluate, random_values, register_opaque, run
+from relsat.graph.graph import Ref
 
 RNG = np.random.default_rng(1234)
 

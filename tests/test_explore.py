@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 from relsat import GraphBuilder, compare, models
-from relsat.decode import decode, random_choice
-from relsat.egraph import EGraph
+from relsat.engine.decode import decode, random_choice
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Limits, StopReason, explore
 from relsat.errors import AuditError, DatabaseError
-from relsat.explore import Limits, StopReason, explore
-from relsat.rulefile import load_rules, parse_rules
+from relsat.rewrite.rulefile import load_rules, parse_rules
 
 RULES = load_rules()
 
@@ -141,7 +141,7 @@ def test_a_failed_phase_rolls_back_and_completed_phases_stay(
 ) -> None:
     eg = EGraph.from_graph(models.load("squeezenet"))
     calls = {"n": 0}
-    import relsat.phase as ex
+    import relsat.engine.phase as ex
 
     real = ex.check_new
 
@@ -371,7 +371,7 @@ def test_an_exploding_rule_set_stops_at_the_time_limit() -> None:
 def test_the_time_limit_rolls_the_phase_in_progress_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """A phase still running at the time limit is stopped and leaves no trace; phases that
     completed stay. Forced here: the shape check waits for the deadline to pass."""
-    import relsat.phase as ex
+    import relsat.engine.phase as ex
 
     real = ex.check_new
     calls = {"n": 0}
@@ -394,7 +394,7 @@ def test_the_time_limit_rolls_the_phase_in_progress_back(monkeypatch: pytest.Mon
 
 
 def test_a_deadline_interrupts_a_running_statement() -> None:
-    from relsat.db import Database, DeadlinePassed
+    from relsat.engine.db import Database, DeadlinePassed
 
     db = Database()
     db.execute("CREATE TABLE t (a INTEGER)")
@@ -426,7 +426,7 @@ def test_exploring_again_continues_the_iterations() -> None:
 def _chunked(monkeypatch: pytest.MonkeyPatch, chunk: int) -> list[int]:
     """Apply phases ``chunk`` matches at a time; returns a list that collects the number of
     new e-nodes each chunk's shape check saw (one entry per chunk instantiated)."""
-    import relsat.phase as ex
+    import relsat.engine.phase as ex
 
     real, seen = ex.check_new, []
 
@@ -561,7 +561,7 @@ def test_the_per_height_search_finds_what_the_recursive_one_finds(
     """Large e-graphs are searched one pattern height per statement (match_leaves/match_level,
     stopping at the first empty height), small ones in one recursive statement (match.sql):
     forced onto the per-height path, every phase and the e-graph are the same."""
-    import relsat.phase as ph
+    import relsat.engine.phase as ph
 
     cols = "iteration, phase, matches, applied, rejected, new_enodes, unions, enodes"
     runs = []

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relsat import egraph_json
 from relsat.errors import RelsatError
 from relsat.extract import (
     Extraction,
@@ -26,6 +25,7 @@ from relsat.extract import (
     reachable,
     reduce,
 )
+from relsat.extract import gym as egraph_json
 
 P = Problem.from_lists
 

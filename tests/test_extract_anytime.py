@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relsat import egraph_json
 from relsat.extract import (
     ExtractionError,
     Problem,
@@ -24,6 +23,7 @@ from relsat.extract import (
     ilp,
     reduce,
 )
+from relsat.extract import gym as egraph_json
 from relsat.extract.incumbent import Incumbent
 from relsat.extract.reduction import dominated
 from relsat.extract.search import is_cyclic

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzzgen import describe, random_graph
 
 from relsat import Limits, optimize
-from relsat.graph import Graph
-from relsat.pipeline import VerificationError
+from relsat.graph.graph import Graph
+from relsat.pipeline.optimize import VerificationError
 
 SEEDS = range(100)
 LIMITS = Limits(iterations=2, nodes=1500)

@@ -1,4 +1,4 @@
-"""Timing an optimized ONNX model against its original (relsat.latency).
+"""Timing an optimized ONNX model against its original (relsat.onnx.latency).
 
 No assertion depends on this machine's speed beyond a work difference of hundreds of times:
 sixteen 256x256 MatMuls against one Relu of the same signature.
@@ -15,9 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from relsat import LatencyComparison, compare_latency
-from relsat.latency import _median_interval, _verdict
 from relsat.onnx import OnnxError
-from relsat.runtime import OrtSettings, RuntimeSettingsError
+from relsat.onnx.latency import _median_interval, _verdict
+from relsat.onnx.runtime import OrtSettings, RuntimeSettingsError
 
 FAST = {"max_seconds": 0.3, "settings": OrtSettings(threads=1)}
 

@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 import relsat
-from relsat import kernels, models
+from relsat import models
 from relsat.cost import AnalyticModel, CostTable, OpSignature, TableModel, price_egraph
-from relsat.cost.measure import GpuUnavailableError, MeasuredModel, device_slug
-from relsat.egraph import EGraph
-from relsat.graph import GraphBuilder
+from relsat.engine.egraph import EGraph
+from relsat.errors import GpuUnavailableError
+from relsat.gpu.measure import MeasuredModel, device_slug
+from relsat.graph import kernels
+from relsat.graph.builder import GraphBuilder
 
 RESHAPE = OpSignature("reshape", (), "2_2", ((4,),), (2, 2))
 RELU = OpSignature("relu", (), "", ((1, 64),), (1, 64))
@@ -44,7 +46,7 @@ HAS_GPU = _has_gpu()
 
 
 def test_imports_without_cuda() -> None:
-    gpu = importlib.import_module("relsat.gpu")
+    gpu = importlib.import_module("relsat.gpu.executor")
     assert callable(gpu.run_gpu) and callable(gpu.time_graph)
     assert hasattr(relsat, "optimize")
 
@@ -68,7 +70,7 @@ def test_lazy_model_needs_the_gpu_only_for_real_work() -> None:
 
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
 def test_executor_without_gpu_raises() -> None:
-    from relsat.gpu import run_gpu
+    from relsat.gpu.executor import run_gpu
 
     with pytest.raises(GpuUnavailableError):
         run_gpu(models.load("nasrnn"))
@@ -115,12 +117,12 @@ def test_fixture_table_prices_an_egraph() -> None:
 
 
 class _NumpyStandIn:
-    """NumPy in CuPy's place and relsat.kernels' conv/pool in PyTorch's: exercises the GPU
+    """NumPy in CuPy's place and relsat.graph.kernels' conv/pool in PyTorch's: exercises the GPU
     executor's graph walking (plan, lazy merged weights, weight precomputation) on the CPU.
     It checks logic only; it measures nothing."""
 
     def __init__(self) -> None:
-        from relsat.gpu import Gpu
+        from relsat.gpu.executor import Gpu
 
         names = {k: getattr(np, k) for k in dir(np) if not k.startswith("_")}
         self.cp = types.SimpleNamespace(**names, asnumpy=np.asarray)
@@ -150,7 +152,7 @@ class _NumpyStandIn:
 
 @pytest.mark.parametrize("name", ["nasrnn", "squeezenet-optimized"])
 def test_executor_graph_walking_on_numpy(monkeypatch, name: str) -> None:
-    import relsat.gpu as gpu_module
+    import relsat.gpu.executor as gpu_module
 
     stand_in = _NumpyStandIn()
     monkeypatch.setattr(gpu_module, "load_gpu", lambda backend="auto": stand_in)
@@ -173,7 +175,7 @@ def _precomputed_outputs(gpu_module, graph, stand_in):  # type: ignore[no-untype
 
 
 def test_executor_merged_weights_on_numpy(monkeypatch) -> None:
-    import relsat.gpu as gpu_module
+    import relsat.gpu.executor as gpu_module
 
     stand_in = _NumpyStandIn()
     monkeypatch.setattr(gpu_module, "load_gpu", lambda backend="auto": stand_in)
@@ -204,7 +206,7 @@ def cupy():
 
 @gpu
 def test_measures_conv_and_matmul(cupy) -> None:
-    from relsat.cost.measure import measure_signatures
+    from relsat.gpu.measure import measure_signatures
 
     model = MeasuredModel(runs=32)
     assert model.gpu.same_stream
@@ -220,7 +222,7 @@ def test_measures_conv_and_matmul(cupy) -> None:
 @gpu
 @pytest.mark.parametrize("name", models.BENCHMARKS)
 def test_run_gpu_matches_numpy(cupy, name: str) -> None:
-    from relsat.gpu import run_gpu
+    from relsat.gpu.executor import run_gpu
 
     graph = models.load(name)
     want = relsat.run(graph)
@@ -234,7 +236,7 @@ def test_run_gpu_matches_numpy(cupy, name: str) -> None:
 
 @gpu
 def test_time_graph(cupy) -> None:
-    from relsat.gpu import time_graph, time_graph_detail
+    from relsat.gpu.executor import time_graph, time_graph_detail
 
     graph = models.load("nasrnn")
     assert time_graph(graph, warmup=3, runs=5) > 0

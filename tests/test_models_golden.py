@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from relsat import models
-from relsat.graph import Graph, Node, Ref
+from relsat.graph.graph import Graph, Node, Ref
 from relsat.models import bert, inception, nasnet, nasrnn, resnet, resnext
 
 # (registry name, builder, op list, trailing noops that the op list lacks)

@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import relsat
 from relsat import models
-from relsat.graph import Graph, GraphBuilder, Ref
+from relsat.graph.builder import GraphBuilder
+from relsat.graph.graph import Graph, Ref
 from relsat.onnx import OnnxError, load, random_inputs, run_onnx, save, to_model, verify
 from relsat.onnx.inputs import Kind, input_kinds
 
@@ -410,7 +411,7 @@ def test_numpy_and_onnxruntime_verification_share_one_tolerance_rule(
 ) -> None:
     """relsat.compare (NumPy) and relsat.onnx.verify (onnxruntime) judge the same outputs alike:
     each graph/model outputs Relu(constant), so the outputs are exactly the constants."""
-    from relsat import execute
+    from relsat.graph import execute
     from relsat.onnx import compare_outputs
 
     assert compare_outputs is execute.compare_outputs

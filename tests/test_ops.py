@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relsat import GraphBuilder, GraphError
-from relsat.ops import OPS, OpError, Params, TensorType, conv_out_size, infer
+from relsat.graph.ops import OPS, OpError, Params, TensorType, conv_out_size, infer
 
 dims = st.integers(min_value=1, max_value=9)
 shapes = st.lists(dims, min_size=1, max_size=4).map(tuple)

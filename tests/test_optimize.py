@@ -10,10 +10,11 @@ import pytest
 from relsat import GraphBuilder, models
 from relsat.cost import AnalyticModel, CostModel, OpSignature
 from relsat.cost.model import Pricing
-from relsat.egraph import EGraph
+from relsat.engine.egraph import EGraph
 from relsat.errors import RelsatError, SettingsError
-from relsat.pipeline import Limits, VerificationError, optimize
-from relsat.runtime import OrtSettings
+from relsat.graph.serial import to_json
+from relsat.onnx.runtime import OrtSettings
+from relsat.pipeline.optimize import Limits, VerificationError, optimize
 
 NASRNN = models.load("nasrnn")
 
@@ -108,10 +109,10 @@ def test_bad_settings_are_typed_value_errors(call: Callable[[], object], option:
 
 def test_egraph_written_as_extraction_gym_json(tmp_path: Path) -> None:
     from relsat.cost import AnalyticModel, price_egraph
-    from relsat.egraph_json import load
-    from relsat.explore import explore
+    from relsat.engine.explore import explore
+    from relsat.engine.problem import egraph_problem, save_egraph_json
     from relsat.extract import extract, is_acyclic
-    from relsat.extract.egraph import egraph_problem, save_egraph_json
+    from relsat.extract.gym import load
 
     eg = EGraph.from_graph(models.load("nasrnn"))
     explore(eg, limits=Limits(iterations=2))
@@ -130,7 +131,7 @@ def test_egraph_written_as_extraction_gym_json(tmp_path: Path) -> None:
 def test_device_cost_model_uses_a_shipped_table_with_fallback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import relsat.pipeline as pipeline
+    import relsat.pipeline.optimize as pipeline
     from relsat.cost import AnalyticModel, CostTable, OpSignature, TableModel
 
     assert isinstance(pipeline._cost_model("h100"), AnalyticModel)  # nothing shipped here
@@ -210,4 +211,4 @@ def test_same_inputs_same_output() -> None:
     """The same model, rules, cost table and settings give the same graph on every run."""
     graph = models.load("squeezenet")
     first, second = optimize(graph), optimize(graph)
-    assert first.graph.to_json() == second.graph.to_json()
+    assert to_json(first.graph) == to_json(second.graph)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from relsat.db import SQL_DIR
+from relsat.engine.db import SQL_DIR
 from relsat.paths import data_dir
-from relsat.rulefile import RULES_DIR
+from relsat.rewrite.rulefile import RULES_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 

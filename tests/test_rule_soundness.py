@@ -1,8 +1,8 @@
 """Every shipped rule, checked numerically: left- and right-hand sides agree on random shapes.
 
-Shapes come from :mod:`relsat.ruleshapes` (a small constraint solver: ranks inferred from where
+Shapes come from :mod:`relsat.rewrite.shapes` (a small constraint solver: ranks inferred from where
 each variable is used, dims unified through both sides, conv groups that divide, odd kernels, a
-near miss now and then) and each instance is built and compared by :mod:`relsat.rulecheck`, the
+near miss now and then) and each instance is built and compared by :mod:`relsat.rewrite.check`, the
 check ``relsat rules check`` runs on a user's rule file. Hypothesis drives the draws, so a
 failure shrinks to small shapes.
 
@@ -21,9 +21,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from relsat.execute import compare
-from relsat.instantiate import guard_holds, guards_hold, rule_instance
-from relsat.rulecheck import (
+from relsat.graph.execute import compare
+from relsat.rewrite.check import (
     ATOL,
     MIN_INSTANCES,
     RTOL,
@@ -32,8 +31,9 @@ from relsat.rulecheck import (
     draw,
     find_counterexample,
 )
-from relsat.rulefile import RULES_DIR, load_rules
-from relsat.rules import Pattern, Rule, Term
+from relsat.rewrite.instantiate import guard_holds, guards_hold, rule_instance
+from relsat.rewrite.rulefile import RULES_DIR, load_rules
+from relsat.rewrite.rules import Pattern, Rule, Term
 
 RULES = list(load_rules()) + list(load_rules(RULES_DIR / "extra"))  # shipped + off by default
 GUARDED = [r for r in RULES if r.guards]

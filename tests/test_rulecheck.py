@@ -1,4 +1,5 @@
-"""relsat.rulecheck, the loader's type check and ``relsat rules check``: a user's rule that changes
+"""relsat.rewrite.check, the loader's type check and ``relsat rules check``: a user's rule that
+changes
 a type or a value is flagged, the shipped rules pass."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import pytest
 
 from relsat.cli import main
 from relsat.errors import RuleError
-from relsat.rulecheck import Verdict, check_rule, check_types, evaluate
-from relsat.rulefile import RULES_DIR, load_rules, parse_rules
-from relsat.ruleshapes import SIDES, Unsolvable, draw_shapes
+from relsat.rewrite.check import Verdict, check_rule, check_types, evaluate
+from relsat.rewrite.rulefile import RULES_DIR, load_rules, parse_rules
+from relsat.rewrite.shapes import SIDES, Unsolvable, draw_shapes
 
 BAD = """\
 # name: bad-concat

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relsat.errors import RelsatError, RuleError, RuleSyntaxError
-from relsat.rulefile import (
+from relsat.rewrite.rulefile import (
     RULES_DIR,
     format_rules,
     load_rules,
@@ -19,7 +19,7 @@ from relsat.rulefile import (
     parse_rules,
     parse_tensat,
 )
-from relsat.rules import Guard, Pattern, Rule, RuleSet, Var, canonical
+from relsat.rewrite.rules import Guard, Pattern, Rule, RuleSet, Var, canonical
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ from test_explore import EXPLODING, sum_chain
 
 from relsat import models, optimize
 from relsat.cli import main
-from relsat.egraph import EGraph
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Backoff, Limits, StopReason, explore
 from relsat.errors import SettingsError
-from relsat.explore import Backoff, Limits, StopReason, explore
-from relsat.rulefile import load_rules
+from relsat.rewrite.rulefile import load_rules
 
 RULES = load_rules()
 
@@ -134,7 +134,7 @@ def test_the_time_limit_passing_at_the_saturation_check_is_a_stop_reason(
 ) -> None:
     """At saturation the scheduler moves its bans forward in one statement; when the time limit
     passes right there, the run stops with `time limit` (it escaped as DeadlinePassed)."""
-    import relsat.phase as ph
+    import relsat.engine.phase as ph
 
     real = ph.Phases.lift_bans
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from relsat.errors import ModelFormatError
-from relsat.graph import Graph
+from relsat.graph.graph import Graph
+from relsat.graph.ops import same_padding
 from relsat.models import tensat_files
 from relsat.models.taso_file import BATCHNORM_EPSILON, load_model, parse_model
-from relsat.ops import same_padding
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -168,7 +168,7 @@ def test_conv_dependencies_are_data_then_weight() -> None:
 
 @pytest.mark.parametrize("name", ["squeezenet", "vgg", "inceptionv3", "mobilenetv2"])
 def test_declared_same_padding_matches_same_padding(name: str) -> None:
-    """TASO's own pad_h/pad_w for SAME convs and pools validate relsat.ops.same_padding."""
+    """TASO's own pad_h/pad_w for SAME convs and pools validate relsat.graph.ops.same_padding."""
     checked = 0
     for _, op_type, _, p in _raw(f"{name}.model"):
         if op_type == 3:

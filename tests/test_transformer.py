@@ -19,11 +19,11 @@ from relsat import onnx as ronnx
 from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import OpSignature
 from relsat.cost.ort import unit_graph
-from relsat.egraph import encode_node
+from relsat.engine.egraph import encode_node
 from relsat.errors import GraphError
-from relsat.execute import run
-from relsat.ops import f32_bits
-from relsat.rulefile import RULES_DIR, load_rules
+from relsat.graph.execute import run
+from relsat.graph.ops import f32_bits
+from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(0)

@@ -2,7 +2,8 @@
 
 An :class:`OpSignature` is everything that determines an operator's run time (TASO's cost-cache
 key, ``reference/SEMANTICS.md`` §6.1): the op, its integer parameters ``p0…p5`` and string
-parameter ``s`` in the e-node encoding (:func:`relsat.egraph.encode_node`), its input shapes in
+parameter ``s`` in the e-node encoding (:func:`relsat.engine.egraph.encode_node`), its input shapes
+in
 argument order and its output shape. Optionally (``constants``) which inputs are weight-only: a
 runtime that prepacks constant weights (onnxruntime on a CPU) prices those differently, so a
 model that says so (``wants_constants``) gets the flags, and they become part of the key.

@@ -4,7 +4,7 @@
 (:func:`unit_graph`, built by the same e-node decoding extraction uses), exports it with
 :func:`relsat.onnx.to_model` — so a fused unit (Conv+bias+Relu) is timed exactly as the
 exporter writes it and onnxruntime fuses it — and times it in a session from
-:class:`~relsat.runtime.OrtSettings` (the options end-to-end timings use), TASO-style:
+:class:`~relsat.onnx.runtime.OrtSettings` (the options end-to-end timings use), TASO-style:
 ``warmup`` untimed runs, then the median of ``min_runs``…``max_runs`` timed runs (stopping after
 ``budget_s``), inputs pre-allocated and bound once, minus the fixed per-call overhead of a
 trivial model, clamped at ``floor_ms`` (:class:`OrtTiming`).
@@ -56,8 +56,9 @@ from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import CostModel, OpSignature
 from relsat.cost.table import COST_SCHEMA, CostTable
 from relsat.errors import CostError
-from relsat.graph import Graph, GraphBuilder
-from relsat.runtime import OrtSettings
+from relsat.graph.builder import GraphBuilder
+from relsat.graph.graph import Graph
+from relsat.onnx.runtime import OrtSettings
 
 __all__ = [
     "CONSTANT_INPUTS",
@@ -89,7 +90,7 @@ ORT_ZERO_COST = frozenset(
 
 #: The timing protocol's version, part of the cache identity: prices measured under another
 #: protocol (2: round-robin passes, :class:`OrtTiming`; 3: one kernel, one price; 4: sessions
-#: without spinning threads, :class:`~relsat.runtime.OrtSettings`) are never mixed with these.
+#: without spinning threads, :class:`~relsat.onnx.runtime.OrtSettings`) are never mixed with these.
 PROTOCOL = 4
 
 #: The input positions whose constness changes what onnxruntime does (it prepacks a constant
@@ -171,7 +172,7 @@ def unit_graph(sig: OpSignature) -> Graph:
     >>> [n.op for n in g.nodes]
     ['input', 'weight', 'matmul']
     """
-    from relsat.decode import _node as decode_node  # the e-node decoding, one place
+    from relsat.engine.decode import _node as decode_node  # the e-node decoding, one place
 
     b = GraphBuilder()
     flags = sig.constants or (False,) * len(sig.inputs)

@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from relsat.cost.model import CostModel, OpSignature, Pricing
 from relsat.cost.table import CostTable, TableModel
-from relsat.db import sql_text
-from relsat.egraph import EGraph
+from relsat.engine.db import sql_text
+from relsat.engine.egraph import EGraph
 
 __all__ = ["ENODE_COST_SCHEMA", "enode_signatures", "price_egraph"]
 

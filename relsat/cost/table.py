@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import CostModel, OpSignature
-from relsat.db import Database
+from relsat.engine.db import Database
 from relsat.errors import DatabaseError
 
 __all__ = ["COST_SCHEMA", "CostTable", "TableModel"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from relsat.errors import UnknownModelError
-from relsat.graph import Graph
+from relsat.graph.graph import Graph
 
 __all__ = ["BENCHMARKS", "ModelInfo", "available", "load"]
 

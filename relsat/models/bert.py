@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
 
 __all__ = ["HEADS", "HIDDEN", "LAYERS", "SEQ", "build", "build_2021"]
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
 
 __all__ = ["BATCH", "build"]
 

@@ -18,7 +18,8 @@ Input ``[1, 3, 224, 224]``. Output (the root): the last reduction cell's concat,
 
 from __future__ import annotations
 
-from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
 
 __all__ = ["build"]
 

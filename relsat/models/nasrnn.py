@@ -15,7 +15,8 @@ Inputs: ``x_0 … x_4``, each ``[1, 512]``. Output (the root): the state after t
 
 from __future__ import annotations
 
-from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
 
 __all__ = ["HIDDEN", "LENGTH", "build"]
 

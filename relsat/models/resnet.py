@@ -11,7 +11,8 @@ block's ReLU, ``[1, 2048, 7, 7]``.
 
 from __future__ import annotations
 
-from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
 
 __all__ = ["STAGES", "build"]
 

@@ -13,7 +13,8 @@ Quirks kept on purpose (``reference/MODELS.md`` §4.3):
 
 from __future__ import annotations
 
-from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
 
 __all__ = ["GROUPS", "STAGES", "build"]
 

@@ -2,7 +2,8 @@
 
 A file is a list of 4-line records (guid, op type, dependencies ``guid:index,…``, parameters) in
 topological order; ``reference/models/FORMAT.md`` §1 describes it. :func:`parse_model` replays the
-records through :class:`~relsat.graph.GraphBuilder` with TENSAT's loading rules (FORMAT.md §1.4):
+records through :class:`~relsat.graph.graph.GraphBuilder` with TENSAT's loading rules (FORMAT.md
+§1.4):
 
 * inputs and weights are named ``input_<k>`` and ``w_<k>``, ``k`` counting them in file order, so
   equal-shaped weights stay distinct;
@@ -31,8 +32,9 @@ from pathlib import Path
 from typing import Literal, NoReturn
 
 from relsat.errors import GraphError, ModelFormatError
-from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.ops import ACTIVATIONS, PADDINGS
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
+from relsat.graph.ops import ACTIVATIONS, PADDINGS
 
 #: The activation codes TASO's files use (0 none, 1 sigmoid, 2 ReLU, 3 tanh; not relsat's ReLU6).
 TASO_ACTIVATIONS = ACTIVATIONS[:4]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Literal
 
-from relsat.graph import Graph
+from relsat.graph.graph import Graph
 from relsat.models.taso_file import parse_model
 
 __all__ = ["bts", "inceptionv3", "load_file", "mobilenetv2", "squeezenet", "vgg19"]

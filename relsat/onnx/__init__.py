@@ -31,7 +31,8 @@ of opaque nodes. Fused activations become a separate Relu/Sigmoid/Tanh node; TAS
 becomes explicit pads giving exactly the declared output size; subgraphs of weights only (TASO's
 ``preprocess_weights``: concat/split/enlarge/merge/transpose/... of weights) are evaluated with
 relsat's NumPy kernels and stored as new initializers. Weights without data get the values
-:func:`relsat.execute.random_values` draws (same ``seed``: the values :func:`relsat.run` uses), so
+:func:`relsat.graph.execute.random_values` draws (same ``seed``: the values :func:`relsat.run`
+uses), so
 the model runs.
 
 Inputs and outputs are written with the element types the opaque nodes reading and writing them
@@ -44,8 +45,8 @@ embedding table's size, padded 0/1 masks, booleans), and compares outputs by pos
 ``|a - b| <= atol * max(1, max|b|) + rtol * |b|`` element-wise, default ``rtol=1e-4, atol=1e-5``
 — the absolute term scales with the output's largest magnitude, because rewrites reorder float32
 sums; equal values (infinities, NaN in both) match, and outputs that are not floats must be equal.
-This is :func:`compare_outputs` (:func:`relsat.execute.compare_outputs`), the rule NumPy
-verification (:func:`relsat.execute.compare`) applies too.
+This is :func:`compare_outputs` (:func:`relsat.graph.execute.compare_outputs`), the rule NumPy
+verification (:func:`relsat.graph.execute.compare`) applies too.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from relsat.execute import compare_outputs
-from relsat.graph import Graph
+from relsat.graph.execute import compare_outputs
+from relsat.graph.graph import Graph
 from relsat.onnx.errors import OPSET, DynamicShapeError, OnnxError
 from relsat.onnx.verification import random_inputs, run_onnx, verify
 

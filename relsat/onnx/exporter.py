@@ -1,6 +1,6 @@
 """relsat graph → ONNX model (see :mod:`relsat.onnx` for the opset, IR version and what is emitted).
 
-Weight-only subgraphs are evaluated with :mod:`relsat.kernels`; a merged weight (``merge``) is
+Weight-only subgraphs are evaluated with :mod:`relsat.graph.kernels`; a merged weight (``merge``) is
 materialized with the group count of the conv that reads it, so one lazy value can give several
 initializers.
 """
@@ -17,12 +17,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from relsat.execute import random_values
-from relsat.graph import Graph, Node, Ref
-from relsat.kernels import Lazy, Value, apply
+from relsat.graph.execute import random_values
+from relsat.graph.graph import Graph, Node, Ref
+from relsat.graph.kernels import Lazy, Value, apply
+from relsat.graph.ops import same_padding
 from relsat.onnx import transformer_ops
 from relsat.onnx.errors import OPSET, OnnxError
-from relsat.ops import same_padding
 
 __all__ = ["build_model", "write_model"]
 

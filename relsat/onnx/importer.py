@@ -30,7 +30,8 @@ import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 
 from relsat.errors import GraphError
-from relsat.graph import Graph, GraphBuilder, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
 from relsat.onnx.data import read_array, resolve
 from relsat.onnx.errors import DynamicShapeError, OnnxError
 from relsat.onnx.opmap import HANDLERS, Unmapped, attrs_of, encode_tensor

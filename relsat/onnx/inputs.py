@@ -1,5 +1,5 @@
 """Random inputs for ONNX models, valid for what each input is: the values verification
-(:func:`relsat.onnx.verify`) and timing (:func:`relsat.latency.compare_latency`) feed.
+(:func:`relsat.onnx.verify`) and timing (:func:`relsat.onnx.latency.compare_latency`) feed.
 
 What an input is, is read off the model (:func:`input_kinds`):
 

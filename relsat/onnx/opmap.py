@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import NodeProto, TensorProto
 
-from relsat.graph import Tensor
-from relsat.ops import conv_out_size, same_padding
+from relsat.graph.builder import Tensor
+from relsat.graph.ops import conv_out_size, same_padding
 
 if TYPE_CHECKING:
     from relsat.onnx.importer import Importer

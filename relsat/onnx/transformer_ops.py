@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from onnx import NodeProto
 
-from relsat.graph import Tensor
+from relsat.graph.builder import Tensor
 from relsat.onnx.opmap import Unmapped
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """Models in onnxruntime: sessions, running, random inputs per input, and :func:`verify`.
 
-Outputs are compared by :func:`relsat.execute.compare_outputs`, the routine NumPy verification
-(:func:`relsat.execute.compare`) uses too, so one tolerance rule holds for both. The ``onnx`` and
+Outputs are compared by :func:`relsat.graph.execute.compare_outputs`, the routine NumPy verification
+(:func:`relsat.graph.execute.compare`) uses too, so one tolerance rule holds for both. The ``onnx``
+and
 ``onnxruntime`` packages are imported inside the functions: importing :mod:`relsat` must not pay
 for them.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from relsat.execute import Comparison, compare_outputs
+from relsat.graph.execute import Comparison, compare_outputs
 from relsat.onnx.errors import OnnxError
 
 __all__ = ["random_inputs", "run_onnx", "verify"]
@@ -127,7 +128,7 @@ def verify(
     Inputs are drawn for the optimized model (whose dims are static; dims it leaves dynamic come
     from the original) as :func:`random_inputs` draws them, what an input is read off both
     models; the two models must have the same input names. Outputs are compared by position
-    (:func:`relsat.execute.compare_outputs`).
+    (:func:`relsat.graph.execute.compare_outputs`).
     """
     from relsat.onnx.inputs import kinds_of
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from relsat.db import SCHEMA_VERSION, SQL_DIR, Database
+from relsat.engine.db import SCHEMA_VERSION, SQL_DIR, Database
 from relsat.errors import DatabaseError, GraphError
-from relsat.graph import Graph, Node, Ref
-from relsat.ops import ACTIVATIONS, FLOAT_PARAMS, PADDINGS, Params, f32_bits, infer
+from relsat.graph.graph import Graph, Node, Ref
+from relsat.graph.ops import ACTIVATIONS, FLOAT_PARAMS, PADDINGS, Params, f32_bits, infer
 
 __all__ = ["MAX_CHILDREN", "EGraph", "encode_node"]
 
@@ -287,7 +287,7 @@ class EGraph:
     def audit(self) -> dict[str, int]:
         """Run every invariant check (``sql/check/*.sql`` and the shape audit); returns the
         number of violating rows of each, all zero when the e-graph is sound."""
-        from relsat.shapecheck import shape_disagreements
+        from relsat.engine.shapecheck import shape_disagreements
 
         out = {}
         for path in sorted((SQL_DIR / "check").glob("*.sql")):

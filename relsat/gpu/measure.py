@@ -31,7 +31,7 @@ To keep host-side launch latency out of the numbers, a short spin kernel is queu
 timed runs so that they queue up behind it and each event pair times the GPU alone. Matmul and
 conv use TF32 tensor cores (``tf32=True``, TASO's ``CUDNN_TENSOR_OP_MATH``).
 
-Nothing here imports CUDA libraries at import time: ``import relsat.cost.measure`` works on a
+Nothing here imports CUDA libraries at import time: ``import relsat.gpu.measure`` works on a
 machine without a GPU, and :class:`MeasuredModel` then raises :class:`GpuUnavailableError` with
 the reason (``lazy=True`` defers that to the first signature that needs the GPU).
 
@@ -53,14 +53,13 @@ from relsat.cost.analytic import DEVICES
 from relsat.cost.model import ZERO_COST, CostModel, OpSignature
 from relsat.cost.table import CostTable
 from relsat.errors import CostError, RelsatError
-from relsat.ops import ACTIVATIONS, PADDINGS
+from relsat.graph.ops import ACTIVATIONS, PADDINGS
 
 if TYPE_CHECKING:
-    from relsat.gpu import Gpu
+    from relsat.gpu.executor import Gpu
 
 __all__ = [
     "BACKENDS",
-    "GpuUnavailableError",
     "MeasuredModel",
     "Measurement",
     "device_slug",
@@ -70,14 +69,6 @@ __all__ = [
 
 #: Conv backends: "auto" (the cuDNN frontend if it works, else PyTorch's cuDNN path) or either.
 BACKENDS = ("auto", "cudnn-frontend", "torch")
-
-
-class GpuUnavailableError(RelsatError):
-    """No usable GPU: CuPy missing, no CUDA device, or no cuDNN path (``reason`` says which)."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(f"no usable GPU: {reason}")
 
 
 @dataclass(frozen=True)
@@ -168,7 +159,7 @@ class MeasuredModel(CostModel):
     def gpu(self) -> Gpu:
         """The loaded GPU libraries (loads them; :class:`GpuUnavailableError` if impossible)."""
         if self._gpu is None:
-            from relsat.gpu import load_gpu
+            from relsat.gpu.executor import load_gpu
 
             self._gpu = load_gpu(self.backend)
         return self._gpu

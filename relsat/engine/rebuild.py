@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from relsat.db import Database
+from relsat.engine.db import Database
 
 __all__ = ["Rebuilt", "components", "rebuild"]
 

@@ -2,7 +2,7 @@
 backoff scheduler, guards, the cycle pre-filter, right-hand sides instantiated and shape-checked a
 chunk of matches at a time, the e-node cap, insertion, rebuild and the cycle post-pass
 (:class:`Phases`), and the stats row each phase leaves (:class:`IterationStats`).
-:mod:`relsat.explore` runs the phases in TENSAT's schedule and holds the limits.
+:mod:`relsat.engine.explore` runs the phases in TENSAT's schedule and holds the limits.
 
 **Backoff** (:class:`Backoff`, egg's ``BackoffScheduler``, which TENSAT runs with its defaults:
 ``reference/ALGORITHMS.md`` §1.4). It applies to the single-pattern rules only, as in TENSAT. A
@@ -19,7 +19,8 @@ is moved forward so that the first ends (egg's ``can_stop``). The state is store
 **Continuing with other rules.** The semi-naive search of an e-graph explored before goes on from
 where it stopped, which is right only for the rules that were searched up to there. A rule the
 last exploration did not run (none of its rules had the same name and key,
-:func:`relsat.compile.rule_key`: a rule added, renamed, edited, or with its guards now ignored)
+:func:`relsat.engine.compile.rule_key`: a rule added, renamed, edited, or with its guards now
+ignored)
 gets a start of its own at 0, the same mechanism as after a ban, so its first search sees the
 whole e-graph."""
 
@@ -29,12 +30,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from relsat.compile import Program
-from relsat.cycles import prefilter, ranks, remove_cycles
-from relsat.egraph import EGraph
+from relsat.engine.compile import Program
+from relsat.engine.cycles import prefilter, ranks, remove_cycles
+from relsat.engine.egraph import EGraph
+from relsat.engine.rebuild import Rebuilt, rebuild
+from relsat.engine.shapecheck import check_new
 from relsat.errors import check_int
-from relsat.rebuild import Rebuilt, rebuild
-from relsat.shapecheck import check_new
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """onnxruntime as relsat runs it: one place for session options and for the machine's identity.
 
 Everything relsat times or runs in onnxruntime — pricing one operator (``relsat.cost.ort``),
-timing a whole model against its original (``relsat.latency``), verification — builds its
+timing a whole model against its original (``relsat.onnx.latency``), verification — builds its
 session from one :class:`OrtSettings`, so a price measured for a unit and the latency the user
 gets come from the same runtime configuration. :meth:`OrtSettings.machine` names what a
 measurement depends on (CPU model, thread count, onnxruntime version, optimization level): a cost

@@ -29,11 +29,11 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from relsat.db import Database
+from relsat.engine.db import Database
 
 __all__ = ["MODES", "prefilter", "ranks", "remove_cycles"]
 
-#: Cycle-filtering modes of :func:`relsat.explore.explore`.
+#: Cycle-filtering modes of :func:`relsat.engine.explore.explore`.
 MODES = ("efficient", "vanilla", "off")
 #: The rank of a class that lies on (or above) a cycle: never pruned.
 UNRANKED = 2**31 - 1

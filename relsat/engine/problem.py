@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from relsat.egraph import EGraph
-from relsat.egraph_json import dumps
+from relsat.engine.egraph import EGraph
+from relsat.extract.gym import dumps
 from relsat.extract.problem import Problem
 
 __all__ = ["egraph_problem", "save_egraph_json"]

@@ -8,7 +8,7 @@ divide (two such products are equated either factor by factor or crosswise, so c
 different group counts meet), kernels are odd (TENSAT does not support even conv kernels); then
 the free symbols are drawn from small sets. Now and then a dim or two is redrawn on its own,
 which gives broadcasting and other near misses. The builder's shape checks
-(:mod:`relsat.instantiate`) filter whatever the solver could not express.
+(:mod:`relsat.rewrite.instantiate`) filter whatever the solver could not express.
 
 ``sides`` says which constraints are solved: ``"joint"`` (both sides, each left root equated
 with its right root: instances where the rule should be sound), ``"both"`` (both sides, roots
@@ -16,7 +16,7 @@ not equated) or ``"lhs"`` (the left-hand sides alone: what the rule may meet in 
 whatever its right-hand side says, which is how a rule that changes a type shows).
 
 >>> import random
->>> from relsat.rulefile import parse_rules
+>>> from relsat.rewrite.rulefile import parse_rules
 >>> rule = parse_rules("# name: r\\n(matmul 0 ?a ?b) => (relu ?b)\\n")["r"]
 >>> shapes = draw_shapes(rule, random.Random(1).choice, sides="lhs")
 >>> shapes["a"][-1] == shapes["b"][-2]
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from relsat.errors import RuleError
-from relsat.rules import Pattern, Rule, Term, Var
+from relsat.rewrite.rules import Pattern, Rule, Term, Var
 
 __all__ = ["DIMS", "NEAR_MISSES", "SIDES", "Choose", "Unsolvable", "draw_shapes", "patterns"]
 

@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from relsat.errors import RuleError
-from relsat.rules import OPERATORS, Pattern, Rule, Term, Var, canonical
+from relsat.rewrite.rules import OPERATORS, Pattern, Rule, Term, Var, canonical
 
 __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "rule_sql"]
 
@@ -73,7 +73,7 @@ class Program:
 def rule_sql(rule: Rule) -> str:
     """One rule's left-hand side(s) as a single SQL query returning ``root0[, root1], v0…``.
 
-    >>> from relsat.rulefile import parse_rules
+    >>> from relsat.rewrite.rulefile import parse_rules
     >>> r = parse_rules("# name: r\\n(relu (relu ?x)) => (relu ?x)\\n")["r"]
     >>> print(rule_sql(r))  # doctest: +NORMALIZE_WHITESPACE
     -- r: (relu (relu ?x))

@@ -2,7 +2,8 @@
 
 Before anything is inserted, every e-node a right-hand side would create is type-checked from its
 children's classes (SEMANTICS.md §5.1). The check reuses the graph layer's own shape inference
-(:func:`relsat.ops.infer`), so the e-graph and the graph builder can never disagree about what is
+(:func:`relsat.graph.ops.infer`), so the e-graph and the graph builder can never disagree about
+what is
 valid, plus TENSAT's two rule-specific conditions: a rule-built ``concat`` needs both inputs of
 rank ``ndim``, and a ``split`` must cut strictly inside its axis. New nodes are checked one height
 at a time over Arrow and NumPy (one query in, one batch out): nodes with the same op, parameters
@@ -18,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relsat.db import Database, sql_text
-from relsat.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer, int_params
+from relsat.engine.db import Database, sql_text
+from relsat.graph.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer, int_params
 
 __all__ = ["check_new", "infer_enode", "shape_disagreements"]
 

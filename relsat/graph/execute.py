@@ -13,7 +13,7 @@ per (seed, name), so a graph and its rewrite see the same data:
 >>> allclose(g, g)
 True
 
-The kernels of the individual ops live in :mod:`relsat.kernels` (``merge`` is evaluated lazily
+The kernels of the individual ops live in :mod:`relsat.graph.kernels` (``merge`` is evaluated lazily
 there, with the group count of the conv that consumes it).
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from relsat.errors import ExecutionError
-from relsat.graph import Graph, Ref
-from relsat.kernels import Lazy, OpaqueKernel, Value, apply, register_opaque
+from relsat.graph.graph import Graph, Ref
+from relsat.graph.kernels import Lazy, OpaqueKernel, Value, apply, register_opaque
 
 __all__ = [
     "Comparison",

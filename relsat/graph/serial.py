@@ -1,4 +1,4 @@
-"""The stable, versioned JSON form of a :class:`~relsat.graph.Graph`.
+"""The stable, versioned JSON form of a :class:`~relsat.graph.graph.Graph`.
 
 ```
 {"format": "relsat-graph", "version": 1,
@@ -9,7 +9,8 @@
 ```
 
 Keys are sorted and node ids are positions, so equal graphs give byte-identical text. Reading
-replays every node through :class:`~relsat.graph.GraphBuilder`, so a file gets the same checks as a
+replays every node through :class:`~relsat.graph.graph.GraphBuilder`, so a file gets the same
+checks as a
 builder call; stored output shapes must agree with the inferred ones.
 """
 
@@ -24,24 +25,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from relsat.errors import GraphError, GraphFormatError
+from relsat.graph.builder import GraphBuilder, canonical_attrs
 
 if TYPE_CHECKING:
-    from relsat.graph import Graph, Tensor
+    from relsat.graph.builder import Tensor
+    from relsat.graph.graph import Graph
 
 FORMAT = "relsat-graph"
 VERSION = 1
 
-__all__ = ["FORMAT", "VERSION", "canonical_attrs", "dumps", "loads"]
-
-
-def canonical_attrs(attrs: Mapping[str, Any]) -> str:
-    """Opaque-op attributes as canonical JSON text (sorted keys, no spaces): hashable, stable."""
-    try:
-        return json.dumps(dict(attrs), sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise GraphError(
-            f"opaque attributes are not JSON-serializable: {exc}", op="opaque"
-        ) from None
+__all__ = ["FORMAT", "VERSION", "from_json", "to_json"]
 
 
 def _params_to_json(op: str, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +44,7 @@ def _params_to_json(op: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def dumps(graph: Graph, *, indent: int | None = None) -> str:
+def to_json(graph: Graph, *, indent: int | None = None) -> str:
     nodes = [
         {
             "id": n.id,
@@ -81,8 +74,7 @@ def dumps(graph: Graph, *, indent: int | None = None) -> str:
     return json.dumps(doc, sort_keys=True, indent=indent)
 
 
-def loads(text: str | bytes, *, path: str | None = None) -> Graph:
-    from relsat.graph import GraphBuilder
+def from_json(text: str | bytes, *, path: str | None = None) -> Graph:
 
     try:
         doc = json.loads(text)

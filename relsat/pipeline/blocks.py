@@ -55,7 +55,8 @@ import numpy as np
 
 from relsat.errors import GraphError
 from relsat.extract.problem import Problem
-from relsat.graph import Graph, GraphBuilder, Node, Ref, Tensor
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph, Node, Ref
 
 __all__ = ["MIN_SAVED", "Folding", "Piece", "fold"]
 

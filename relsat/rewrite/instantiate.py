@@ -1,14 +1,15 @@
 """Rule patterns as graphs: build a pattern with the graph builder, evaluate guards on shapes.
 
 A rule's patterns speak TENSAT's operator language with integer literals (FORMAT.md §3); this
-module maps each pattern node to one :class:`~relsat.graph.GraphBuilder` call, so the builder's
+module maps each pattern node to one :class:`~relsat.graph.graph.GraphBuilder` call, so the
+builder's
 shape checks (TASO's) plus TENSAT's extra right-hand-side check (§5.1: a rule-built ``concat``
 needs inputs of exactly ``ndim`` dims) decide whether a rule applies to given shapes. A pattern
 that cannot be built for its shapes raises :class:`InvalidInstance`; anything else (an unbound
 variable, a split pair used as a tensor) is a bug and raises a plain
 :class:`~relsat.errors.GraphError`.
 
->>> from relsat.rulefile import parse_rules
+>>> from relsat.rewrite.rulefile import parse_rules
 >>> rule = parse_rules("# name: r\\n(relu (relu ?x)) => (relu ?x)\\n")["r"]
 >>> lhs, rhs = rule_instance(rule, {"x": (2, 3)})
 >>> lhs.output_shapes, rhs.output_shapes
@@ -21,9 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from relsat.errors import GraphError
-from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.ops import TensorType, from_f32_bits
-from relsat.rules import Guard, Pattern, Rule, Term, Var
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
+from relsat.graph.ops import TensorType, from_f32_bits
+from relsat.rewrite.rules import Guard, Pattern, Rule, Term, Var
 
 __all__ = [
     "InvalidInstance",
@@ -73,7 +75,7 @@ def instantiate(
 
     Integer literals become builder parameters (conv ``stride_h stride_w padding activation``,
     matmul ``activation``, concat ``axis ndim``, split ``axis``, merge ``count``; codes as in
-    TASO). ``(split a X)`` is :meth:`~relsat.graph.GraphBuilder.split_at_concat`; equal
+    TASO). ``(split a X)`` is :meth:`~relsat.graph.graph.GraphBuilder.split_at_concat`; equal
     sub-patterns are built once per ``memo`` (pass one memo to several calls to share nodes).
     Raises :class:`InvalidInstance` when a node is invalid for its input shapes.
     """

@@ -18,8 +18,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from relsat.errors import ExecutionError
-from relsat.graph import Node
-from relsat.ops import conv_out_size, same_padding
+from relsat.graph.graph import Node
+from relsat.graph.ops import conv_out_size, same_padding
 
 __all__ = ["Lazy", "OpaqueKernel", "Value", "apply", "has_kernel", "register_opaque"]
 
@@ -196,7 +196,7 @@ def _real_counts(size: int, kernel: int, stride: int, padding: str) -> np.ndarra
 
 def _merged(w: Any, count: int, groups: int, node: Node, xp: Any = np) -> Any:
     """TASO merge_gconv defined mathematically (§2): ``groups`` before merging. ``xp`` is the
-    array module (NumPy here, CuPy in :mod:`relsat.gpu`)."""
+    array module (NumPy here, CuPy in :mod:`relsat.gpu.executor`)."""
     o, cw = w.shape[:2]
     if groups < 1 or o % groups:
         raise ExecutionError(
@@ -270,7 +270,7 @@ def _opaque(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     if fn is None:
         raise ExecutionError(
             f"no NumPy kernel registered for opaque type {type_name!r} "
-            "(see relsat.execute.register_opaque)",
+            "(see relsat.graph.execute.register_opaque)",
             node=node.id,
             op="opaque",
         )

@@ -3,7 +3,8 @@
 Each iteration runs the multi-pattern phase (only in the first ``k_multi`` iterations, before the
 single-pattern rules, as TENSAT does) and then the single-pattern phase, each phase in its own
 transaction. A phase is a fixed sequence of statements whatever the number of rules (see
-:mod:`relsat.compile`): match all pattern heights (one recursive query), collect whole matches,
+:mod:`relsat.engine.compile`): match all pattern heights (one recursive query), collect whole
+matches,
 check guards, instantiate right-hand sides (one recursive query), shape-check, insert, rebuild.
 Searches are semi-naive: only matches that involve an e-node created or re-canonicalized since the
 last search of the same kind are new. A run ends with a :class:`StopReason`, never an exception for
@@ -11,7 +12,7 @@ a limit; one :class:`IterationStats` row per iteration and phase, and per-rule r
 database (``iteration_stats``, ``rule_stats``).
 
 Limits hold inside a phase. The time limit interrupts the running statement (a watcher thread,
-:meth:`relsat.db.Database.deadline`) and **rolls the phase in progress back**: what earlier
+:meth:`relsat.engine.db.Database.deadline`) and **rolls the phase in progress back**: what earlier
 phases added is kept, the stored e-graph is the one after the last completed phase. The e-node
 limit caps what a phase may add: its matches are applied in match-id order (rule, then classes)
 while the new e-nodes they build fit, the rest are counted as ``capped``. If congruence then
@@ -19,7 +20,7 @@ merged e-nodes away, making room, the phase runs again (over the e-nodes its fir
 the same semi-naive start: the matches applied build nothing new, the next ones go on); the run
 stops at the limit when a capped phase merged nothing, added nothing, or left the e-graph full.
 
-A phase applies its matches :data:`relsat.phase.CHUNK` at a time (a cross-product rule finds
+A phase applies its matches :data:`relsat.engine.phase.CHUNK` at a time (a cross-product rule finds
 millions): each chunk is pre-filtered, instantiated, shape-checked and inserted before the next,
 so a phase holds one chunk's right-hand sides at a time and stops instantiating at the chunk that
 reaches the e-node limit. The e-nodes a phase adds do not depend on the chunk size (only their
@@ -42,13 +43,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from relsat.compile import Program, compile_rules
-from relsat.cycles import MODES
-from relsat.db import DeadlinePassed
-from relsat.egraph import EGraph
+from relsat.engine.compile import Program, compile_rules
+from relsat.engine.cycles import MODES
+from relsat.engine.db import DeadlinePassed
+from relsat.engine.egraph import EGraph
+from relsat.engine.phase import Backoff, IterationStats, Phases
 from relsat.errors import AuditError, check_choice, check_int, check_number
-from relsat.phase import Backoff, IterationStats, Phases
-from relsat.rules import Rule, RuleSet
+from relsat.rewrite.rules import Rule, RuleSet
 
 __all__ = [
     "SCHEDULERS",
@@ -168,7 +169,8 @@ def explore(
     An e-graph explored before is continued (see the module docstring and :class:`Limits`).
     ``on_phase`` is called with each phase's :class:`IterationStats` (progress display).
     ``scheduler``: ``"simple"`` applies every match; ``"backoff"`` (or a :class:`Backoff`) is
-    egg's backoff scheduler, which TENSAT ran with (:mod:`relsat.phase`): a single-pattern rule
+    egg's backoff scheduler, which TENSAT ran with (:mod:`relsat.engine.phase`): a single-pattern
+    rule
     that matches too often is banned for a few iterations, so that a rule set that explodes (add
     associativity on a residual stream) spends the e-node budget on the other rules too.
     """
@@ -274,7 +276,7 @@ _LAST: dict[bool, tuple[object, Program]] = {}
 
 def default_rules() -> tuple[Rule, ...]:
     """The shipped rule set (``rules/*.rules``), read again only when a file changed."""
-    from relsat.rulefile import RULES_DIR, load_rules
+    from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
     key = tuple(
         (str(f), st.st_size, st.st_mtime_ns)
@@ -287,7 +289,7 @@ def default_rules() -> tuple[Rule, ...]:
 
 
 def program_for(rules: Iterable[Rule], *, guards: bool = True) -> Program:
-    """:func:`relsat.compile.compile_rules`, memoized on the rules (equal rules, equal
+    """:func:`relsat.engine.compile.compile_rules`, memoized on the rules (equal rules, equal
     program: a rule is its name, sides, guards and flags) and ``guards``."""
     same = _LAST.get(guards)
     if same is not None and same[0] is rules:  # the same rule set object again: no hashing

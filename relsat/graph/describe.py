@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from relsat.graph import Graph
+    from relsat.graph.graph import Graph
 
 __all__ = ["summary"]
 

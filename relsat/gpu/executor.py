@@ -1,8 +1,10 @@
-"""The GPU executor: a whole :class:`~relsat.graph.Graph` on an NVIDIA GPU, and its real runtime.
+"""The GPU executor: a whole :class:`~relsat.graph.graph.Graph` on an NVIDIA GPU, and its real
+runtime.
 
 Values are CuPy fp32 arrays. Element-wise ops, matmul (cuBLAS), concat, split, reshape, transpose,
 enlarge, merge and batchnorm run in CuPy; conv2d and the pools run through PyTorch's cuDNN path on
-the same buffers (DLPack, no copies). The semantics are :mod:`relsat.kernels`' (SAME padding as
+the same buffers (DLPack, no copies). The semantics are :mod:`relsat.graph.kernels`' (SAME padding
+as
 TASO passes it to cuDNN, cropped to the declared size; grouped conv; average pooling excludes the
 padding; ``merge`` materialized with the group count of the conv that consumes it).
 
@@ -10,12 +12,12 @@ padding; ``merge`` materialized with the group count of the conv that consumes i
 * :func:`time_graph` is TASO's end-to-end measurement (100 warm-ups, then 100 timed runs between
   two CUDA events, ms per run), weight-only subgraphs evaluated once beforehand by default.
 * :class:`Gpu` (:func:`load_gpu`) holds the loaded libraries and the op primitives the measured
-  cost model (:mod:`relsat.cost.measure`) times.
+  cost model (:mod:`relsat.gpu.measure`) times.
 
 Runs are eager Python: each op costs a few microseconds of host time to launch, so a graph of
 many tiny ops can be host-bound; :class:`GraphTiming` gives the wall time beside the GPU time.
 No CUDA library is imported until a function needs it; without a GPU they raise
-:class:`~relsat.cost.measure.GpuUnavailableError`.
+:class:`~relsat.gpu.measure.GpuUnavailableError`.
 """
 
 from __future__ import annotations
@@ -30,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from relsat.cost.measure import GpuUnavailableError
-from relsat.errors import ExecutionError
-from relsat.execute import _flat_outputs, _leaf_values
-from relsat.graph import Graph, Node, Ref
-from relsat.kernels import Lazy, _at, _merged
-from relsat.ops import conv_out_size, same_padding
+from relsat.errors import ExecutionError, GpuUnavailableError
+from relsat.graph.execute import _flat_outputs, _leaf_values
+from relsat.graph.graph import Graph, Node, Ref
+from relsat.graph.kernels import Lazy, _at, _merged
+from relsat.graph.ops import conv_out_size, same_padding
 
 __all__ = ["Gpu", "GraphTiming", "load_gpu", "run_gpu", "time_graph", "time_graph_detail"]
 
@@ -425,7 +426,8 @@ def _import_cudnn_frontend(cp: Any) -> tuple[Any, Any, str]:
 
 
 def _apply(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
-    """The outputs of ``node`` (CuPy arrays, or :class:`~relsat.kernels.Lazy` merged weights)."""
+    """The outputs of ``node`` (CuPy arrays, or :class:`~relsat.graph.kernels.Lazy` merged
+    weights)."""
     cp, p, op = gpu.cp, node.params, node.op
     if op == "conv2d":
         x, w = args
@@ -695,5 +697,5 @@ def time_graph(
 @cache
 def load_gpu(backend: str = "auto") -> Gpu:
     """The process's :class:`Gpu` for ``backend`` (loaded once; raises
-    :class:`~relsat.cost.measure.GpuUnavailableError` with the reason when impossible)."""
+    :class:`~relsat.gpu.measure.GpuUnavailableError` with the reason when impossible)."""
     return Gpu(backend)

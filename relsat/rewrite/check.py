@@ -1,6 +1,6 @@
 """Checking rules on random instances: types, then numbers (``relsat rules check``).
 
-A rule is tried on shapes drawn for its variables (:mod:`relsat.ruleshapes`). On each instance
+A rule is tried on shapes drawn for its variables (:mod:`relsat.rewrite.shapes`). On each instance
 whose left-hand side builds and whose guards hold:
 
 * **types**: the right-hand side must build and compute, root by root, the left-hand side's
@@ -15,7 +15,7 @@ file: it raises a :class:`~relsat.errors.RuleError` for a rule whose sides can b
 different types. :func:`find_counterexample` searches for an instance where the sides differ
 with only some of a rule's guards kept (``guards=()``: none), which shows a guard is needed.
 
->>> from relsat.rulefile import parse_rules
+>>> from relsat.rewrite.rulefile import parse_rules
 >>> bad = parse_rules("# name: bad\\n(ewadd ?a ?b) => (concat 0 2 ?a ?b)\\n")["bad"]
 >>> check_rule(bad).status
 'type-mismatch'
@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from relsat.errors import ExecutionError, GraphError, RuleError
-from relsat.execute import compare
-from relsat.graph import Graph, GraphBuilder
-from relsat.instantiate import InvalidInstance, Memo, guard_holds, instantiate
-from relsat.ops import TensorType
-from relsat.rules import Guard, Pattern, Rule, canonical
-from relsat.ruleshapes import NEAR_MISSES, Choose, Unsolvable, draw_shapes
+from relsat.graph.builder import GraphBuilder
+from relsat.graph.execute import compare
+from relsat.graph.graph import Graph
+from relsat.graph.ops import TensorType
+from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
+from relsat.rewrite.rules import Guard, Pattern, Rule, canonical
+from relsat.rewrite.shapes import NEAR_MISSES, Choose, Unsolvable, draw_shapes
 
 __all__ = [
     "ATOL",
@@ -180,8 +181,8 @@ def draw(
     numeric: bool = True,
     even_kernels: bool = False,
 ) -> Instance:
-    """Draw shapes (:func:`relsat.ruleshapes.draw_shapes`) and :func:`evaluate` the rule there.
-    Raises :class:`~relsat.ruleshapes.Unsolvable` when no shapes can be drawn."""
+    """Draw shapes (:func:`relsat.rewrite.shapes.draw_shapes`) and :func:`evaluate` the rule there.
+    Raises :class:`~relsat.rewrite.shapes.Unsolvable` when no shapes can be drawn."""
     shapes = draw_shapes(rule, choose, near_misses, sides=sides, even_kernels=even_kernels)
     return evaluate(rule, shapes, guards=guards, numeric=numeric)
 

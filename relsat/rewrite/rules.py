@@ -1,7 +1,8 @@
 """The rule IR: operators and guards of the rule language, patterns, rules, rule sets.
 
 Rules are data (:class:`Rule`: named, one or more ``lhs => rhs`` pairs, flags, guards); the file
-formats that produce them live in :mod:`relsat.rulefile`. A :class:`Rule` validates itself when it
+formats that produce them live in :mod:`relsat.rewrite.rulefile`. A :class:`Rule` validates itself
+when it
 is built: unknown operators or guards, wrong arity, a right-hand-side variable that no left-hand
 side binds are :class:`RuleError` s naming the rule.
 
@@ -20,7 +21,7 @@ from typing import TypeAlias, TypeVar, overload
 import numpy as np
 
 from relsat.errors import RuleError, RuleSyntaxError
-from relsat.ops import FLOAT_PARAMS, from_f32_bits
+from relsat.graph.ops import FLOAT_PARAMS, from_f32_bits
 
 __all__ = [
     "GUARDS",

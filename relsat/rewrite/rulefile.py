@@ -59,9 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relsat.errors import RuleError, RuleSyntaxError
-from relsat.ops import f32_bits
+from relsat.graph.ops import f32_bits
 from relsat.paths import data_dir
-from relsat.rules import (
+from relsat.rewrite.rules import (
     _KIND_TEXT,
     OPERATORS,
     Guard,
@@ -160,7 +160,7 @@ class _Line:
                 value = self._close(stack.pop())
             elif kind == "int":
                 value = int(text)
-            elif kind == "float":  # a float parameter: its float32 bits (relsat.ops.f32_bits)
+            elif kind == "float":  # a float parameter: its float32 bits (relsat.graph.ops.f32_bits)
                 value = f32_bits(float(text))
             elif kind == "var":
                 value = Var(text[1:])
@@ -391,7 +391,7 @@ def load_rules(
 
     With ``check`` the loader also instantiates each rule on a few random shapes and refuses (a
     :class:`RuleError` at the rule's line) one whose right-hand side computes another type than
-    its left-hand side (:func:`relsat.rulecheck.check_types`; ``relsat rules check`` checks
+    its left-hand side (:func:`relsat.rewrite.check.check_types`; ``relsat rules check`` checks
     values too). ``check=None``: check files other than the shipped ones (which the test suite
     checks thoroughly).
     """
@@ -410,7 +410,7 @@ def load_rules(
             checked += parsed
     ruleset = RuleSet(rules)
     if checked:
-        from relsat.rulecheck import check_types  # imports the graph layer: only when needed
+        from relsat.rewrite.check import check_types  # imports the graph layer: only when needed
 
         check_types(checked)
     return ruleset

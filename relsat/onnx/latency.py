@@ -1,6 +1,7 @@
 """Latency: is the optimized model faster than its original in onnxruntime, beyond noise?
 
-:func:`compare_latency` times both models on the CPU with one :class:`~relsat.runtime.OrtSettings`
+:func:`compare_latency` times both models on the CPU with one
+:class:`~relsat.onnx.runtime.OrtSettings`
 (the configuration relsat's ``ort-cpu`` cost model prices with) and returns a
 :class:`LatencyComparison` whose ``verdict`` says ``"faster"``, ``"slower"`` or ``"same"``.
 
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from relsat.onnx import OnnxError
-from relsat.runtime import OrtSettings, RuntimeSettingsError
+from relsat.onnx.runtime import OrtSettings, RuntimeSettingsError
 
 __all__ = ["VERDICTS", "LatencyComparison", "compare_latency"]
 
@@ -59,7 +60,7 @@ BLOCKS_PER_BUDGET = 200
 
 @dataclass(frozen=True)
 class LatencyComparison:
-    """Two models timed against each other (see :mod:`relsat.latency` for the protocol).
+    """Two models timed against each other (see :mod:`relsat.onnx.latency` for the protocol).
 
     ``original_ms`` / ``optimized_ms``: median time per run; ``ratio``: median over rounds of
     optimized / original, in ``[ratio_low, ratio_high]`` with probability ``confidence``;
@@ -125,7 +126,7 @@ def compare_latency(
 
     The models must have the same input names. Raises :class:`~relsat.onnx.OnnxError` naming the
     model when a session cannot be created or run, or when the inputs differ or have dynamic
-    shapes, and :class:`~relsat.runtime.RuntimeSettingsError` for a bad budget.
+    shapes, and :class:`~relsat.onnx.runtime.RuntimeSettingsError` for a bad budget.
     """
     _check_budget(max_seconds, min_rounds, max_rounds, warmup, min_gain, confidence)
     settings = settings or OrtSettings()

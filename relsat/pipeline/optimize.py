@@ -16,23 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from relsat.blocks import Folding, fold
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
 from relsat.cost.ort import OrtModel
-from relsat.cycles import MODES
-from relsat.db import Database
-from relsat.decode import decode
-from relsat.egraph import EGraph
-from relsat.errors import (
-    DatabaseError,
-    RelsatError,
-    SettingsError,
-    check_choice,
-    check_int,
-    check_number,
-)
-from relsat.execute import Comparison, compare
-from relsat.explore import (
+from relsat.engine.cycles import MODES
+from relsat.engine.db import Database
+from relsat.engine.decode import decode
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import (
     Backoff,
     Exploration,
     IterationStats,
@@ -41,11 +31,21 @@ from relsat.explore import (
     backoff_for,
     explore,
 )
+from relsat.engine.problem import egraph_problem
+from relsat.errors import (
+    DatabaseError,
+    RelsatError,
+    SettingsError,
+    check_choice,
+    check_int,
+    check_number,
+)
 from relsat.extract import EXTRACTORS, Extraction, Problem, dag_cost, extract
-from relsat.extract.egraph import egraph_problem
-from relsat.graph import Graph
-from relsat.kernels import has_kernel
-from relsat.rules import Rule
+from relsat.graph.execute import Comparison, compare
+from relsat.graph.graph import Graph
+from relsat.graph.kernels import has_kernel
+from relsat.pipeline.blocks import Folding, fold
+from relsat.rewrite.rules import Rule
 
 __all__ = ["Limits", "Result", "VerificationError", "optimize"]
 
@@ -138,7 +138,7 @@ class Result:
 
     def to_dot(self) -> str:
         """Graphviz DOT of the optimized graph, what the rewrites changed highlighted."""
-        from relsat.dot import graph_dot
+        from relsat.graph.dot import graph_dot
 
         return graph_dot(self.graph, self.original, title="optimized (changed: orange)")
 
@@ -263,7 +263,7 @@ def optimize(
     numbers and the limits go on from where it stopped) instead of refused; one of another graph
     is refused (:class:`~relsat.errors.DatabaseError`).
 
-    ``blocks``: explore each distinct repeated block once (:mod:`relsat.blocks`): identical
+    ``blocks``: explore each distinct repeated block once (:mod:`relsat.pipeline.blocks`): identical
     layers are folded into one copy whose prices count once per occurrence, and the optimized
     copy is put back into every layer; the e-graph kept is the folded graph's. A graph without
     repeated blocks is optimized whole. ``"auto"`` folds only a chain of layers (one tensor made
@@ -272,7 +272,7 @@ def optimize(
     whole graph finds.
 
     ``scheduler``: ``"simple"`` (every match applied) or ``"backoff"`` / a :class:`Backoff`
-    (egg's backoff scheduler, as TENSAT ran: see :func:`relsat.explore.explore`).
+    (egg's backoff scheduler, as TENSAT ran: see :func:`relsat.engine.explore.explore`).
     """
     _check_settings(
         k_multi,

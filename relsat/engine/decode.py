@@ -1,7 +1,8 @@
 """From the e-graph back to a Graph: build the term that a choice of one e-node per class denotes.
 
-The inverse of :func:`relsat.egraph.encode_node`. Extraction chooses the e-nodes; this module only
-reads them (one query) and rebuilds the graph with :class:`~relsat.graph.GraphBuilder`, so the
+The inverse of :func:`relsat.engine.egraph.encode_node`. Extraction chooses the e-nodes; this
+module only
+reads them (one query) and rebuilds the graph with :class:`~relsat.graph.graph.GraphBuilder`, so the
 result is validated like any other graph. Weight values stored in the e-graph's source graph are
 carried over by name.
 """
@@ -14,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from relsat.egraph import EGraph
+from relsat.engine.egraph import EGraph
 from relsat.errors import GraphError
-from relsat.graph import Graph, GraphBuilder, Tensor
-from relsat.ops import ACTIVATIONS, PADDINGS, int_params
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.graph import Graph
+from relsat.graph.ops import ACTIVATIONS, PADDINGS, int_params
 
 __all__ = ["decode", "random_choice"]
 
