@@ -1,15 +1,58 @@
-"""The README's Python examples run as written."""
+"""The README's examples run as written: every Python block, and every ``relsat`` command of its
+bash blocks (the Quickstart's main job included), in a scratch folder that sees the checkout's
+``relsat/`` and ``rules/`` where the commands name them."""
 
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from conftest import ROOT
+
+TEXT = (ROOT / "README.md").read_text()
+
+
+def _commands() -> list[str]:
+    """The ``relsat …`` commands of the README's bash blocks, comments dropped, in order; a
+    ``pip install … && relsat …`` line gives its relsat part."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", TEXT, flags=re.S):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            line = line.rpartition("&& ")[2] if "&& relsat" in line else line
+            if line.startswith("relsat "):
+                commands.append(line)
+    return commands
 
 
 def test_readme_python_blocks_run() -> None:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
     assert blocks, "README has no Python example"
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+def test_readme_names_the_commands_ci_runs() -> None:
+    quickstart = TEXT.split("## Quickstart", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    ci = (ROOT / ".ci" / "run").read_text()
+    for line in quickstart.strip().splitlines():
+        assert line in ci, f"the Quickstart's {line!r} is not what .ci/run runs"
+
+
+def test_readme_commands_run(tmp_path: Path) -> None:
+    commands = _commands()
+    assert any(c.startswith("relsat optimize relsat/models/data/encoder.onnx") for c in commands)
+    for name in ("relsat", "rules"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    cli = [sys.executable, "-c", "import sys; from relsat.cli import main; sys.exit(main())"]
+    for command in commands:
+        args = shlex.split(command)[1:]
+        if args[0] == "optimize" and "--threads" not in args:
+            args += ["--threads", "1"]  # a test machine's cores are shared: no spinning pools
+        done = subprocess.run(cli + args, cwd=tmp_path, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.fail(f"README command {command!r} exited {done.returncode}:\n{done.stderr}")

@@ -130,55 +130,10 @@ class EGraph:
         """Insert ``graph`` (hash-consed) into empty tables: one Arrow batch per table."""
         if self.db.scalar("SELECT count(*) FROM enode"):
             raise DatabaseError("the e-graph database already holds an e-graph", path=self.db.path)
-        enodes: list[dict[str, Any]] = []
-        eclasses: list[dict[str, Any]] = []
+        rows = _Rows()
+        add = rows.add
         classes: dict[Ref, int] = {}
-        by_key: dict[tuple, int] = {}
         weights = graph.all_weights()
-
-        def add(
-            op: str,
-            ints: list[int],
-            s: str,
-            children: Sequence[int],
-            kind: str,
-            shapes: Sequence[tuple[int, ...]],
-            splits: Any,
-            all_weights: bool,
-        ) -> int:
-            key = (op, *ints, s, *children)
-            if key in by_key:
-                return by_key[key]
-            cid = len(eclasses)
-            by_key[key] = cid
-            kids = [*children, *([-1] * (MAX_CHILDREN - len(children)))]
-            enodes.append(
-                {
-                    "id": len(enodes),
-                    "op": op,
-                    **{f"p{i}": v for i, v in enumerate(ints)},
-                    "s": s,
-                    "arity": len(children),
-                    **{f"c{i}": c for i, c in enumerate(kids)},
-                    "class": cid,
-                    "born": 0,
-                    "stamp": 0,
-                    "filtered": False,
-                    "rule": None,
-                }
-            )
-            eclasses.append(
-                {
-                    "id": cid,
-                    "kind": kind,
-                    "shape": list(shapes[0]),
-                    "shape2": list(shapes[1]) if len(shapes) > 1 else None,
-                    "splits": splits,
-                    "all_weights": all_weights,
-                    "born": 0,
-                }
-            )
-            return cid
 
         for node in graph.nodes:
             kids = [classes[r] for r in node.inputs]
@@ -208,8 +163,8 @@ class EGraph:
             classes[Ref(node.id, 0)] = add(
                 op, ints, s, kids, kind, [t.shape], [list(x) for x in t.splits], weights[node.id]
             )
-        self.db.insert_arrow("enode", pa.Table.from_pylist(enodes))
-        self.db.insert_arrow("eclass", pa.Table.from_pylist(eclasses))
+        self.db.insert_arrow("enode", pa.Table.from_pylist(rows.enodes))
+        self.db.insert_arrow("eclass", pa.Table.from_pylist(rows.eclasses))
         outputs = [{"pos": i, "class": classes[r]} for i, r in enumerate(graph.outputs)]
         self.db.insert_arrow("output", pa.Table.from_pylist(outputs))
 
@@ -335,3 +290,59 @@ def _nest_concat(
             [w, *flags[MAX_CHILDREN:]],
         )
     return kids
+
+
+class _Rows:
+    """The rows of a graph being loaded: e-nodes and their e-classes, hash-consed on
+    ``(op, integer parameters, string parameter, children)``."""
+
+    def __init__(self) -> None:
+        self.enodes: list[dict[str, Any]] = []
+        self.eclasses: list[dict[str, Any]] = []
+        self.by_key: dict[tuple[Any, ...], int] = {}
+
+    def add(  # the columns of one e-node and its class: a row each, not a public API
+        self,
+        op: str,
+        ints: list[int],
+        s: str,
+        children: Sequence[int],
+        kind: str,
+        shapes: Sequence[tuple[int, ...]],
+        splits: Any,
+        all_weights: bool,
+    ) -> int:
+        """The class of the e-node ``(op, ints, s, children)``, added unless already there."""
+        key = (op, *ints, s, *children)
+        if key in self.by_key:
+            return self.by_key[key]
+        cid = len(self.eclasses)
+        self.by_key[key] = cid
+        kids = [*children, *([-1] * (MAX_CHILDREN - len(children)))]
+        self.enodes.append(
+            {
+                "id": len(self.enodes),
+                "op": op,
+                **{f"p{i}": v for i, v in enumerate(ints)},
+                "s": s,
+                "arity": len(children),
+                **{f"c{i}": c for i, c in enumerate(kids)},
+                "class": cid,
+                "born": 0,
+                "stamp": 0,
+                "filtered": False,
+                "rule": None,
+            }
+        )
+        self.eclasses.append(
+            {
+                "id": cid,
+                "kind": kind,
+                "shape": list(shapes[0]),
+                "shape2": list(shapes[1]) if len(shapes) > 1 else None,
+                "splits": splits,
+                "all_weights": all_weights,
+                "born": 0,
+            }
+        )
+        return cid

@@ -232,7 +232,8 @@ class GraphBuilder:
         name: str | None = None,
     ) -> Tensor:
         """``conv2d(x, w) + bias`` then the activation, as one fused op; ``bias`` is
-        ``[1, O, 1, 1]``."""
+        ``[1, O, 1, 1]``. (Seven parameters: the op's three inputs and its three parameters, as
+        :meth:`conv2d` takes them, plus the name.)"""
         return self._one(
             "conv2d_bias",
             [x, w, bias],
@@ -394,6 +395,8 @@ class GraphBuilder:
         epsilon: float = 1e-5,
         name: str | None = None,
     ) -> Tensor:
+        """Inference batch normalization (ONNX BatchNormalization): its five inputs, its
+        epsilon and the name, as ONNX orders them."""
         return self._one("batchnorm", [x, scale, bias, mean, var], name, epsilon=epsilon)
 
     # --- transformer operators --------------------------------------------------------------

@@ -75,7 +75,39 @@ def to_json(graph: Graph, *, indent: int | None = None) -> str:
 
 
 def from_json(text: str | bytes, *, path: str | None = None) -> Graph:
+    """Read :func:`to_json` output back. Every node is replayed through :class:`GraphBuilder`
+    (the same checks as a builder call) and stored output shapes must agree with the inferred
+    ones; anything else is a :class:`GraphFormatError` naming ``path`` and the node."""
 
+    def fail(message: str, **fields: Any) -> GraphFormatError:
+        return GraphFormatError(message, path=path, **fields)
+
+    doc = _document(text, path)
+    by_id = _nodes_by_id(doc, fail)
+    values = _read_values(doc.get("values", {}), fail)
+    builder = GraphBuilder()
+    handles: dict[int, tuple[Tensor, ...]] = {}
+    for nid in _topological(by_id, fail):
+        handles[nid] = _replay(builder, by_id[nid], handles, values, fail)
+    if values:
+        raise fail(f"values given for unknown weights: {sorted(values)}")
+    outputs = doc.get("outputs")
+    if not isinstance(outputs, list) or not outputs:
+        raise fail('"outputs" must be a non-empty list of [node, index]')
+    result = []
+    for ref in outputs:
+        ok = isinstance(ref, list) and len(ref) == 2 and ref[0] in handles
+        if not ok or not 0 <= ref[1] < len(handles[ref[0]]):
+            raise fail(f"graph output {ref!r} does not name an existing node output")
+        result.append(handles[ref[0]][ref[1]])
+    try:
+        return builder.build(result)
+    except GraphError as exc:
+        raise fail(exc.reason, node=exc.node, op=exc.op, name=exc.name) from None
+
+
+def _document(text: str | bytes, path: str | None) -> dict[str, Any]:
+    """The parsed JSON document, checked to be a relsat graph of this version."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -84,17 +116,19 @@ def from_json(text: str | bytes, *, path: str | None = None) -> Graph:
         ) from None
     except UnicodeDecodeError as exc:
         raise GraphFormatError(f"not UTF-8 text: {exc.reason}", path=path) from None
-
-    def fail(message: str, **fields: Any) -> GraphFormatError:
-        return GraphFormatError(message, path=path, **fields)
-
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise fail(f'not a relsat graph (expected "format": "{FORMAT}")')
+        raise GraphFormatError(f'not a relsat graph (expected "format": "{FORMAT}")', path=path)
     if doc.get("version") != VERSION:
-        raise fail(
+        raise GraphFormatError(
             f"unsupported graph format version {doc.get('version')!r} "
-            f"(this relsat reads version {VERSION})"
+            f"(this relsat reads version {VERSION})",
+            path=path,
         )
+    return doc
+
+
+def _nodes_by_id(doc: dict[str, Any], fail: Any) -> dict[int, dict[str, Any]]:
+    """The raw nodes by id, each checked for its fields and the form of its input refs."""
     raw_nodes = doc.get("nodes")
     if not isinstance(raw_nodes, list):
         raise fail('"nodes" must be a list')
@@ -113,62 +147,53 @@ def from_json(text: str | bytes, *, path: str | None = None) -> Graph:
             ):
                 raise fail(f"input {ref!r} must be [node, index]", node=raw["id"], op=raw["op"])
         by_id[raw["id"]] = raw
-    order = _topological(by_id, fail)
+    return by_id
 
-    values = _read_values(doc.get("values", {}), fail)
-    builder = GraphBuilder()
-    handles: dict[int, tuple[Tensor, ...]] = {}
-    for nid in order:
-        raw = by_id[nid]
-        op, params, name = raw["op"], dict(raw["params"]), raw.get("name")
-        inputs = []
-        for src, idx in raw["inputs"]:
-            if not 0 <= idx < len(handles[src]):
-                raise fail(
-                    f"input [{src}, {idx}]: node {src} has {len(handles[src])} outputs",
-                    node=nid,
-                    op=op,
-                )
-            inputs.append(handles[src][idx])
-        try:
-            if op in ("input", "weight"):
-                leaf = builder.input if op == "input" else builder.weight
-                shape = params.pop("shape", None)
-                if params or not isinstance(shape, list):
-                    raise GraphError(f"{op} takes exactly one parameter, shape", op=op)
-                extra = {"value": values.pop(name)} if op == "weight" and name in values else {}
-                handles[nid] = (leaf(shape, name=name, **extra),)
-            else:
-                if op == "opaque" and isinstance(params.get("attrs"), dict):
-                    params["attrs"] = canonical_attrs(params["attrs"])
-                handles[nid] = builder.add_node(op, inputs, params, name=name)
-        except GraphError as exc:
-            raise fail(exc.reason, node=nid, op=op, name=name, shapes=exc.shapes) from None
-        declared = [tuple(s) if isinstance(s, list) else s for s in raw["outputs"]]
-        inferred = [t.shape for t in handles[nid]]
-        if declared != inferred:
+
+def _replay(
+    builder: GraphBuilder,
+    raw: dict[str, Any],
+    handles: dict[int, tuple[Tensor, ...]],
+    values: dict[str, np.ndarray],
+    fail: Any,
+) -> tuple[Tensor, ...]:
+    """Add one raw node to ``builder`` (a weight takes its value out of ``values``) and check
+    its stored output shapes against the inferred ones."""
+    nid, op, params, name = raw["id"], raw["op"], dict(raw["params"]), raw.get("name")
+    inputs = []
+    for src, idx in raw["inputs"]:
+        if not 0 <= idx < len(handles[src]):
             raise fail(
-                f"stored output shapes {raw['outputs']} disagree with inferred "
-                f"{[list(s) for s in inferred]}",
+                f"input [{src}, {idx}]: node {src} has {len(handles[src])} outputs",
                 node=nid,
                 op=op,
-                name=name,
             )
-    if values:
-        raise fail(f"values given for unknown weights: {sorted(values)}")
-    outputs = doc.get("outputs")
-    if not isinstance(outputs, list) or not outputs:
-        raise fail('"outputs" must be a non-empty list of [node, index]')
-    result = []
-    for ref in outputs:
-        ok = isinstance(ref, list) and len(ref) == 2 and ref[0] in handles
-        if not ok or not 0 <= ref[1] < len(handles[ref[0]]):
-            raise fail(f"graph output {ref!r} does not name an existing node output")
-        result.append(handles[ref[0]][ref[1]])
+        inputs.append(handles[src][idx])
     try:
-        return builder.build(result)
+        if op in ("input", "weight"):
+            leaf = builder.input if op == "input" else builder.weight
+            shape = params.pop("shape", None)
+            if params or not isinstance(shape, list):
+                raise GraphError(f"{op} takes exactly one parameter, shape", op=op)
+            extra = {"value": values.pop(name)} if op == "weight" and name in values else {}
+            made: tuple[Tensor, ...] = (leaf(shape, name=name, **extra),)
+        else:
+            if op == "opaque" and isinstance(params.get("attrs"), dict):
+                params["attrs"] = canonical_attrs(params["attrs"])
+            made = builder.add_node(op, inputs, params, name=name)
     except GraphError as exc:
-        raise fail(exc.reason, node=exc.node, op=exc.op, name=exc.name) from None
+        raise fail(exc.reason, node=nid, op=op, name=name, shapes=exc.shapes) from None
+    declared = [tuple(s) if isinstance(s, list) else s for s in raw["outputs"]]
+    inferred = [t.shape for t in made]
+    if declared != inferred:
+        raise fail(
+            f"stored output shapes {raw['outputs']} disagree with inferred "
+            f"{[list(s) for s in inferred]}",
+            node=nid,
+            op=op,
+            name=name,
+        )
+    return made
 
 
 def _topological(by_id: dict[int, dict[str, Any]], fail: Any) -> list[int]:

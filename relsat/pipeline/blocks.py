@@ -251,7 +251,7 @@ class _Copier:
 def fold(graph: Graph, *, min_saved: int = MIN_SAVED) -> Folding | None:
     """The folding of ``graph``, or None when it has no repeated blocks worth folding (fewer
     than ``min_saved`` operators would be explored once instead of several times)."""
-    order = [n.id for n in graph.nodes if n.inputs]  # operators; leaves have no inputs
+    order = _stream_order(graph)
     if len(order) <= min_saved:
         return None
     pos = {nid: i for i, nid in enumerate(order)}
@@ -290,6 +290,38 @@ def fold(graph: Graph, *, min_saved: int = MIN_SAVED) -> Folding | None:
     return Folding(
         graph, folded, pieces, tuple(count), tuple(first), tuple(out_start), prefix, streams
     )
+
+
+def _stream_order(graph: Graph) -> list[int]:
+    """The operators (leaves have no inputs) in graph order, except that work off the main
+    stream comes first: the operators that read a graph input but do not depend on the
+    graph's longest chain of operators (the stream of layers), with the weight-only work they
+    read. The dynamo exporter writes the attention-mask preparation inside the first layer;
+    moved before the layers, every layer is the same run of operators."""
+    nodes = graph.nodes
+    depth = [0] * len(nodes)
+    for n in nodes:
+        if n.inputs:
+            depth[n.id] = 1 + max(depth[r.node] for r in n.inputs)
+    stream = [False] * len(nodes)  # on or below the longest chain
+    on_chain = set()
+    tip = max(range(len(nodes)), key=lambda i: (depth[i], i))
+    while nodes[tip].inputs:
+        on_chain.add(tip)
+        tip = max((r.node for r in nodes[tip].inputs), key=lambda i: (depth[i], i))
+    reads_input = [n.op == "input" for n in nodes]
+    for n in nodes:
+        if n.inputs:
+            stream[n.id] = n.id in on_chain or any(stream[r.node] for r in n.inputs)
+            reads_input[n.id] = any(reads_input[r.node] for r in n.inputs)
+    early = [False] * len(nodes)
+    for n in reversed(nodes):  # consumers before producers: pull in what early work reads
+        if n.inputs and not stream[n.id] and (reads_input[n.id] or early[n.id]):
+            early[n.id] = True
+            for r in n.inputs:
+                early[r.node] = True
+    ops = [n.id for n in nodes if n.inputs]
+    return [i for i in ops if early[i]] + [i for i in ops if not early[i]]
 
 
 def _streams(

@@ -181,8 +181,9 @@ def draw(
     numeric: bool = True,
     even_kernels: bool = False,
 ) -> Instance:
-    """Draw shapes (:func:`relsat.rewrite.shapes.draw_shapes`) and :func:`evaluate` the rule there.
-    Raises :class:`~relsat.rewrite.shapes.Unsolvable` when no shapes can be drawn."""
+    """Draw shapes (:func:`relsat.rewrite.shapes.draw_shapes`) and :func:`evaluate` the rule
+    there. Raises :class:`~relsat.rewrite.shapes.Unsolvable` when no shapes can be drawn. (The
+    keyword options are the draw's knobs, each with the default the checks use.)"""
     shapes = draw_shapes(rule, choose, near_misses, sides=sides, even_kernels=even_kernels)
     return evaluate(rule, shapes, guards=guards, numeric=numeric)
 
