@@ -5,74 +5,41 @@
                            [--cost-model analytic]
 
 For each Hugging Face model (random init from a fixed seed, hidden 256, 4 heads, FFN 1024,
-sequence 128, exported by ``torch.onnx.export`` at opset 17 like bench/real_models.py, cached in
-``--exports``) at each depth, ``relsat.optimize`` runs twice in this process, alternately: on the
-whole graph (``blocks=False``, today's default) and with repeated blocks explored once
-(``blocks=True``, :mod:`relsat.pipeline.blocks`). Both with the default limits (50,000 e-nodes, 60
-s ILP),
-the result checked against the export in onnxruntime (``relsat.onnx.verify``: the NumPy check
-skips graphs with opaque operators, as these have). Reported per run: operators, e-nodes
-explored, stop reason, seconds per stage and in all, priced cost before and after, and the
-folding. Then the growth: each mode's
-time at 12 and 48 layers over its time at 4. Markdown on stdout, rows appended to
-bench/results/blocks.csv.
+sequence 128: bench/hfmodels.py, exported by the legacy ``torch.onnx.export`` at opset 17 by
+bench/exports.py, cached in ``--exports``) at each depth, ``relsat.optimize`` (through
+bench/calls.py) runs twice in this process, alternately: on the whole graph (``blocks=False``)
+and with repeated blocks explored once (``blocks=True``, :mod:`relsat.pipeline.blocks`). Both
+with the default limits (50,000 e-nodes, 60 s ILP), the result checked against the export in
+onnxruntime (``relsat.onnx.verify``: the NumPy check skips graphs with opaque operators, as
+these have). Reported per run: operators, e-nodes explored, stop reason, seconds per stage and
+in all, priced cost before and after, and the folding. Then the growth: each mode's time at 12
+and 48 layers over its time at 4. Markdown on stdout, rows appended to bench/results/blocks.csv.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
-import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling modules: common, ...
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench modules
 
+import calls
 import common
 import onnx
+from exports import export
 
 from relsat import onnx as ronnx
-from relsat import optimize
 
 
 def _export(model: str, layers: int, directory: Path) -> Path:
-    """The ONNX export of ``model`` with ``layers`` layers (cached)."""
-    path = directory / f"{model}-{layers}.onnx"
-    if path.exists():
-        return path
-    import real_models as real
-    import torch
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+    """The ONNX export of ``model`` (hf-bert or hf-gpt2) with ``layers`` layers (cached)."""
+    import hfmodels
 
-    torch.manual_seed(real.SEED)
-    if model == "hf-bert":
-        config = BertConfig(
-            hidden_size=256,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            intermediate_size=1024,
-        )
-        net = BertModel(config)
-    else:
-        config = GPT2Config(n_embd=256, n_layer=layers, n_head=4, use_cache=False)
-        net = GPT2Model(config)
-    wrapped = real._HiddenState(net, ["input_ids", "attention_mask"]).eval()
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            wrapped,
-            real._tokens(config.vocab_size),
-            str(tmp),
-            dynamo=False,
-            opset_version=17,
-            do_constant_folding=True,
-            input_names=["input_ids", "attention_mask"],
-            output_names=["output"],
-        )
-    tmp.replace(path)
-    return path
+    build = hfmodels.bert if model == "hf-bert" else hfmodels.gpt2
+    return export(f"{model}-{layers}", functools.partial(build, layers=layers), directory).path
 
 
 def main() -> None:
@@ -107,7 +74,9 @@ def main() -> None:
                 mode = "blocks" if blocks else "whole"
                 print(f"  {model} x{layers} {mode} ...", file=sys.stderr, flush=True)
                 t = time.perf_counter()
-                r = optimize(graph, blocks=blocks, cost_model=args.cost_model)
+                r = calls.optimize(
+                    graph, blocks="on" if blocks else "off", cost_model=args.cost_model
+                )
                 seconds = time.perf_counter() - t
                 check = ronnx.verify(path, ronnx.to_model(r.graph, like=onnx.load(path)))
                 total[model, layers, mode] = seconds
@@ -126,7 +95,7 @@ def main() -> None:
                         round(r.cost_after, 4),
                         round(100 * r.reduction, 1),
                         "onnxruntime" if check.ok else "DIFFERS: " + check.report()[:60],
-                        r.settings["blocks"],
+                        r.blocks,
                     ]
                 )
     print(common.markdown(headers, rows))

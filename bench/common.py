@@ -1,14 +1,19 @@
-"""Shared helpers of the benchmark scripts: Markdown tables and CSV rows."""
+"""Shared helpers of the benchmark scripts: Markdown tables, CSV rows, progress lines, op counts."""
 
 from __future__ import annotations
 
 import csv
+import io
 import os
 import platform
+import sys
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import onnx
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -48,16 +53,53 @@ def markdown(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def append_csv(name: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
-    """Append rows to ``bench/results/<name>.csv`` with a timestamp and the machine."""
+    """Append rows to ``bench/results/<name>.csv`` with a timestamp and the machine.
+
+    Columns added at the end of ``headers`` since the file was started are added to its header
+    line; the rows written before keep their fields (the new ones empty)."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.csv"
+    header = ["when", "machine", *headers]
+    if path.exists():
+        _extend_header(path, header)
     new = not path.exists()
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus"
     with path.open("a", newline="") as f:
         w = csv.writer(f)
         if new:
-            w.writerow(["when", "machine", *headers])
+            w.writerow(header)
         for row in rows:
             w.writerow([stamp, machine, *row])
     return path
+
+
+def _extend_header(path: Path, header: list[str]) -> None:
+    with path.open(newline="") as f:  # csv writes \r\n line endings: keep them
+        lines = f.readlines()
+    if not lines:
+        return
+    first = lines[0].rstrip("\r\n")
+    old = next(csv.reader([first]))
+    if old != header and header[: len(old)] == old:
+        out = io.StringIO()
+        csv.writer(out, lineterminator="").writerow(header)
+        lines[0] = out.getvalue() + lines[0][len(first) :]  # its own line ending
+        with path.open("w", newline="") as f:
+            f.writelines(lines)
+
+
+def log(message: str) -> None:
+    """A progress line on stderr (stdout is the table)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def op_types(path: Path) -> Counter[str]:
+    """The ONNX file's operators by type, Constant left out (weights are not work)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return Counter(n.op_type for n in graph.node if n.op_type != "Constant")
+
+
+def op_count(path: Path) -> int:
+    """How many operators the ONNX file has, Constant left out."""
+    return sum(op_types(path).values())

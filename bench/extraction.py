@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import append_csv, markdown
 
 from relsat.errors import ExtractionError
-from relsat.extract import Problem, check, dag_cost, greedy_dag, greedy_tree, ilp
+from relsat.extract import IlpOptions, Problem, check, dag_cost, greedy_dag, greedy_tree, ilp
 from relsat.extract import gym as egraph_json
 from relsat.extract.model import _post_order
 from relsat.extract.problem import _closure
@@ -197,7 +197,7 @@ def main() -> None:
         p = egraph_json.load(path)
         g, d = greedy_tree(p), greedy_dag(p)
         t0 = time.perf_counter()
-        e = ilp(p, time_limit=args.time_limit, threads=args.threads)
+        e = ilp(p, IlpOptions(time_limit=args.time_limit, threads=args.threads))
         total = time.perf_counter() - t0
         check(p, e.choice)
         plain, plain_status, plain_s, _ = plain_highs(

@@ -26,12 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from calls import optimize
 from common import append_csv, markdown
 from fuzzgen import FuzzSize, describe, random_graph
 
-from relsat import Limits, optimize
+from relsat import Limits, VerificationError
 from relsat.graph.graph import Graph
-from relsat.pipeline.optimize import VerificationError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ def run_one(seed: int, k_multi: int, guards: bool) -> Outcome:
     """Optimize graph ``seed``; never raises."""
     graph = random_graph(seed, SIZE)
     try:
-        result = optimize(graph, k_multi=k_multi, guards=guards, limits=LIMITS, time_limit=20)
+        result = optimize(graph, k_multi=k_multi, guards=guards, limits=LIMITS, ilp_time_limit=20)
     except VerificationError as exc:
         return Outcome(seed, "unsound", note=str(exc).splitlines()[0])
     except Exception as exc:  # a crash is any other exception: record it, go on

@@ -25,9 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from calls import optimize
 from common import append_csv, markdown
 
-from relsat import models, optimize
+from relsat import models
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, OpSignature, TableModel
 from relsat.engine.egraph import encode_node
 from relsat.errors import GpuUnavailableError
@@ -121,7 +122,9 @@ def main() -> None:
     for name in args.models:
         graph = models.load(name)
         before = getattr(model, "fallbacks", 0)
-        result = optimize(graph, cost_model=model, k_multi=args.k_multi, time_limit=args.time_limit)
+        result = optimize(
+            graph, cost_model=model, k_multi=args.k_multi, ilp_time_limit=args.time_limit
+        )
         fallbacks = getattr(model, "fallbacks", 0) - before
         timings: dict[str, list] = {"original": [], "optimized": []}
         for _ in range(args.repeat):  # alternate, so drift hits both alike

@@ -1,34 +1,33 @@
 """onnxruntime CPU latency of original vs relsat-optimized ONNX models, with op counts.
 
     python bench/onnx_models.py [--models nasrnn bert ...] [--torch-models transformer convnet]
-                         [--runs 50] [--rounds 10] [--threads 2] [--skip-torch] [--no-disable-all]
+                                [--rounds 50] [--threads 2] [--skip-torch] [--no-disable-all]
 
 Two sources: (a) the seven bundled TENSAT graphs, written with ``relsat.onnx.save`` (weights get
-seeded random values), optimized with ``relsat.optimize`` and the result written the same way;
-(b) ``torch.nn`` models (bench/torch_models.py: a TransformerEncoder and a conv net) exported by
-``torch.onnx.export``, read with ``relsat.onnx.load(path, batch=1)``, optimized and written back
-with the original output names. A torch export relsat cannot read (shape computations such as
-Shape -> Slice whose outputs ONNX shape inference leaves dynamic) is first shape-folded by
-onnxruntime's BASIC level (constant folding; what onnxruntime does at session creation anyway)
-and that file is the original. Part (b) is skipped, with a message, when torch is missing.
+seeded random values), optimized with ``relsat.optimize`` (through bench/calls.py) and the result
+written the same way; (b) ``torch.nn`` models (bench/architectures.py: a TransformerEncoder and a
+conv net) exported by the legacy ``torch.onnx.export`` (bench/exports.py), read with
+``relsat.onnx.load(path, batch=1)``, optimized and written back with the original output names.
+A torch export relsat cannot read (shape computations such as Shape -> Slice whose outputs ONNX
+shape inference leaves dynamic) is first shape-folded by onnxruntime's BASIC level (constant
+folding; what onnxruntime does at session creation anyway) and that file is the original.
+Part (b) is skipped, with a message, when torch is missing.
 
 Graphs with opaque ops cannot run in relsat's NumPy executor, so nothing is verified there
 (``verify=False``); every pair is verified in onnxruntime instead (``relsat.onnx.verify``: random
 inputs, ``rtol=1e-4, atol=1e-5``) against the file the user had (the raw torch export).
 
-Latency: one InferenceSession per model on CPUExecutionProvider, ``intra_op_num_threads`` fixed,
-graph optimizations at onnxruntime's default level (ORT_ENABLE_ALL) and, unless
-``--no-disable-all``, at ORT_DISABLE_ALL; alternating warm-up runs (at least 0.5 s), then
-``--runs`` timed runs per model split into ``--rounds`` rounds that alternate original and
-optimized (order flipped each round) so machine noise hits both; the median in ms. Ops count ONNX
-nodes other than Constant. Markdown on stdout; rows appended to bench/results/onnx.csv.
+Latency: bench/timing.py's side-by-side timing (original, A/A, optimized; ``--threads`` intra-op
+threads, spinning off, ``--rounds`` interleaved rounds, medians in ms) with graph optimizations
+at onnxruntime's default level (ORT_ENABLE_ALL) and, unless ``--no-disable-all``, at
+ORT_DISABLE_ALL. Ops count ONNX nodes other than Constant. Markdown on stdout; rows appended to
+bench/results/onnx.csv.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import tempfile
 import time
@@ -36,68 +35,39 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling modules: common, ...
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench modules
 
+import calls
 import common
-import onnx
 import onnxruntime as ort
+import timing
+from exports import export
 
-from relsat import models, optimize
+from relsat import models
 from relsat import onnx as ronnx
-from relsat.pipeline.optimize import Result
 
-LEVELS = {
-    "default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    "disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-}
-
-
-def op_count(path: Path) -> int:
-    return sum(
-        n.op_type != "Constant" for n in onnx.load(str(path), load_external_data=False).graph.node
-    )
-
-
-def session(path: Path, level: Any, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = level
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+#: The timing's levels by the table's names.
+LEVELS = {"default": "all", "disable_all": "disable"}
 
 
 def latency(
-    original: Path, optimized: Path, level: Any, threads: int, runs: int, rounds: int, warmup: int
-) -> tuple[float, float]:
-    """Median ms of the two models, timed in alternating rounds (order flipped each round)."""
-    feed = ronnx.random_inputs(optimized)
-    pair = [session(original, level, threads), session(optimized, level, threads)]
-    # Warm-up alternates too, and lasts at least half a second: the first runs of a session (and
-    # of the process) are much slower than the rest.
-    start, done = time.perf_counter(), 0
-    while done < warmup or time.perf_counter() - start < 0.5:
-        for s in pair:
-            s.run(None, feed)
-        done += 1
-    times: list[list[float]] = [[], []]
-    per_round = max(1, runs // rounds)
-    for r in range(rounds):
-        for k in (0, 1) if r % 2 == 0 else (1, 0):
-            for _ in range(per_round):
-                t = time.perf_counter()
-                pair[k].run(None, feed)
-                times[k].append(1000 * (time.perf_counter() - t))
-    return statistics.median(times[0]), statistics.median(times[1])
+    original: Path, optimized: Path, level: str, args: argparse.Namespace
+) -> tuple[float, float, float]:
+    """Median ms of the original, the optimized model and the A/A session."""
+    timed = timing.side_by_side(
+        original, {"optimized": optimized}, threads=args.threads, rounds=args.rounds, level=level
+    )
+    nan = float("nan")
+    ms = [timed.ms.get(v, nan) for v in (timing.ORIGINAL, "optimized", timing.AA)]
+    return ms[0], ms[1], ms[2]
 
 
-def bundled(name: str, tmp: Path) -> tuple[Path, Path, Path, Result, str]:
+def bundled(name: str, tmp: Path) -> tuple[Path, Path, Path, Any, str]:
     """(reference, original, optimized, result, note) for a bundled graph."""
     original, optimized = tmp / f"{name}.onnx", tmp / f"{name}.opt.onnx"
     graph = models.load(name)
     model = ronnx.save(graph, original)
-    result = optimize(graph, verify=False)
+    result = calls.optimize(graph, verify=False)
     ronnx.save(result.graph, optimized, output_names=[o.name for o in model.graph.output])
     return original, original, optimized, result, "relsat.onnx.save"
 
@@ -111,12 +81,14 @@ def shape_fold(source: Path, target: Path) -> None:
     ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
 
 
-def from_torch(name: str, tmp: Path) -> tuple[Path, Path, Path, Result, str]:
+def from_torch(name: str, tmp: Path) -> tuple[Path, Path, Path, Any, str]:
     """(reference, original, optimized, result, note) for a torch.nn model."""
-    import torch_models
+    import architectures
 
-    exported, optimized = tmp / f"{name}.onnx", tmp / f"{name}.opt.onnx"
-    names = torch_models.export(name, exported)
+    optimized = tmp / f"{name}.opt.onnx"
+    build = architectures.SMALL[name]
+    exported = export(name, lambda: (*build(), ["input"]), tmp, "legacy").path
+    names = ["output"]
     original, note = exported, "torch.onnx.export"
     try:
         graph = ronnx.load(exported, batch=1)
@@ -132,7 +104,7 @@ def from_torch(name: str, tmp: Path) -> tuple[Path, Path, Path, Result, str]:
         shape_fold(exported, original)
         graph = ronnx.load(original, batch=1)
         note = "torch.onnx.export + ORT BASIC fold"
-    result = optimize(graph, verify=False)
+    result = calls.optimize(graph, verify=False)
     ronnx.save(result.graph, optimized, output_names=names)
     return exported, original, optimized, result, note
 
@@ -140,7 +112,7 @@ def from_torch(name: str, tmp: Path) -> tuple[Path, Path, Path, Result, str]:
 def measure(
     name: str,
     source: str,
-    prepare: Callable[[str, Path], tuple[Path, Path, Path, Result, str]],
+    prepare: Callable[[str, Path], tuple[Path, Path, Path, Any, str]],
     args: argparse.Namespace,
 ) -> list[Any]:
     with tempfile.TemporaryDirectory(prefix="relsat-bench-onnx-") as d:
@@ -148,26 +120,16 @@ def measure(
         reference, original, optimized, result, note = prepare(name, Path(d))
         prepared = time.perf_counter() - t
         check = ronnx.verify(reference, optimized)
-        ms = {
-            level: latency(
-                original,
-                optimized,
-                LEVELS[level],
-                args.threads,
-                args.runs,
-                args.rounds,
-                args.warmup,
-            )
-            for level in args.levels
-        }
-        ops = (op_count(original), op_count(optimized))
-    before, after = ms["default"]
+        ms = {level: latency(original, optimized, LEVELS[level], args) for level in args.levels}
+        ops = (common.op_count(original), common.op_count(optimized))
+    before, after, aa = ms["default"]
     print(
-        f"  {name}: prepared in {prepared:.1f} s, ORT {before:.3f} -> {after:.3f} ms, "
+        f"  {name}: prepared in {prepared:.1f} s, ORT {before:.3f} -> {after:.3f} ms "
+        f"(A/A {aa:.3f}), "
         f"verify {check.report().splitlines()[0]}",
         file=sys.stderr,
     )
-    off = ms.get("disable_all", (float("nan"), float("nan")))
+    off = ms.get("disable_all", (float("nan"), float("nan"), float("nan")))
     return [
         name,
         source,
@@ -184,6 +146,7 @@ def measure(
         round(100 * (off[0] / off[1] - 1), 1) if args.disable_all else float("nan"),
         "yes" if check.ok else "no",
         max(check.max_abs, default=float("nan")),
+        round(aa / before, 3),
     ]
 
 
@@ -203,6 +166,7 @@ HEADERS = [
     "no-opt speedup %",
     "verified",
     "max abs err",
+    "A/A ratio",  # added later: last, so the rows written before it keep their columns
 ]
 
 
@@ -217,6 +181,7 @@ def table(rows: Sequence[Sequence[Any]]) -> str:
         "ORT ms original",
         "ORT ms optimized",
         "speedup %",
+        "A/A",
         "no-opt ms orig → opt (speedup %)",
         "verified (ORT)",
         "max abs err",
@@ -234,6 +199,7 @@ def table(rows: Sequence[Sequence[Any]]) -> str:
                 r[7],
                 r[8],
                 f"{r[9]:+.1f}",
+                f"{r[15]:.3f}",
                 no_opt,
                 r[13],
                 f"{r[14]:.2g}",
@@ -247,9 +213,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=list(models.BENCHMARKS), help="bundled graphs")
     ap.add_argument("--torch-models", nargs="*", default=["transformer", "convnet"])
     ap.add_argument("--skip-torch", action="store_true", help="only the bundled graphs")
-    ap.add_argument("--runs", type=int, default=50, help="timed runs per model and level")
-    ap.add_argument("--rounds", type=int, default=10, help="alternating rounds the runs split into")
-    ap.add_argument("--warmup", type=int, default=10, help="untimed runs per session (>= 0.5 s)")
+    ap.add_argument("--rounds", type=int, default=50, help="interleaved timing rounds")
     ap.add_argument("--threads", type=int, default=2, help="onnxruntime intra_op_num_threads")
     ap.add_argument(
         "--no-disable-all",
@@ -275,20 +239,20 @@ def main() -> None:
     rows = [measure(name, source, prepare, args) for name, source, prepare in jobs]
     print(
         f"### onnxruntime {ort.__version__} CPU latency, original vs relsat-optimized "
-        f"({args.threads} threads, median of {args.runs} runs in {args.rounds} alternating "
-        "rounds)\n"
+        f"({args.threads} threads, spinning off, median of {args.rounds} interleaved rounds)\n"
     )
     print(table(rows))
     print(
         "\nORT ops: ONNX nodes other than Constant. relsat cost: the analytic model's ms (H100 "
         "roofline), not a CPU measurement. speedup %: original / optimized - 1 at onnxruntime's "
-        "default graph optimizations; no-opt: with ORT_DISABLE_ALL. verified: relsat.onnx.verify "
+        "default graph optimizations; A/A: a second session of the original over the first "
+        "(noise); no-opt: with ORT_DISABLE_ALL. verified: relsat.onnx.verify "
         "(rtol 1e-4, atol 1e-5) against the bundled graph's ONNX file or the raw torch export.\n"
     )
     common.append_csv(
         "onnx",
         ["threads", "runs", *HEADERS],
-        [[args.threads, args.runs, *row] for row in rows],
+        [[args.threads, args.rounds, *row] for row in rows],
     )
 
 

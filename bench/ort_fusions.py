@@ -1,14 +1,14 @@
 """Transformers in onnxruntime: relsat against onnxruntime's own transformers optimizer.
 
     pip install -e '.[bench]'
-    python bench/transformers.py [--models hf-bert hf-gpt2 ...] [--rounds 60] [--threads 2]
-                                 [--exports DIR] [--no-variants]
+    python bench/ort_fusions.py [--models hf-bert hf-gpt2 ...] [--rounds 60] [--threads 2]
+                                [--exports DIR] [--no-variants]
 
-For each Hugging Face export of bench/real_models.py (BERT, GPT-2, DistilBERT, ViT, ConvNeXt-T:
-random init from a fixed seed, ``torch.onnx.export`` at opset 17, batch 1, cached in
-``--exports``), five variants are timed side by side in one run (bench/real.py's interleaved
-rounds, rotated order, medians; onnxruntime CPU with ``OrtSettings(threads=--threads)``,
-ORT_ENABLE_ALL):
+For each Hugging Face export of bench/real.py's corpus (BERT, GPT-2, DistilBERT, ViT, ConvNeXt-T:
+bench/hfmodels.py, random init from a fixed seed, the legacy ``torch.onnx.export`` at opset 17,
+batch 1, cached in ``--exports``), five variants are timed side by side in one run
+(bench/timing.py: interleaved rounds, rotated order, medians; onnxruntime CPU with ``--threads``
+intra-op threads, ORT_ENABLE_ALL, spinning off):
 
 * ``original`` and ``A/A`` (a second session of the original: what noise alone does);
 * ``ort-opt``: ``onnxruntime.transformers.optimizer.optimize_model`` (model type ``bert``,
@@ -38,6 +38,7 @@ import argparse
 import collections
 import csv
 import datetime
+import functools
 import json
 import sys
 import tempfile
@@ -46,13 +47,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # sibling modules: common, real_models
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench modules
 
-import onnx  # noqa: E402
-import real  # noqa: E402
-
-from relsat.onnx.runtime import OrtSettings  # noqa: E402
+import calls
+import common
+import corpus
+import onnx
+import timing
+from exports import export, stdout_to_stderr
 
 MODELS = ("hf-bert", "hf-gpt2", "hf-distilbert", "hf-vit", "hf-convnext-tiny")
 #: onnxruntime optimizer model type and (heads, hidden) by model (0: let it detect).
@@ -79,16 +81,7 @@ FUSED = (
     "EmbedLayerNormalization",
 )
 VARIANTS = ("original", "A/A", "ort-opt", "relsat", "handed", "ort-opt+relsat")
-CSV = HERE / "results" / "transformers.csv"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def op_types(path: Path) -> collections.Counter[str]:
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return collections.Counter(n.op_type for n in graph.node if n.op_type != "Constant")
+CSV = common.RESULTS / "transformers.csv"
 
 
 def fused(counts: collections.Counter[str]) -> str:
@@ -102,14 +95,14 @@ def ort_optimize(source: Path, target: Path, name: str) -> str | None:
 
     kind, heads, hidden = ORT_TYPES.get(name, ("bert", 0, 0))
     try:
-        with warnings.catch_warnings(), real._stdout_to_stderr():
+        with warnings.catch_warnings(), stdout_to_stderr():
             warnings.simplefilter("ignore")
             model = optimize_model(
                 str(source), kind, num_heads=heads, hidden_size=hidden, opt_level=0
             )
             model.save_model_to_file(str(target))
     except Exception as exc:  # its matchers raise all kinds of errors on unknown graphs
-        return real._first_line(exc)
+        return timing.first_line(exc)
     _annotate_shapes(target)
     return None
 
@@ -121,22 +114,23 @@ def _annotate_shapes(path: Path) -> None:
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     try:
-        with warnings.catch_warnings(), real._stdout_to_stderr():
+        with warnings.catch_warnings(), stdout_to_stderr():
             warnings.simplefilter("ignore")
             inferred = SymbolicShapeInference.infer_shapes(onnx.load(str(path)), auto_merge=True)
         onnx.save(inferred, str(path))
     except Exception as exc:  # a model it cannot follow: relsat will say what it lacks
-        log(f"symbolic shape inference failed on {path.name}: {real._first_line(exc)}")
+        common.log(f"symbolic shape inference failed on {path.name}: {timing.first_line(exc)}")
 
 
-def bench_model(name: str, args: argparse.Namespace, flags: set[str]) -> list[dict[str, Any]]:
-    source, inputs, exporter = real.prepare(name, args.exports)
+def bench_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    made = corpus.real()[name].make(args.exports)
+    source, inputs, exporter = made.path, made.inputs, made.exporter
     work = args.exports / "transformers" / name
     work.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {"original": source, "A/A": source}
     notes: dict[str, str] = {}
     ort_path = work / "ort-opt.onnx"
-    log(f"{name}: onnxruntime transformers optimizer")
+    common.log(f"{name}: onnxruntime transformers optimizer")
     failure = ort_optimize(source, ort_path, name)
     if failure is None:
         files["ort-opt"] = ort_path
@@ -147,8 +141,8 @@ def bench_model(name: str, args: argparse.Namespace, flags: set[str]) -> list[di
     for variant, src in (("relsat", source), ("ort-opt+relsat", files.get("ort-opt"))):
         if src is None:
             continue
-        log(f"{name}: relsat optimize ({variant})")
-        run = real.relsat_optimize(src, work / f"{variant}.onnx", options, args.timeout, flags)
+        common.log(f"{name}: relsat optimize ({variant})")
+        run = calls.cli(src, work / f"{variant}.onnx", options, args.timeout)
         runs[variant] = run
         if run.ok and run.output is not None:
             files[variant] = run.output
@@ -159,27 +153,28 @@ def bench_model(name: str, args: argparse.Namespace, flags: set[str]) -> list[di
         faster = (raw.kept or "").startswith("optimized (faster")
         files["handed"] = raw.output if faster else source
         notes["handed"] = "the optimized model" if faster else "the original (not faster)"
-    log(f"{name}: timing {len(files)} variants, {args.rounds} rounds")
-    settings = OrtSettings(threads=args.threads)
-    medians, checks = real.latencies(files, inputs, settings, args.rounds)
+    common.log(f"{name}: timing {len(files)} variants, {args.rounds} rounds")
+    variants = {v: p for v, p in files.items() if v not in (timing.ORIGINAL, timing.AA)}
+    timed = timing.side_by_side(source, variants, inputs, threads=args.threads, rounds=args.rounds)
+    medians, checks = timed.ms, timed.checks
     base = medians.get("original")
     rows = []
     for variant in VARIANTS:
         path = files.get(variant)
         ms = medians.get(variant)
-        run = runs.get(variant)
+        variant_run = runs.get(variant)
         rows.append(
             {
                 "model": name,
                 "variant": variant,
-                "ops": sum(op_types(path).values()) if path else None,
-                "fused": fused(op_types(path)) if path else "–",
+                "ops": sum(common.op_types(path).values()) if path else None,
+                "fused": fused(common.op_types(path)) if path else "–",
                 "ms": ms,
                 "ratio": ms / base if ms is not None and base else None,
                 "check": checks.get(variant, ""),
                 "note": notes.get(variant, ""),
-                "rewrites": (run.rewrites if run is not None else "") or "",
-                "relsat_timing": (run.timing if run is not None else "") or "",
+                "rewrites": (variant_run.rewrites if variant_run else "") or "",
+                "relsat_timing": (variant_run.timing if variant_run else "") or "",
                 "exporter": exporter,
             }
         )
@@ -191,66 +186,29 @@ def bench_model(name: str, args: argparse.Namespace, flags: set[str]) -> list[di
 
 
 def export_variant(name: str, act: str, directory: Path) -> Path:
-    """``name`` (hf-bert or hf-gpt2) with activation ``act`` — or, for ``attn:<impl>``, BERT's
-    default activation and attention implementation ``<impl>`` (``sdpa``: torch's
-    scaled_dot_product_attention; ``eager``: explicit MatMul/Mul/Add/Softmax/MatMul) — exported
-    as bench/real_models.py exports it (cached by name and variant)."""
-    import real_models as rm
-    import torch
+    """``name`` (hf-bert or hf-gpt2, 2 layers) with activation ``act`` — or, for
+    ``attn:<impl>``, BERT's default activation and attention implementation ``<impl>``
+    (``sdpa``: torch's scaled_dot_product_attention; ``eager``: explicit
+    MatMul/Mul/Add/Softmax/MatMul) — through the legacy exporter (cached)."""
+    import hfmodels
 
-    path = directory / f"{name}-{act.replace(':', '-')}.onnx"
-    if path.exists():
-        return path
-    attn = act.split(":", 1)[1] if act.startswith("attn:") else None
-    act = "gelu" if attn else act
-    torch.manual_seed(rm.SEED)
-    if name == "hf-bert":
-        from transformers import BertConfig, BertModel
-
-        config = BertConfig(
-            hidden_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=1024,
-            hidden_act=act,
-        )
-        if attn:
-            config._attn_implementation = attn
-        model = rm._HiddenState(BertModel(config), ["input_ids", "attention_mask"])
+    if act.startswith("attn:"):
+        build = functools.partial(hfmodels.bert, layers=2, attention=act.split(":", 1)[1])
+    elif name == "hf-bert":
+        build = functools.partial(hfmodels.bert, layers=2, act=act)
     else:
-        from transformers import GPT2Config, GPT2Model
-
-        config = GPT2Config(
-            n_embd=256, n_layer=2, n_head=4, use_cache=False, activation_function=act
-        )
-        model = rm._HiddenState(GPT2Model(config), ["input_ids", "attention_mask"])
-    example = rm._tokens(config.vocab_size)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model.eval(),
-            example,
-            str(tmp),
-            dynamo=False,
-            opset_version=rm.OPSET,
-            do_constant_folding=True,
-            input_names=["input_ids", "attention_mask"],
-            output_names=["output"],
-        )
-    tmp.replace(path)
-    return path
+        build = functools.partial(hfmodels.gpt2, layers=2, act=act)
+    return export(f"{name}-{act.replace(':', '-')}", build, directory, "legacy").path
 
 
 def spelling(path: Path) -> str:
     """How the export spells its activation and attention: op types that tell them apart."""
-    counts = op_types(path)
+    counts = common.op_types(path)
     keys = ("Erf", "Div", "Pow", "Tanh", "Mul", "IsNaN")
     return ", ".join(f"{k} {counts[k]}" for k in keys if counts.get(k))
 
 
-def variant_check(args: argparse.Namespace, flags: set[str]) -> list[dict[str, Any]]:
+def variant_check(args: argparse.Namespace) -> list[dict[str, Any]]:
     directory = args.exports / "transformers" / "variants"
     rows = []
     pairs = (
@@ -261,15 +219,15 @@ def variant_check(args: argparse.Namespace, flags: set[str]) -> list[dict[str, A
     for name, acts in pairs:
         graphs = {}
         for act in acts:
-            log(f"exporter variant: {name} {act}")
+            common.log(f"exporter variant: {name} {act}")
             path = export_variant(name, act, directory)
             opt = path.with_suffix(".relsat.onnx")
             options = ["--keep-slower", "--no-timing", "--threads", str(args.threads)]
-            run = real.relsat_optimize(path, opt, options, args.timeout, flags)
+            run = calls.cli(path, opt, options, args.timeout)
             ort_path = path.with_suffix(".ort-opt.onnx")
             failure = ort_optimize(path, ort_path, name)
-            relsat_ops = op_types(opt) if run.ok and run.output else collections.Counter()
-            ort_ops = op_types(ort_path) if failure is None else collections.Counter()
+            relsat_ops = common.op_types(opt) if run.ok and run.output else collections.Counter()
+            ort_ops = common.op_types(ort_path) if failure is None else collections.Counter()
             graphs[act] = relsat_ops
             rows.append(
                 {
@@ -321,7 +279,7 @@ def print_tables(rows: list[dict[str, Any]], variants: list[dict[str, Any]]) -> 
             print(f"- {r['model']} {r['variant']}: {r['rewrites']}; {r['relsat_timing']}")
 
 
-def append_csv(rows: list[dict[str, Any]], settings: OrtSettings) -> None:
+def append_csv(rows: list[dict[str, Any]], machine: str) -> None:
     CSV.parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     fields = ["timestamp", "machine", "model", "variant", "ops", "fused", "ms", "ratio", "check"]
@@ -331,12 +289,13 @@ def append_csv(rows: list[dict[str, Any]], settings: OrtSettings) -> None:
         if new:
             w.writeheader()
         for r in rows:
-            w.writerow({"timestamp": stamp, "machine": settings.machine(), **r})
+            w.writerow({"timestamp": stamp, "machine": machine, **r})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), help="default: %(default)s")
+    parser.add_argument("--list", action="store_true", help="print the models and exit")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0)
@@ -345,15 +304,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-variants", action="store_true")
     args = parser.parse_args(argv)
-    flags = real.cli_flags()
+    if args.list:
+        print("\n".join(MODELS))
+        return 0
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     for name in args.models:
-        rows += bench_model(name, args, flags)
-    variants = [] if args.no_variants else variant_check(args, flags)
+        rows += bench_model(name, args)
+    variants = [] if args.no_variants else variant_check(args)
     print_tables(rows, variants)
-    append_csv(rows, OrtSettings(threads=args.threads))
-    log(f"done in {time.perf_counter() - start:.0f} s")
+    append_csv(rows, timing.machine(args.threads))
+    common.log(f"done in {time.perf_counter() - start:.0f} s")
     print(json.dumps({"rows": len(rows), "seconds": round(time.perf_counter() - start)}))
     return 0
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from calls import optimize
 from common import TENSAT_EXPLORE, TENSAT_EXTRACT, TENSAT_REDUCTION, append_csv, markdown
 
 from relsat import models
@@ -29,8 +30,9 @@ from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Exploration, Limits, explore
 from relsat.engine.problem import egraph_problem
 from relsat.errors import RelsatError
-from relsat.extract import dag_cost, extract
-from relsat.pipeline.optimize import _original_choice, optimize
+from relsat.extract import IlpOptions, dag_cost, extract
+from relsat.pipeline.extract import original_choice
+from relsat.pipeline.price import enode_column
 from relsat.rewrite.rulefile import load_rules
 
 RULES = load_rules()
@@ -45,7 +47,7 @@ def explored(name: str, k_multi: int, mode: str, limit: float) -> tuple[EGraph, 
 def solve(problem, method: str, **kw):  # type: ignore[no-untyped-def]
     t = time.perf_counter()
     try:
-        x = extract(problem, method=method, **kw)
+        x = extract(problem, method, IlpOptions(**kw) if method == "ilp" else None)
         return x, time.perf_counter() - t
     except RelsatError as exc:
         return exc, time.perf_counter() - t
@@ -73,7 +75,7 @@ def main() -> None:
                     models.load(name),
                     k_multi=1,
                     cost_model=model,
-                    time_limit=args.ilp_limit,
+                    ilp_time_limit=args.ilp_limit,
                     limits=Limits(seconds=args.explore_limit),
                 )
                 eg, before, after = result.egraph, result.cost_before, result.cost_after
@@ -105,7 +107,8 @@ def main() -> None:
                 eg, ex = explored(name, k, "efficient", args.explore_limit)
                 price_egraph(eg, model)
                 problem, enode_ids, _ = egraph_problem(eg)
-                before = dag_cost(problem, _original_choice(eg, problem, enode_ids))
+                born0 = enode_column(eg, enode_ids, "born") == 0
+                before = dag_cost(problem, original_choice(problem, born0))
                 ilp, ilp_s = solve(problem, "ilp", time_limit=args.ilp_limit)
                 after = ilp.cost if not isinstance(ilp, Exception) else float("nan")
                 enodes, stop, explore_s = ex.enodes, ex.stop.value, ex.seconds

@@ -1,38 +1,29 @@
-"""The real-export corpus of ``bench/real.py``: torchvision architectures and Hugging Face models.
+"""Plain ``torch.nn`` models for the benchmarks: torchvision's architectures and two small nets.
 
-Importing this module needs torch; the Hugging Face models need transformers too (``pip install
--e '.[bench]'``). ``MODELS`` maps a name to a builder returning ``(module in eval mode, example
-inputs)``; :func:`export` writes one with ``torch.onnx.export`` at opset 17, batch 1.
+Importing this module needs torch (``pip install -e '.[bench]'``). Every builder returns
+``(module in eval mode, example inputs)`` and seeds torch first, so every call builds the same
+model; nothing is downloaded. No exporting here (bench/exports.py does that).
 
-Nothing is downloaded: every model is randomly initialised from a fixed seed. The torchvision
-architectures are re-implemented here in plain ``torch.nn``, layer for layer as torchvision
-0.2x defines them (torchvision's wheels do not import beside the CPU torch the bench uses):
-``resnet50``, ``resnext50_32x4d``, ``squeezenet1_1``, ``inception_v3`` (aux logits off, 299x299,
-``transform_input=False``), ``vgg19``, ``mobilenet_v2`` (ReLU6, exported as Clip),
+The torchvision architectures are re-implemented in plain ``torch.nn``, layer for layer as
+torchvision 0.2x defines them (torchvision's wheels do not import beside the CPU torch the bench
+uses): ``resnet50``, ``resnext50_32x4d``, ``squeezenet1_1``, ``inception_v3`` (aux logits off,
+299x299, ``transform_input=False``), ``vgg19``, ``mobilenet_v2`` (ReLU6, exported as Clip),
 ``densenet121`` and ``efficientnet_b0`` (SiLU, squeeze-excitation; stochastic depth is the
-identity at inference and left out), with torchvision's parameter counts. Batch-norm
-running statistics are calibrated on one seeded random batch (as if trained), so activations stay
-in range through 50+ layers and numerical comparisons mean something; the exporter folds them
-into the convolutions as it does for every user. The Hugging Face models are built from configs
-(``transformers``' random init), with the sizes named in their docstrings.
+identity at inference and left out), with torchvision's parameter counts. Batch-norm running
+statistics are calibrated on one seeded random batch (as if trained, :func:`calibrated`), so
+activations stay in range through 50+ layers and numerical comparisons mean something.
+
+The small nets (``transformer``: ``nn.TransformerEncoder``; ``convnet``: conv, batch-norm, fire
+and residual blocks) are bench/onnx_models.py's torch sources.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
-#: The ONNX opset of the exports (relsat writes opset 17 too).
-OPSET = 17
 SEED = 0
 
 Example = tuple[torch.Tensor, ...]
@@ -565,7 +556,7 @@ class EfficientNetB0(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-def _calibrated(model: nn.Module, example: torch.Tensor) -> nn.Module:
+def calibrated(model: nn.Module, example: torch.Tensor) -> nn.Module:
     """``model`` in eval mode, its batch-norm statistics those of one seeded random batch of 4.
 
     Default statistics (mean 0, variance 1) let activations grow layer after layer; statistics
@@ -586,7 +577,7 @@ def _vision(build: Callable[[], nn.Module], size: int = 224) -> tuple[nn.Module,
     torch.manual_seed(SEED)
     model = build()
     example = torch.randn(1, 3, size, size)
-    return _calibrated(model, example), (example,)
+    return calibrated(model, example), (example,)
 
 
 def resnet50() -> tuple[nn.Module, Example]:
@@ -630,96 +621,83 @@ def efficientnet_b0() -> tuple[nn.Module, Example]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Hugging Face models (random init from a config)
+# two small nets of standard building blocks
 
 
-class _HiddenState(nn.Module):
-    """A transformers model called with keyword inputs, returning its first output only."""
+def transformer() -> tuple[nn.Module, Example]:
+    """``nn.TransformerEncoder``: d_model 256, 4 heads, feed-forward 1024, 2 layers; seq 64."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    return model.eval(), (torch.randn(1, 64, 256),)
 
-    def __init__(self, model: nn.Module, names: Sequence[str]) -> None:
+
+def _block(cin: int, cout: int, kernel: int = 3, groups: int = 1) -> list[nn.Module]:
+    return [
+        nn.Conv2d(cin, cout, kernel, padding=kernel // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(),
+    ]
+
+
+class FireBN(nn.Module):
+    """SqueezeNet's fire module with batch norm: a 1x1 squeeze, then 1x1 and 3x3 expands side
+    by side."""
+
+    def __init__(self, cin: int, squeeze: int, expand: int) -> None:
         super().__init__()
-        self.model, self.names = model, tuple(names)
+        self.squeeze = nn.Sequential(*_block(cin, squeeze, 1))
+        self.expand1 = nn.Sequential(*_block(squeeze, expand, 1))
+        self.expand3 = nn.Sequential(*_block(squeeze, expand, 3))
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        kwargs = dict(zip(self.names, inputs, strict=True))
-        return self.model(**kwargs, return_dict=False)[0]
-
-
-def _tokens(vocab: int, seq: int = 128) -> Example:
-    g = torch.Generator().manual_seed(SEED)
-    return torch.randint(0, vocab, (1, seq), generator=g), torch.ones(1, seq, dtype=torch.int64)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.squeeze(x)
+        return torch.cat([self.expand1(s), self.expand3(s)], 1)
 
 
-def hf_bert() -> tuple[nn.Module, Example]:
-    """transformers ``BertModel``: 4 layers, hidden 256, 4 heads, FFN 1024; seq 128, int64
-    input_ids + attention_mask; output last_hidden_state."""
-    from transformers import BertConfig, BertModel
+class Residual(nn.Module):
+    """A depthwise 3x3 then pointwise 1x1 block with a skip connection."""
 
-    torch.manual_seed(SEED)
-    config = BertConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            *_block(channels, channels, 3, groups=channels), *_block(channels, channels, 1)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+def convnet() -> tuple[nn.Module, Example]:
+    """Conv2d+BatchNorm2d+ReLU blocks, a grouped and a depthwise conv, fire modules, a residual
+    block, MaxPool2d, AdaptiveAvgPool2d and a Linear classifier; input 1x3x112x112."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        *_block(3, 32),
+        nn.MaxPool2d(2),
+        *_block(32, 64),
+        *_block(64, 64, groups=64),  # depthwise
+        FireBN(64, 16, 64),
+        FireBN(128, 16, 64),
+        nn.MaxPool2d(2),
+        *_block(128, 128, groups=4),  # grouped
+        Residual(128),
+        FireBN(128, 32, 128),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(256, 10),
     )
-    model = _HiddenState(BertModel(config), ["input_ids", "attention_mask"])
-    return model.eval(), _tokens(config.vocab_size)
+    for m in model.modules():  # non-trivial statistics, so folding them is visible in the numbers
+        if isinstance(m, nn.BatchNorm2d):
+            assert m.running_mean is not None and m.running_var is not None
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    return model.eval(), (torch.randn(1, 3, 112, 112),)
 
 
-def hf_gpt2() -> tuple[nn.Module, Example]:
-    """transformers ``GPT2Model``: 4 layers, hidden 256, 4 heads, no KV cache; seq 128, int64
-    input_ids + attention_mask; output last_hidden_state."""
-    from transformers import GPT2Config, GPT2Model
-
-    torch.manual_seed(SEED)
-    config = GPT2Config(n_embd=256, n_layer=4, n_head=4, use_cache=False)
-    model = _HiddenState(GPT2Model(config), ["input_ids", "attention_mask"])
-    return model.eval(), _tokens(config.vocab_size)
-
-
-def hf_distilbert() -> tuple[nn.Module, Example]:
-    """transformers ``DistilBertModel``: 4 layers, hidden 256, 4 heads, FFN 1024; seq 128, int64
-    input_ids + attention_mask; output last_hidden_state."""
-    from transformers import DistilBertConfig, DistilBertModel
-
-    torch.manual_seed(SEED)
-    config = DistilBertConfig(dim=256, n_layers=4, n_heads=4, hidden_dim=1024)
-    model = _HiddenState(DistilBertModel(config), ["input_ids", "attention_mask"])
-    return model.eval(), _tokens(config.vocab_size)
-
-
-def hf_vit() -> tuple[nn.Module, Example]:
-    """transformers ``ViTModel`` without its pooler: 4 layers, hidden 256, 4 heads, FFN 1024,
-    16x16 patches; 1x3x224x224; output last_hidden_state."""
-    from transformers import ViTConfig, ViTModel
-
-    torch.manual_seed(SEED)
-    config = ViTConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
-    )
-    model = _HiddenState(ViTModel(config, add_pooling_layer=False), ["pixel_values"])
-    return model.eval(), (torch.randn(1, 3, 224, 224),)
-
-
-def hf_convnext() -> tuple[nn.Module, Example]:
-    """transformers ``ConvNextModel``, the default config (ConvNeXt-T: depths 3-3-9-3, widths
-    96-768, 7x7 depthwise convs); 1x3x224x224; output last_hidden_state."""
-    from transformers import ConvNextConfig, ConvNextModel
-
-    torch.manual_seed(SEED)
-    model = _HiddenState(ConvNextModel(ConvNextConfig()), ["pixel_values"])
-    return model.eval(), (torch.randn(1, 3, 224, 224),)
-
-
-def hf_resnet50() -> tuple[nn.Module, Example]:
-    """transformers ``ResNetModel``, the default config (ResNet-50: bottlenecks 3-4-6-3);
-    1x3x224x224; output last_hidden_state."""
-    from transformers import ResNetConfig, ResNetModel
-
-    torch.manual_seed(SEED)
-    example = torch.randn(1, 3, 224, 224)
-    model = _HiddenState(ResNetModel(ResNetConfig()), ["pixel_values"])
-    return _calibrated(model, example), (example,)
-
-
-TORCHVISION = {
+TORCHVISION: dict[str, Callable[[], tuple[nn.Module, Example]]] = {
     "resnet50": resnet50,
     "resnext50_32x4d": resnext50_32x4d,
     "squeezenet1_1": squeezenet1_1,
@@ -729,72 +707,7 @@ TORCHVISION = {
     "densenet121": densenet121,
     "efficientnet_b0": efficientnet_b0,
 }
-HUGGINGFACE = {
-    "hf-bert": hf_bert,
-    "hf-gpt2": hf_gpt2,
-    "hf-distilbert": hf_distilbert,
-    "hf-vit": hf_vit,
-    "hf-convnext-tiny": hf_convnext,
-    "hf-resnet50": hf_resnet50,
+SMALL: dict[str, Callable[[], tuple[nn.Module, Example]]] = {
+    "transformer": transformer,
+    "convnet": convnet,
 }
-MODELS: dict[str, Callable[[], tuple[nn.Module, Example]]] = {**TORCHVISION, **HUGGINGFACE}
-INPUT_NAMES = {name: ["input_ids", "attention_mask"] for name in ("hf-bert", "hf-gpt2")}
-INPUT_NAMES["hf-distilbert"] = ["input_ids", "attention_mask"]
-INPUT_NAMES |= {n: ["pixel_values"] for n in ("hf-vit", "hf-convnext-tiny", "hf-resnet50")}
-
-
-@dataclass(frozen=True)
-class Export:
-    """An exported model: the ONNX file, its example inputs by name, how it was exported."""
-
-    path: Path
-    inputs: dict[str, np.ndarray]
-    exporter: str
-
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    out = {"torch": torch.__version__, "opset": str(OPSET), "source": source}
-    with contextlib.suppress(md.PackageNotFoundError):
-        out["transformers"] = md.version("transformers")
-    return out
-
-
-def export(name: str, directory: Path) -> Export:
-    """Export model ``name`` to ``directory/<name>.onnx`` (reused while torch, transformers, the
-    opset and this file are unchanged) with its example inputs in ``<name>.inputs.npz``.
-
-    The legacy TorchScript exporter (``dynamo=False``, what users' tutorials call), constant
-    folding on, eval mode: batch norm is folded into the convolutions. Static shapes, batch 1.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    path, npz, meta = (directory / f"{name}{ext}" for ext in (".onnx", ".inputs.npz", ".json"))
-    versions = _versions()
-    if path.exists() and npz.exists() and meta.exists():
-        stored = json.loads(meta.read_text())
-        if stored.get("versions") == versions:
-            with np.load(npz) as data:
-                return Export(path, {k: data[k] for k in data.files}, stored["exporter"])
-    model, example = MODELS[name]()
-    names = INPUT_NAMES.get(name, ["input"])
-    exporter = f"torch {torch.__version__} torch.onnx.export(dynamo=False), opset {OPSET}"
-    tmp = path.with_suffix(".onnx.tmp")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # TorchScript's deprecation, tracer warnings
-        torch.onnx.export(
-            model,
-            example,
-            str(tmp),
-            dynamo=False,
-            opset_version=OPSET,
-            do_constant_folding=True,
-            input_names=names,
-            output_names=["output"],
-        )
-    tmp.replace(path)
-    inputs = {n: t.numpy() for n, t in zip(names, example, strict=True)}
-    np.savez(npz, **inputs)  # type: ignore[arg-type]
-    meta.write_text(json.dumps({"versions": versions, "exporter": exporter}, indent=1))
-    return Export(path, inputs, exporter)
