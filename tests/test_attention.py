@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from relsat import GraphBuilder, optimize
+from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import OpSignature
@@ -193,7 +193,7 @@ def test_torch_spelling_fuses_and_runs_as_onnx_attention(mask: bool) -> None:
     graph = ronnx.load(model)
     counts = graph.op_counts()
     assert counts["softmax"] == 1 and counts["nanzero"] == int(mask) and "opaque" not in counts
-    result = optimize(graph, rules=TRANSFORMER_RULES)  # analytic prices: no timing involved
+    result = optimize(graph, Options(rules=TRANSFORMER_RULES))  # analytic prices: no timing
     fused = result.graph.op_counts()
     assert fused["attention"] == 1
     assert not {"softmax", "nanzero"} & set(fused)
@@ -216,7 +216,7 @@ def test_near_misses_stay_unfused() -> None:
     }
     for why, model in cases.items():
         graph = ronnx.load(model)
-        result = optimize(graph, rules=TRANSFORMER_RULES, verify=False)
+        result = optimize(graph, Options(rules=TRANSFORMER_RULES, verify=False))
         assert "attention" not in result.graph.op_counts(), why
         assert ronnx.verify(model, ronnx.to_model(result.graph, like=model)).ok, why
     # a mask that broadcasts the scores up to the values' batch: well-typed, not attention
@@ -224,7 +224,7 @@ def test_near_misses_stay_unfused() -> None:
     q, kt = b.input([1, H, S, D], name="q"), b.input([1, H, D, S], name="kt")
     v, m = b.input([2, H, S, D], name="v"), b.input([2, H, S, S], name="m")
     y = b.matmul(b.nanzero(b.softmax(b.add(b.matmul(q, kt), m))), v)
-    result = optimize(b.build(y), rules=TRANSFORMER_RULES)
+    result = optimize(b.build(y), Options(rules=TRANSFORMER_RULES))
     assert "attention" not in result.graph.op_counts() and result.verified
 
 

@@ -217,7 +217,7 @@ def test_unknown_ops_stay_opaque_and_export_unchanged() -> None:
     assert graph.op_counts()["erf"] == 1
     # the unread indices are dropped: one output, one e-node; export writes them back unread
     assert [t.shape for t in opaque["TopK"].outputs] == [(2, 3, 2)]
-    assert relsat.optimize(graph, verify=False).graph.op_counts()["opaque"] == 3
+    assert relsat.optimize(graph, relsat.Options(verify=False)).graph.op_counts()["opaque"] == 3
     exported = to_model(graph)
     ln = next(n for n in exported.graph.node if n.op_type == "LayerNormalization")
     assert {a.name: helper.get_attribute_value(a) for a in ln.attribute}["axis"] == 1
@@ -309,6 +309,17 @@ def test_identity_dropout_dropped() -> None:
     assert graph.op_counts() == {"tanh": 1}
 
 
+def test_sum_is_a_chain_of_adds() -> None:
+    """The model zoo joins residual branches with Sum (one, two or more operands)."""
+    nodes = [
+        node("Sum", ["x", "z"], ["s2"]),
+        node("Sum", ["s2", "x", "b"], ["s3"]),
+        node("Sum", ["s3"], ["y"]),
+    ]
+    model = make(nodes, {"x": [3, 4], "z": [3, 4]}, {"y": [3, 4]}, [init("b", 4)])
+    assert check_model(model).op_counts() == {"ewadd": 3}
+
+
 def test_dynamic_batch() -> None:
     nodes = [node("Relu", ["x"], ["y"])]
     model = make(nodes, {"x": ["N", 4]}, {"y": ["N", 4]})
@@ -336,7 +347,7 @@ def test_bundled_models_round_trip(name: str) -> None:
 
 def test_optimized_squeezenet_equals_original() -> None:
     graph = models.load("squeezenet")
-    optimized = relsat.optimize(graph, verify=False).graph
+    optimized = relsat.optimize(graph, relsat.Options(verify=False)).graph
     assert any(n.params.get("activation", "NONE") != "NONE" for n in optimized.nodes)
     comparison = verify(to_model(graph), to_model(optimized))
     assert comparison.ok, comparison.report()
@@ -511,7 +522,7 @@ def test_run_time_shape_computations_are_folded(tmp_path: Path) -> None:
     graph = load(model)
     assert graph.output_shapes == [(2, 3, 2)]
     out = tmp_path / "folded-opt.onnx"
-    save(relsat.optimize(graph, verify=False).graph, out, output_names=["y"])
+    save(relsat.optimize(graph, relsat.Options(verify=False)).graph, out, output_names=["y"])
     assert verify(model, str(out)).ok
 
 
@@ -532,7 +543,7 @@ def test_torch_transformer_export_loads(tmp_path: Path) -> None:
     graph = load(path)
     assert graph.output_shapes == [(1, 16, 64)]
     out = tmp_path / "transformer-opt.onnx"
-    save(relsat.optimize(graph, verify=False).graph, out, output_names=["y"])
+    save(relsat.optimize(graph, relsat.Options(verify=False)).graph, out, output_names=["y"])
     assert verify(path, str(out)).ok
 
 
@@ -608,7 +619,7 @@ def test_token_ids_and_masks_cross_the_graph() -> None:
     exported = to_model(graph, output_names=["y", "best"])  # types from the opaque records
     assert interface(exported) == interface(model)
     assert verify(model, exported).ok
-    optimized = relsat.optimize(graph, verify=False, cost_model="analytic").graph
+    optimized = relsat.optimize(graph, relsat.Options(verify=False, cost_model="analytic")).graph
     assert non_float_readers(optimized) == {"opaque"}
     assert verify(model, to_model(optimized, like=model)).ok
 
@@ -661,7 +672,7 @@ def test_the_interface_is_kept_exactly() -> None:
     assert [n.name for n in graph.inputs] == ["unused", "x", "flags"]  # used or not, in order
     assert interface(to_model(graph, like=model)) == interface(model)
     assert verify(model, to_model(graph, like=model)).ok
-    optimized = relsat.optimize(graph, verify=False, cost_model="analytic").graph
+    optimized = relsat.optimize(graph, relsat.Options(verify=False, cost_model="analytic")).graph
     assert interface(to_model(optimized, like=model)) == interface(model)
     # without ``like`` only the types opaque nodes record are known: the unused bool is float
     assert [i.name for i in to_model(optimized).graph.input] == ["unused", "x", "flags"]

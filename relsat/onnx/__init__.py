@@ -4,25 +4,31 @@ onnxruntime.
 The public surface is chosen here. The modules, each importing only those listed before it:
 :mod:`~relsat.onnx.errors` (:class:`OnnxError`, :data:`OPSET`), :mod:`~relsat.onnx.inputs`
 (input values per dtype), :mod:`~relsat.onnx.data` (external tensor data),
-:mod:`~relsat.onnx.opmap` (one handler per mapped op; it names the importer's class for type
-checking only), :mod:`~relsat.onnx.importer` (ONNX → graph),
-:mod:`~relsat.onnx.exporter` (graph → ONNX), :mod:`~relsat.onnx.verification` (onnxruntime
-sessions, :func:`run_onnx`, :func:`verify`). :func:`load`, :func:`to_model` and :func:`save`
-import the importer and exporter when called, so that ``import relsat`` does not import ``onnx``.
+:mod:`~relsat.onnx.runtime` (onnxruntime session settings), :mod:`~relsat.onnx.context` (what an
+op's handler sees of the importer and the exporter), :mod:`~relsat.onnx.constants` (constant
+subgraphs folded at import), :mod:`~relsat.onnx.exportable` (the e-nodes the exporter can write),
+:mod:`~relsat.onnx.opmap` and :mod:`~relsat.onnx.transformer_ops` (one handler per mapped op),
+:mod:`~relsat.onnx.importer` (ONNX → graph), :mod:`~relsat.onnx.exporter` (graph → ONNX),
+:mod:`~relsat.onnx.verification` (onnxruntime sessions, :func:`run_onnx`, :func:`verify`),
+:mod:`~relsat.onnx.latency` (timing two models against each other). :func:`load`,
+:func:`to_model` and :func:`save` import the importer and exporter when called, so that ``import
+relsat`` does not import ``onnx``.
 
 **Import** (:func:`load`) maps Conv (2-D; groups, strides, pads, bias), MatMul, Gemm, Add, Mul,
-Relu, Tanh, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Concat, Split,
-Reshape, Flatten, Squeeze, Unsqueeze, Transpose, BatchNormalization, Identity, Dropout and
-Constant onto relsat's operators. Everything else — and a supported op in a form relsat cannot
-express (dilated conv, Gemm with alpha != 1, pooling with ceil_mode that changes the size, non-float
-tensors, ...) — becomes an *opaque* node that keeps its op_type, domain, opset, attributes,
-constant (non-float) inputs and all outputs, and is exported back unchanged; its output shapes come
-from ONNX shape inference. Explicit conv padding that is neither VALID nor TASO's SAME becomes an
-opaque ``Pad`` before a VALID conv. Graph inputs and outputs may have any tensor element type:
-tensors other than float32 (token ids, attention masks, shapes, booleans) are read only by opaque
-nodes (Gather of an embedding, Cast, Where, ...), so rewrites never touch them, and the float32
-regions between them are rewritten as usual. Every graph input is kept, used or not, in its
-order. Dynamic dims must be fixed with ``input_shapes`` or ``batch``.
+Sum, Relu, Tanh, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Concat, Split,
+Reshape, Flatten, Squeeze, Unsqueeze, Transpose, BatchNormalization, Identity and Dropout onto
+relsat's operators; Constant nodes, and ConstantOfShape and Cast of constants (how the ONNX model
+zoo writes its weights), are constants like initializers (:mod:`relsat.onnx.constants`). Everything
+else — and a supported op in a form relsat cannot express (dilated conv, Gemm with alpha != 1,
+pooling with ceil_mode that changes the size, non-float tensors, ...) — becomes an *opaque* node
+that keeps its op_type, domain, opset, attributes, constant (non-float) inputs and all outputs, and
+is exported back unchanged; its output shapes come from ONNX shape inference. Explicit conv padding
+that is neither VALID nor TASO's SAME becomes an opaque ``Pad`` before a VALID conv. Graph inputs
+and outputs may have any tensor element type: tensors other than float32 (token ids, attention
+masks, shapes, booleans) are read only by opaque nodes (Gather of an embedding, Cast, Where, ...),
+so rewrites never touch them, and the float32 regions between them are rewritten as usual. Every
+graph input is kept, used or not, in its order. Dynamic dims must be fixed with ``input_shapes`` or
+``batch``.
 
 **Export** (:func:`save`, :func:`to_model`) writes opset 17 (``OPSET``) by default — or, when the
 graph holds opaque nodes imported from another opset, that opset, so they keep their meaning — with

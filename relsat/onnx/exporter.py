@@ -23,8 +23,9 @@ from relsat.graph.kernels import Lazy, Value, apply
 from relsat.graph.ops import same_padding
 from relsat.onnx import transformer_ops
 from relsat.onnx.errors import OPSET, OnnxError
+from relsat.onnx.exportable import NEVER_FOLDED, SHAPE_ONLY
 
-__all__ = ["build_model", "write_model"]
+__all__ = ["Exporter", "build_model", "write_model"]
 
 FLOAT = TensorProto.FLOAT
 
@@ -59,7 +60,7 @@ def build_model(
     interface = _interface(like) if like is not None else None
     if interface is not None and output_names is None:
         output_names = [o.name for o in interface.output]
-    return _Exporter(graph, opset, seed, output_names, interface).model()
+    return Exporter(graph, opset, seed, output_names, interface).model()
 
 
 def _interface(like: Any) -> onnx.GraphProto:
@@ -128,7 +129,10 @@ def _plain_type(value: Any) -> int:
     raise OnnxError(f"attribute value {value!r} has no ONNX attribute type")
 
 
-class _Exporter:
+class Exporter:
+    """One export: the graph, the ONNX nodes and initializers written so far, the names used
+    (an :class:`~relsat.onnx.context.ExportContext` for :mod:`relsat.onnx.transformer_ops`)."""
+
     def __init__(
         self,
         graph: Graph,
@@ -247,14 +251,15 @@ class _Exporter:
     # --- weight folding -------------------------------------------------------------------
 
     def _foldable(self) -> list[bool]:
+        """Per node: is it weight-only, computed here as initializers (see
+        :mod:`relsat.onnx.exportable`)?"""
         flags: list[bool] = []
         for n in self.graph.nodes:
-            if n.op in ("input", "weight", "opaque", "noop"):
-                flags.append(n.op == "weight")
-            elif n.op == "enlarge":  # only the shape of the reference is read
-                flags.append(flags[n.inputs[0].node])
-            else:
-                flags.append(all(flags[r.node] for r in n.inputs))
+            shape_only = SHAPE_ONLY.get(n.op, frozenset())
+            flags.append(
+                n.op not in NEVER_FOLDED
+                and all(flags[r.node] for i, r in enumerate(n.inputs) if i not in shape_only)
+            )
         return flags
 
     def value(self, ref: Ref) -> Value:
@@ -302,18 +307,34 @@ class _Exporter:
 
     # --- emission -------------------------------------------------------------------------
 
+    def folded(self, ref: Ref) -> np.ndarray | None:
+        if not self.foldable[ref.node]:
+            return None
+        value = self.value(ref)
+        return None if isinstance(value, Lazy) else np.asarray(value)
+
     def name_of(self, ref: Ref, consumer: Node) -> str:
         if self.foldable[ref.node]:
             return self.initializer(ref, consumer)
         return self.tensor_name[ref]
 
     def emit(
-        self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs: Any
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        *,
+        domain: str = "",
+        **attrs: Any,
     ) -> None:
         name = self.fresh(f"{op_type}_{len(self.nodes)}")
-        self.nodes.append(
-            helper.make_node(op_type, list(inputs), list(outputs), name=name, **attrs)
+        node = helper.make_node(
+            op_type, list(inputs), list(outputs), name=name, domain=domain or None, **attrs
         )
+        self.nodes.append(node)
+
+    def declare_domain(self, domain: str, version: int) -> None:
+        self.domains.setdefault(domain, version)
 
     def with_activation(
         self,
@@ -480,7 +501,10 @@ class _Exporter:
         elif node.op in transformer_ops.EXPORTED:
             transformer_ops.emit(self, node.op, p, ins, outs, node)
         else:
-            raise OnnxError(f"cannot export {node.op} node {node.id} (not a weight-only subgraph)")
+            raise OnnxError(
+                f"cannot export {node.op} node {node.id}: its input is computed at run time, and "
+                f"{node.op} is written only as an initializer computed from weights"
+            )
 
     def enlarge(
         self, node: Node, ins: list[str], outs: list[str], shapes: list[tuple[int, ...]]

@@ -32,9 +32,11 @@ from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 from relsat.errors import GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph
+from relsat.onnx.constants import evaluate
+from relsat.onnx.context import Unmapped, attrs_of, encode_tensor
 from relsat.onnx.data import read_array, resolve
 from relsat.onnx.errors import DynamicShapeError, OnnxError
-from relsat.onnx.opmap import HANDLERS, Unmapped, attrs_of, encode_tensor
+from relsat.onnx.opmap import HANDLERS
 from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
 
@@ -163,7 +165,8 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 class Importer:
-    """One import: the prepared model, the builder, and the ONNX name → tensor maps."""
+    """One import: the prepared model, the builder, and the ONNX name → tensor maps (the
+    :class:`~relsat.onnx.context.ImportContext` the op handlers see)."""
 
     def __init__(
         self,
@@ -178,19 +181,22 @@ class Importer:
         self.data_dir = os.path.dirname(os.path.abspath(self.source)) if self.source else None
         self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
         self.opsets.setdefault("", self.opsets.get("ai.onnx", 0))
-        if self.opsets[""] < MIN_OPSET:
-            raise OnnxError(
-                f"opset {self.opsets['']} is not supported (need >= {MIN_OPSET})", path=path
-            )
+        self.opset = self.opsets[""]
+        if self.opset < MIN_OPSET:
+            raise OnnxError(f"opset {self.opset} is not supported (need >= {MIN_OPSET})", path=path)
         self.model = onnx.ModelProto()
         self.model.CopyFrom(model)
         self.external = resolve(self.model, self.data_dir, path)  # large weights left outside
         self.g = GraphBuilder()
         self.env: dict[str, Tensor] = {}  # ONNX tensor name → relsat tensor
-        self.consts: dict[str, np.ndarray] = {}  # initializers and Constant outputs
+        self.consts: dict[str, np.ndarray] = {}  # initializers and folded constants
         self.const_types: dict[str, int] = {}
         self.derived: dict[tuple[str, str], Tensor] = {}  # (const, purpose) → weight
+        self.scalars: dict[float, Tensor] = {}  # value → scalar
         self.skip: set[int] = set()  # indices of nodes already handled (folded BatchNormalization)
+        self.uses: Counter[str] = Counter()  # tensor name → node inputs and graph outputs read it
+        self.node_by_input: dict[str, int] = {}  # tensor name → index of its first reader
+        self.producers: dict[str, NodeProto] = {}  # tensor name → the node writing it
         self._fix_inputs(input_shapes, batch)
         self._check_structure()
         self._infer_shapes()
@@ -351,28 +357,50 @@ class Importer:
     def const(self, name: str) -> np.ndarray | None:
         return self.consts.get(name) if name else None
 
+    def scalar(self, value: float) -> Tensor:
+        if value not in self.scalars:
+            self.scalars[value] = self.g.scalar(value)
+        return self.scalars[value]
+
+    def readers(self, name: str) -> int:
+        return self.uses[name]
+
+    def producer(self, name: str) -> NodeProto | None:
+        return self.producers.get(name)
+
+    def sole_reader(self, name: str) -> NodeProto | None:
+        k = self.node_by_input.get(name)
+        if k is None or self.uses[name] != 1 or k in self.skip:
+            return None
+        return self.model.graph.node[k]
+
+    def take_reader(self, name: str) -> None:
+        self.skip.add(self.node_by_input[name])
+
     # --- conversion -----------------------------------------------------------------------
 
     def run(self) -> Graph:
         graph = self.model.graph
-        self.uses = Counter(name for node in graph.node for name in node.input if name)
+        self.uses.update(name for node in graph.node for name in node.input if name)
         self.uses.update(o.name for o in graph.output)
-        self.node_by_input: dict[str, int] = {}
         for k, node in enumerate(graph.node):
             for name in node.input:
                 self.node_by_input.setdefault(name, k)
+            self.producers.update((o, node) for o in node.output if o)
         for vi in self.inputs:
             dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
             self.env[vi.name] = self.g.input(dims, name=vi.name)
-        # Constants first: a handler may look ahead at a reader's constant operands (a Conv
+        # Constants first (Constant nodes, and weights computed from constants: folded, in node
+        # order, so chains fold): a handler may look ahead at a reader's constant operands (a Conv
         # fusing the Clip after it reads the Clip's bounds, which exporters emit after the Conv).
-        plain = {AttributeProto.TENSOR, AttributeProto.FLOAT, AttributeProto.FLOATS}
-        plain |= {AttributeProto.INT, AttributeProto.INTS}
+        # A graph output stays computed, unless a Constant writes it (as before).
+        computed = {o.name for o in graph.output}
         for k, node in enumerate(graph.node):
-            is_const = node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-            if is_const and node.attribute and node.attribute[0].type in plain:
-                self.constant(node, self._node_id(k, node))
-                self.skip.add(k)
+            folded = evaluate(node, self.const)
+            if folded is None or (node.op_type != "Constant" and node.output[0] in computed):
+                continue
+            self.consts[node.output[0]], self.const_types[node.output[0]] = folded
+            self.skip.add(k)
         for k, node in enumerate(graph.node):
             if k not in self.skip:
                 self.convert(k, node)
@@ -395,9 +423,6 @@ class Importer:
 
     def convert(self, k: int, node: NodeProto) -> None:
         where = self._node_id(k, node)
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            self.constant(node, where)
-            return
         handler = None
         if node.domain in ("", "ai.onnx"):
             handler = TRANSFORMER_HANDLERS.get(node.op_type) or HANDLERS.get(node.op_type)
@@ -407,7 +432,7 @@ class Importer:
         mapped = None
         if handler is not None and all(self.is_float(o) for o in used_outputs):
             try:
-                mapped = handler(self, k, node, attrs_of(node))
+                mapped = handler(self, node, attrs_of(node))
             except Unmapped:
                 mapped = None
             except GraphError as exc:
@@ -416,7 +441,7 @@ class Importer:
             self.opaque(node, where)
             return
         for name, t in mapped.items():
-            want = self.static_shape_inferred(name)
+            want = self.inferred_shape(name)
             if want is not None and want != t.shape:
                 raise self.error(
                     f"relsat computes shape {list(t.shape)} for {name!r}, ONNX infers {list(want)}",
@@ -424,26 +449,11 @@ class Importer:
                 )
             self.env[name] = t
 
-    def static_shape_inferred(self, name: str) -> tuple[int, ...] | None:
+    def inferred_shape(self, name: str) -> tuple[int, ...] | None:
         shape = self.types.get(name, (0, None))[1]
         if shape is None or any(d is None for d in shape):
             return None
         return tuple(int(d) for d in shape)  # type: ignore[arg-type]
-
-    def constant(self, node: NodeProto, where: dict[str, Any]) -> None:
-        attr = node.attribute[0]
-        value = onnx.helper.get_attribute_value(attr)
-        if attr.type == AttributeProto.TENSOR:
-            arr, dtype = numpy_helper.to_array(value), value.data_type
-        elif attr.type in (AttributeProto.FLOAT, AttributeProto.FLOATS):
-            arr, dtype = np.array(value, dtype=np.float32), FLOAT
-        elif attr.type in (AttributeProto.INT, AttributeProto.INTS):
-            arr, dtype = np.array(value, dtype=np.int64), TensorProto.INT64
-        else:
-            self.opaque(node, where)
-            return
-        self.consts[node.output[0]] = arr
-        self.const_types[node.output[0]] = dtype
 
     def opaque(self, node: NodeProto, where: dict[str, Any]) -> None:
         layout: list[Any] = []
@@ -471,7 +481,7 @@ class Importer:
         for name in kept:
             if not name:
                 continue
-            shape = self.static_shape_inferred(name)
+            shape = self.inferred_shape(name)
             if shape is None:
                 raise DynamicShapeError(
                     f"ONNX shape inference gives no static shape for output {name!r}; "

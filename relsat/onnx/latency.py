@@ -1,37 +1,49 @@
 """Latency: is the optimized model faster than its original in onnxruntime, beyond noise?
 
 :func:`compare_latency` times both models on the CPU with one
-:class:`~relsat.onnx.runtime.OrtSettings`
-(the configuration relsat's ``ort-cpu`` cost model prices with) and returns a
-:class:`LatencyComparison` whose ``verdict`` says ``"faster"``, ``"slower"`` or ``"same"``.
+:class:`~relsat.onnx.runtime.OrtSettings` (the configuration relsat's ``ort-cpu`` cost model prices
+with) under one :class:`Timing`, and returns a :class:`LatencyComparison` whose ``verdict`` says
+``"faster"``, ``"slower"`` or ``"same"`` and whose ``stopped`` says why the timing ended.
 
 Protocol. Both sessions get the same inputs (drawn as :func:`relsat.onnx.random_inputs` draws
-them: N(0, 1) floats, token ids in range, padded 0/1 masks, booleans) and
-``warmup`` runs each. A third session of the original is the *A/A control*. Then *rounds*: each
-round runs original, optimized, control, control, optimized, original (symmetric, so a linear
-drift of the machine's speed hits all alike), each block ``k`` back-to-back
-runs, ``k`` chosen per model from the warm-up so a block lasts about ``max_seconds / 200`` (tiny
-models are averaged over many runs, big ones run once per block). A round yields each model's
-mean time per run and their ratio optimized / original. Reported are the medians over rounds of
-each model's time and of the ratio, and a distribution-free confidence interval for the median
-ratio: the order statistics ``[r_(j), r_(n+1-j)]`` with the largest ``j`` such that
-``P(Binomial(n, 1/2) < j) <= (1 - confidence) / 2`` (with fewer than 6 rounds no 95 % interval
-exists and the interval is the full range).
+them: N(0, 1) floats, token ids in range, padded 0/1 masks, booleans) and ``warmup`` runs each. A
+third session of the original is the *A/A control*. Then *rounds*: each round runs original,
+optimized, control, control, optimized, original (symmetric, so a linear drift of the machine's
+speed hits all alike), each block ``k`` back-to-back runs, ``k`` chosen per model from the warm-up
+so a block lasts about ``max_seconds / 200`` (tiny models are averaged over many runs, big ones
+run once per block). A round yields each model's mean time per run and their ratio optimized /
+original. Reported are the medians over rounds of each model's time and of the ratio, and a
+distribution-free confidence interval for the median ratio: the order statistics ``[r_(j),
+r_(n+1-j)]`` with the largest ``j`` such that ``P(Binomial(n, 1/2) < j) <= alpha / 2`` (with too
+few rounds for the level, the full range).
 
-Budget. Rounds continue until ``max_seconds`` (default 10 s, warm-up included) have passed and at
-least ``min_rounds`` (default 15) are done, or ``max_rounds`` (default 400) are done: a tiny model
-gets hundreds of rounds, a model taking seconds per run gets ``min_rounds`` however long they
-take.
+Sequential stopping. The intervals are looked at after ``min_rounds`` rounds, then at
+geometrically spaced round counts (each 1.5 times the one before, up to ``max_rounds``: 15, 23,
+35, 53, 80, 120, 180, 270, 400 by default: :meth:`Timing.looks`), and once more when the budget is
+spent. Stopping at the first of several looks whose 95 % interval decides would be wrong more
+often than 5 % of the time, so every look's intervals are Bonferroni-adjusted: computed at
+``alpha = (1 - confidence) / L`` for the ``L`` scheduled looks (the look at the budget takes the
+place of the scheduled ones it cuts off, so there are never more than ``L``), and the verdict is
+wrong with probability at most ``1 - confidence`` however many looks were made. A look decides:
 
-Verdict. ``"faster"`` iff the interval's upper end is below ``1 - min_gain`` (default 0.01: at
-least 1 % faster with the stated confidence) *and* below the lower end of the control's interval
-(control / original, which only noise moves), ``"slower"`` iff its lower end is above 1 and above
-the control's upper end, else ``"same"``. The control is there because load on a shared machine
-comes in bursts, which rounds do not average out: measured here, a ConvNeXt whose rewrite
-changes nothing was timed 0.954 (95 % CI 0.943–0.963) inside a busy run and 1.00 alone.
+* ``"faster"`` when the interval's upper end is below ``1 - min_gain`` (default 0.01: at least
+  1 % faster) *and* below the lower end of the control's interval (control / original, which only
+  noise moves);
+* ``"slower"`` when its lower end is above 1 and above the control's upper end;
+* ``"same"`` when the whole interval lies within ``[1 - min_gain, 1 + min_gain]``.
+
+The timing stops at the first look that decides (``stopped == "decided"``); else when at least
+``min_rounds`` are done and ``max_seconds`` (default 10 s, warm-up included) have passed
+(``"time limit"``), or when ``max_rounds`` are done (``"round limit"``); an undecided timing's
+verdict is ``"same"`` (not shown to differ). A model taking seconds per run gets ``min_rounds``
+however long they take. The reported interval is the last look's. The control is there because
+load on a shared machine comes in bursts, which rounds do not average out: measured here, a
+ConvNeXt whose rewrite changes nothing was timed 0.954 (95 % CI 0.943–0.963) inside a busy run
+and 1.00 alone.
 
 >>> from relsat.models.example import PATH
->>> compare_latency(PATH, PATH, max_seconds=0.2, min_rounds=7).rounds >= 7
+>>> c = compare_latency(PATH, PATH, timing=Timing(max_seconds=0.2, min_rounds=7))
+>>> c.rounds >= 7 and c.stopped in STOPS
 True
 """
 
@@ -46,16 +58,74 @@ from typing import Any
 
 import numpy as np
 
-from relsat.onnx import OnnxError
+from relsat.errors import SettingsError, check_int, check_number
+from relsat.onnx.errors import OnnxError
 from relsat.onnx.runtime import OrtSettings, RuntimeSettingsError
 
-__all__ = ["VERDICTS", "LatencyComparison", "compare_latency"]
+__all__ = ["STOPS", "VERDICTS", "LatencyComparison", "Timing", "compare_latency"]
 
 #: What :attr:`LatencyComparison.verdict` can be.
 VERDICTS = ("faster", "slower", "same")
+#: What :attr:`LatencyComparison.stopped` can be: a look decided the verdict, the time budget
+#: was spent, or ``max_rounds`` were run.
+STOPS = ("decided", "time limit", "round limit")
 
 #: Blocks per budget: a block of runs lasts about ``max_seconds / BLOCKS_PER_BUDGET``.
 BLOCKS_PER_BUDGET = 200
+#: Each scheduled look comes after this many times the rounds of the one before.
+LOOK_GROWTH = 1.5
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How two models are timed against each other (see :mod:`relsat.onnx.latency`).
+
+    ``max_seconds``: the time budget, warm-up included (> 0); ``min_rounds``: rounds before the
+    first look, run whatever the budget (>= 1); ``max_rounds``: rounds at most (>= min_rounds);
+    ``warmup``: untimed runs per session (>= 1); ``min_gain``: the smallest relative change that
+    counts (in [0, 1)); ``confidence``: the probability that the verdict is right, over all looks
+    together (in (0, 1)); ``seed``: of the drawn inputs (>= 0). A bad value raises
+    :class:`~relsat.onnx.runtime.RuntimeSettingsError` naming the field.
+
+    >>> Timing(max_seconds=2).looks()
+    (15, 23, 35, 53, 80, 120, 180, 270, 400)
+    """
+
+    max_seconds: float = 10.0
+    min_rounds: int = 15
+    max_rounds: int = 400
+    warmup: int = 3
+    min_gain: float = 0.01
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            check_number("max_seconds", self.max_seconds, 0, strict=True)
+            check_int("min_rounds", self.min_rounds, 1)
+            check_int("max_rounds", self.max_rounds, self.min_rounds)
+            check_int("warmup", self.warmup, 1)
+            check_number("min_gain", self.min_gain, 0)
+            check_number("confidence", self.confidence, 0, strict=True)
+            check_int("seed", self.seed, 0)
+        except SettingsError as exc:
+            raise RuntimeSettingsError(exc.option, exc.value, exc.wanted) from None
+        if self.min_gain >= 1:
+            raise RuntimeSettingsError("min_gain", self.min_gain, "a number in [0, 1)")
+        if self.confidence >= 1:
+            raise RuntimeSettingsError("confidence", self.confidence, "a number in (0, 1)")
+
+    def looks(self) -> tuple[int, ...]:
+        """The round counts at which the intervals are looked at (if the budget lasts)."""
+        looks = [self.min_rounds]
+        while looks[-1] < self.max_rounds:
+            looks.append(min(self.max_rounds, math.ceil(looks[-1] * LOOK_GROWTH)))
+        return tuple(looks)
+
+    @property
+    def alpha(self) -> float:
+        """The error probability of each look's intervals (Bonferroni over the looks)."""
+        return (1.0 - self.confidence) / len(self.looks())
 
 
 @dataclass(frozen=True)
@@ -63,8 +133,9 @@ class LatencyComparison:
     """Two models timed against each other (see :mod:`relsat.onnx.latency` for the protocol).
 
     ``original_ms`` / ``optimized_ms``: median time per run; ``ratio``: median over rounds of
-    optimized / original, in ``[ratio_low, ratio_high]`` with probability ``confidence``;
-    ``ratios``: the per-round ratios.
+    optimized / original, in ``[ratio_low, ratio_high]`` (the last look's interval: the verdict
+    is right with probability ``confidence`` over all looks); ``rounds``: the rounds run;
+    ``stopped``: why the timing ended (one of :data:`STOPS`); ``ratios``: the per-round ratios.
     """
 
     original_ms: float
@@ -81,15 +152,22 @@ class LatencyComparison:
     control: float = 1.0
     control_low: float = 1.0
     control_high: float = 1.0
+    stopped: str = "time limit"
 
     @property
     def speedup(self) -> float:
         """How many times faster the optimized model runs, ``1 / ratio`` (below 1: slower)."""
         return 1.0 / self.ratio if self.ratio > 0 else math.inf
 
+    @property
+    def decided(self) -> bool:
+        """Whether a look decided the verdict (else the budget or the round limit ended the
+        timing, and ``"same"`` means "not shown to differ")."""
+        return self.stopped == "decided"
+
     def report(self) -> str:
         """One line, e.g. ``onnxruntime CPU (2 threads): 12.31 -> 10.02 ms, 1.23x faster
-        (ratio 0.814, 95% CI 0.79-0.84, 21 rounds)``."""
+        (ratio 0.814, 95% CI 0.79-0.84, A/A 0.97-1.02, 15 rounds, decided)``."""
         if self.verdict == "faster":
             change = f"{self.speedup:.2f}x faster"
         elif self.verdict == "slower":
@@ -103,7 +181,7 @@ class LatencyComparison:
             f"onnxruntime CPU ({threads}): {self.original_ms:.4g} -> {self.optimized_ms:.4g} ms, "
             f"{change} (ratio {self.ratio:.3f}, {self.confidence:.0%} CI "
             f"{self.ratio_low:.3g}-{self.ratio_high:.3g}, A/A {self.control_low:.3g}-"
-            f"{self.control_high:.3g}, {self.rounds} rounds)"
+            f"{self.control_high:.3g}, {self.rounds} rounds, {self.stopped})"
         )
 
 
@@ -112,84 +190,90 @@ def compare_latency(
     optimized: Any,
     *,
     settings: OrtSettings | None = None,
-    max_seconds: float = 10.0,
-    min_rounds: int = 15,
-    max_rounds: int = 400,
-    warmup: int = 3,
-    min_gain: float = 0.01,
-    confidence: float = 0.95,
-    seed: int = 0,
+    timing: Timing | None = None,
 ) -> LatencyComparison:
     """Time ``optimized`` against ``original`` (ONNX ModelProtos, serialized bytes or paths) in
     onnxruntime on the CPU, both with ``settings`` (default :class:`OrtSettings()`: onnxruntime's
-    default threads, all graph optimizations).
+    default threads, all graph optimizations, no spinning), until a look decides or ``timing``
+    (default :class:`Timing()`) runs out.
 
     The models must have the same input names. Raises :class:`~relsat.onnx.OnnxError` naming the
     model when a session cannot be created or run, or when the inputs differ or have dynamic
-    shapes, and :class:`~relsat.onnx.runtime.RuntimeSettingsError` for a bad budget.
+    shapes.
     """
-    _check_budget(max_seconds, min_rounds, max_rounds, warmup, min_gain, confidence)
     settings = settings or OrtSettings()
+    timing = timing or Timing()
     start = time.perf_counter()
     run_a = _runner(original, "original", settings)
     run_b = _runner(optimized, "optimized", settings)
     run_c = _runner(original, "original", settings)  # the A/A control
-    feed = _draw_inputs(run_b.session, run_a.session, seed, (original, optimized))
-    block_s = max_seconds / BLOCKS_PER_BUDGET
-    k_a, k_b = _block_size(run_a, feed, warmup, block_s), _block_size(run_b, feed, warmup, block_s)
-    k_c = _block_size(run_c, feed, warmup, block_s)
+    feed = _draw_inputs(run_b.session, run_a.session, timing.seed, (original, optimized))
+    block_s = timing.max_seconds / BLOCKS_PER_BUDGET
+    k_a = _block_size(run_a, feed, timing.warmup, block_s)
+    k_b = _block_size(run_b, feed, timing.warmup, block_s)
+    k_c = _block_size(run_c, feed, timing.warmup, block_s)
+    looks = set(timing.looks())
     a_ms: list[float] = []
     b_ms: list[float] = []
     c_ms: list[float] = []
-    while len(a_ms) < max_rounds and (
-        len(a_ms) < min_rounds or time.perf_counter() - start < max_seconds
-    ):
+    while True:
         a1, b1, c1 = run_a(feed, k_a), run_b(feed, k_b), run_c(feed, k_c)
         c2, b2, a2 = run_c(feed, k_c), run_b(feed, k_b), run_a(feed, k_a)
         a_ms.append((a1 + a2) / 2)
         b_ms.append((b1 + b2) / 2)
         c_ms.append((c1 + c2) / 2)
-    ratios = sorted(b / a for a, b in zip(a_ms, b_ms, strict=True))
-    controls = sorted(c / a for a, c in zip(a_ms, c_ms, strict=True))
-    low, high = _median_interval(ratios, confidence)
-    c_low, c_high = _median_interval(controls, confidence)
+        n = len(a_ms)
+        spent = time.perf_counter() - start >= timing.max_seconds
+        if n < timing.min_rounds or not (n in looks or spent):
+            continue
+        look = _look(a_ms, b_ms, c_ms, timing.alpha, timing.min_gain)
+        if look.decision is not None or spent or n >= timing.max_rounds:
+            break
+    stopped = (
+        "decided" if look.decision else "round limit" if n >= timing.max_rounds else "time limit"
+    )
     return LatencyComparison(
         original_ms=statistics.median(a_ms),
         optimized_ms=statistics.median(b_ms),
-        ratio=statistics.median(ratios),
-        ratio_low=low,
-        ratio_high=high,
-        rounds=len(ratios),
-        verdict=_verdict(low, high, min_gain, c_low, c_high),
+        ratio=statistics.median(look.ratios),
+        ratio_low=look.low,
+        ratio_high=look.high,
+        rounds=n,
+        verdict=look.decision or "same",
         threads=settings.effective_threads,
-        confidence=confidence,
-        min_gain=min_gain,
-        ratios=tuple(ratios),
-        control=statistics.median(controls),
-        control_low=c_low,
-        control_high=c_high,
+        confidence=timing.confidence,
+        min_gain=timing.min_gain,
+        ratios=tuple(look.ratios),
+        control=statistics.median(look.controls),
+        control_low=look.control_low,
+        control_high=look.control_high,
+        stopped=stopped,
     )
 
 
-def _check_budget(
-    max_seconds: float,
-    min_rounds: int,
-    max_rounds: int,
-    warmup: int,
-    min_gain: float,
-    confidence: float,
-) -> None:
-    problems = [
-        (not max_seconds > 0, "max_seconds", max_seconds, "> 0"),
-        (min_rounds < 1, "min_rounds", min_rounds, ">= 1"),
-        (max_rounds < min_rounds, "max_rounds", max_rounds, f">= min_rounds ({min_rounds})"),
-        (warmup < 1, "warmup", warmup, ">= 1"),
-        (not 0 <= min_gain < 1, "min_gain", min_gain, "in [0, 1)"),
-        (not 0 < confidence < 1, "confidence", confidence, "in (0, 1)"),
-    ]
-    for bad, option, value, wanted in problems:
-        if bad:
-            raise RuntimeSettingsError(option, value, wanted)
+@dataclass(frozen=True)
+class _Look:
+    """One look at the rounds so far: the sorted ratios and controls, their intervals, and the
+    decision (None: undecided)."""
+
+    ratios: list[float]
+    controls: list[float]
+    low: float
+    high: float
+    control_low: float
+    control_high: float
+    decision: str | None
+
+
+def _look(
+    a_ms: list[float], b_ms: list[float], c_ms: list[float], alpha: float, min_gain: float
+) -> _Look:
+    ratios = sorted(b / a for a, b in zip(a_ms, b_ms, strict=True))
+    controls = sorted(c / a for a, c in zip(a_ms, c_ms, strict=True))
+    low, high = _median_interval(ratios, 1.0 - alpha)
+    c_low, c_high = _median_interval(controls, 1.0 - alpha)
+    decision = _decision(low, high, min_gain, c_low, c_high)
+    return _Look(ratios, controls, low, high, c_low, c_high, decision)
 
 
 @dataclass(frozen=True)
@@ -284,12 +368,16 @@ def _median_interval(ordered: list[float], confidence: float) -> tuple[float, fl
     return ordered[j - 1], ordered[n - j]
 
 
-def _verdict(
+def _decision(
     low: float, high: float, min_gain: float, control_low: float = 1.0, control_high: float = 1.0
-) -> str:
-    """Faster or slower only beyond ``min_gain`` and beyond what the A/A control shows."""
+) -> str | None:
+    """What an interval ``[low, high]`` of the ratio decides (None: nothing yet): faster or
+    slower only beyond ``min_gain`` and beyond what the A/A control shows; the same when it lies
+    within ``min_gain`` of 1."""
     if high < min(1.0 - min_gain, control_low):
         return "faster"
     if low > max(1.0, control_high):
         return "slower"
-    return "same"
+    if 1.0 - min_gain <= low and high <= 1.0 + min_gain:
+        return "same"
+    return None

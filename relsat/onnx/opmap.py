@@ -1,39 +1,26 @@
 """ONNX operators → relsat operators: one handler per ONNX op_type, in :data:`HANDLERS`.
 
-A handler ``fn(importer, k, node, attrs)`` returns ``{ONNX output name: relsat tensor}`` for the
-outputs it maps, or raises :class:`Unmapped` when this node is kept as an opaque node instead
-(dilated conv, Gemm with alpha != 1, a pooling window relsat cannot express, non-float tensors,
-...). Partial work of a handler that gives up is dead code that :meth:`Graph.reachable` drops.
+A handler ``fn(ctx, node, attrs)`` (:data:`~relsat.onnx.context.Handler`) returns ``{ONNX output
+name: relsat tensor}`` for the outputs it maps, or raises :class:`~relsat.onnx.context.Unmapped`
+when this node is kept as an opaque node instead (dilated conv, Gemm with alpha != 1, a pooling
+window relsat cannot express, non-float tensors, ...). Partial work of a handler that gives up is
+dead code that :meth:`Graph.reachable` drops.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
-import onnx
 from onnx import NodeProto, TensorProto
 
 from relsat.graph.builder import Tensor
 from relsat.graph.ops import conv_out_size, same_padding
+from relsat.onnx.context import Handler, ImportContext, Unmapped, attrs_of, encode_tensor
 
-if TYPE_CHECKING:
-    from relsat.onnx.importer import Importer
-
-__all__ = ["HANDLERS", "Unmapped", "attrs_of", "encode_tensor"]
-
-
-class Unmapped(Exception):
-    """Raised by a handler: this node is kept as an opaque node instead."""
-
-
-def encode_tensor(arr: np.ndarray, dtype: int) -> dict[str, Any]:
-    """A constant as JSON: ONNX dtype name, dims, flat data."""
-    flat = arr.reshape(-1)
-    data = [x.decode() if isinstance(x, bytes) else x for x in flat.tolist()]
-    return {"dtype": TensorProto.DataType.Name(dtype), "dims": list(arr.shape), "data": data}
+__all__ = ["HANDLERS"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -41,7 +28,7 @@ def encode_tensor(arr: np.ndarray, dtype: int) -> dict[str, Any]:
 
 
 def _padding(
-    imp: Importer,
+    imp: ImportContext,
     attrs: Mapping[str, Any],
     size: Sequence[int],
     kernel: Sequence[int],
@@ -86,10 +73,10 @@ def _padding(
     return None, pads
 
 
-def _pad_opaque(imp: Importer, x: Tensor, pads: list[int]) -> Tensor:
+def _pad_opaque(imp: ImportContext, x: Tensor, pads: list[int]) -> Tensor:
     """An ONNX Pad (zeros) of the spatial dims of ``x``, kept opaque."""
     full = [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]
-    opset = imp.opsets[""]
+    opset = imp.opset
     shape = [
         x.shape[0],
         x.shape[1],
@@ -118,7 +105,7 @@ def _pad_opaque(imp: Importer, x: Tensor, pads: list[int]) -> Tensor:
 # Handlers
 
 
-def _conv(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _conv(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     wname = node.input[1]
     w_shape = imp.static_shape(wname)
@@ -137,11 +124,9 @@ def _conv(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
         w = imp.tensor(wname)
         bias = _channel_bias(imp, bias_name, None) if bias_name else None
     else:
-        bn_k, scale, shift = bn
-        imp.skip.add(bn_k)
-        out_name = imp.model.graph.node[bn_k].output[0]
-        w_val = imp.consts[wname] * scale.reshape(-1, 1, 1, 1)
-        b_val = shift + (imp.consts[bias_name] * scale if bias_name else 0)
+        bn_node, w_val, b_val = bn
+        imp.take_reader(out_name)
+        out_name = bn_node.output[0]
         w = imp.weight(f"{wname}_bn", w_val)
         bias = _channel_bias(imp, f"{wname}_bn_bias", b_val.astype(np.float32))
     if mode is None:
@@ -158,7 +143,7 @@ def _conv(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
 _ACTIVATIONS = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH"}
 
 
-def _activation_of(imp: Importer, node: NodeProto) -> str | None:
+def _activation_of(imp: ImportContext, node: NodeProto) -> str | None:
     """The relsat activation ``node`` computes on its first input, or None."""
     if node.domain not in ("", "ai.onnx"):
         return None
@@ -169,7 +154,7 @@ def _activation_of(imp: Importer, node: NodeProto) -> str | None:
     return None
 
 
-def _clip_bounds(imp: Importer, node: NodeProto) -> tuple[float, float] | None:
+def _clip_bounds(imp: ImportContext, node: NodeProto) -> tuple[float, float] | None:
     """A Clip's (min, max) when both are known constants (attributes before opset 11)."""
     a = attrs_of(node)
     if "min" in a or "max" in a:
@@ -185,27 +170,25 @@ def _clip_bounds(imp: Importer, node: NodeProto) -> tuple[float, float] | None:
     return (-np.inf if low is None else low), (np.inf if high is None else high)
 
 
-def _fuse_activation(imp: Importer, out: str) -> tuple[str, str]:
+def _fuse_activation(imp: ImportContext, out: str) -> tuple[str, str]:
     """``(activation, output name)``: when the only reader of ``out`` is an activation the runtime
     fuses, that node is folded in (skipped) and its output becomes the fused op's output."""
-    k = imp.node_by_input.get(out)
-    if k is None or imp.uses[out] != 1 or k in imp.skip:
+    node = imp.sole_reader(out)
+    if node is None:
         return "NONE", out
-    node = imp.model.graph.node[k]
     act = _activation_of(imp, node)
     if act is None or node.input[0] != out or not imp.is_float(node.output[0]):
         return "NONE", out
-    imp.skip.add(k)
+    imp.take_reader(out)
     return act, node.output[0]
 
 
-def _bias_add(imp: Importer, out: str, n: int) -> tuple[Tensor, str] | None:
+def _bias_add(imp: ImportContext, out: str, n: int) -> tuple[Tensor, str] | None:
     """``(bias [n], Add output)`` when the only reader of ``out`` adds a constant per-column bias
     to it (a Linear's MatMul + Add); that Add is then folded in (skipped)."""
-    k = imp.node_by_input.get(out)
-    if k is None or imp.uses[out] != 1 or k in imp.skip:
+    node = imp.sole_reader(out)
+    if node is None:
         return None
-    node = imp.model.graph.node[k]
     if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
         return None
     other = node.input[1] if node.input[0] == out else node.input[0]
@@ -214,11 +197,11 @@ def _bias_add(imp: Importer, out: str, n: int) -> tuple[Tensor, str] | None:
         return None
     if value.shape[-1:] != (n,) or math.prod(value.shape) != n:
         return None
-    imp.skip.add(k)
+    imp.take_reader(out)
     return imp.derived_weight(other, "1d", lambda: value.reshape(n)), node.output[0]
 
 
-def _channel_bias(imp: Importer, name: str, value: np.ndarray | None) -> Tensor:
+def _channel_bias(imp: ImportContext, name: str, value: np.ndarray | None) -> Tensor:
     """A per-channel bias as a [1, C, 1, 1] tensor (a weight when constant)."""
     if value is not None:
         return imp.weight(name, value.reshape(1, -1, 1, 1))
@@ -232,33 +215,34 @@ def _channel_bias(imp: Importer, name: str, value: np.ndarray | None) -> Tensor:
 
 
 def _foldable_bn(
-    imp: Importer, node: NodeProto, wname: str, bias_name: str
-) -> tuple[int, np.ndarray, np.ndarray] | None:
-    """(node index, per-channel scale, shift) of a BatchNormalization to fold into the conv."""
+    imp: ImportContext, node: NodeProto, wname: str, bias_name: str
+) -> tuple[NodeProto, np.ndarray, np.ndarray] | None:
+    """(the BatchNormalization to fold into the conv, the folded weight, the folded bias)."""
     out = node.output[0]
-    k = imp.node_by_input.get(out)
-    if k is None or imp.uses[out] != 1 or not imp.is_float(wname) or wname not in imp.consts:
+    bn, w = imp.sole_reader(out), imp.const(wname)
+    if bn is None or w is None or not imp.is_float(wname):
         return None
-    bn = imp.model.graph.node[k]
     if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
         return None
     a = attrs_of(bn)
-    extra = [o for o in bn.output[1:] if o and imp.uses[o]]
+    extra = [o for o in bn.output[1:] if o and imp.readers(o)]
     if a.get("training_mode", 0) or extra or bn.input[0] != out:
         return None
-    if bias_name and (bias_name not in imp.consts or not imp.is_float(bias_name)):
+    b = imp.const(bias_name)
+    if bias_name and (b is None or not imp.is_float(bias_name)):
         return None
     params = [imp.const(n) if imp.is_float(n) else None for n in bn.input[1:5]]
     if any(p is None for p in params):
         return None
     gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
     scale = gamma / np.sqrt(var + a.get("epsilon", 1e-5))
-    return k, scale, beta - mean * scale
+    shift = beta - mean * scale
+    return bn, w * scale.reshape(-1, 1, 1, 1), shift + (b * scale if b is not None else 0)
 
 
-def _pool(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _pool(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
-    if x.rank != 4 or (len(node.output) > 1 and node.output[1] and imp.uses[node.output[1]]):
+    if x.rank != 4 or (len(node.output) > 1 and node.output[1] and imp.readers(node.output[1])):
         raise Unmapped
     if any(d != 1 for d in a.get("dilations", [1, 1])):
         raise Unmapped
@@ -271,7 +255,7 @@ def _pool(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
     return {node.output[0]: pool(x, kernel, stride, mode, name=node.output[0])}
 
 
-def _global_pool(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _global_pool(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     if x.rank != 4:
         raise Unmapped
@@ -279,7 +263,7 @@ def _global_pool(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -
     return {node.output[0]: pool(x, x.shape[2:], 1, "VALID", name=node.output[0])}
 
 
-def _gemm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _gemm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     c_name = node.input[2] if len(node.input) > 2 else ""
     alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
     w_value, c = imp.const(node.input[1]), imp.const(c_name)
@@ -316,7 +300,7 @@ def _gemm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
     return {name: imp.g.add(y, addend, name=name)}
 
 
-def _matmul(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _matmul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x, w = imp.tensor(node.input[0]), imp.tensor(node.input[1])
     name = node.output[0]
     folded = x.rank > 2 and w.rank == 2  # [..., K] @ [K, N]: fold the leading dims into rows
@@ -338,24 +322,32 @@ def _matmul(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dic
     return {name: y}
 
 
-def _binary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _binary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x, y = imp.tensor(node.input[0]), imp.tensor(node.input[1])
     op = imp.g.add if node.op_type == "Add" else imp.g.mul
     return {node.output[0]: op(x, y, name=node.output[0])}
 
 
-def _clip(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _sum(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """Sum of one or more tensors (the ONNX model zoo's residual joins) as a chain of adds."""
+    total, *rest = (imp.tensor(n) for n in node.input)
+    for i, x in enumerate(rest, 1):
+        total = imp.g.add(total, x, name=node.output[0] if i == len(rest) else None)
+    return {node.output[0]: total}
+
+
+def _clip(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     if _activation_of(imp, node) != "RELU6":
         raise Unmapped
     return {node.output[0]: imp.g.relu6(imp.tensor(node.input[0]), name=node.output[0])}
 
 
-def _unary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _unary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     fn = {"Relu": imp.g.relu, "Tanh": imp.g.tanh, "Sigmoid": imp.g.sigmoid}[node.op_type]
     return {node.output[0]: fn(imp.tensor(node.input[0]), name=node.output[0])}
 
 
-def _concat(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _concat(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     xs = [imp.tensor(n) for n in node.input]
     if len(xs) == 1:
         return {node.output[0]: xs[0]}
@@ -363,10 +355,10 @@ def _concat(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dic
     return {node.output[0]: imp.g.concat(axis, xs, name=node.output[0])}
 
 
-def _split(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _split(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     axis = a.get("axis", 0) % x.rank
-    shapes = [imp.static_shape_inferred(o) for o in node.output]
+    shapes = [imp.inferred_shape(o) for o in node.output]
     if any(s is None for s in shapes) or any(not o for o in node.output):
         raise Unmapped
     if len(shapes) == 1:
@@ -377,10 +369,10 @@ def _split(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict
 
 
 def _reshape_to(
-    imp: Importer, x: Tensor, name: str, shape: Sequence[int] | None
+    imp: ImportContext, x: Tensor, name: str, shape: Sequence[int] | None
 ) -> dict[str, Tensor]:
     if shape is None:
-        shape = imp.static_shape_inferred(name)
+        shape = imp.inferred_shape(name)
     if shape is None:
         raise Unmapped
     if list(shape) == list(x.shape):
@@ -388,7 +380,7 @@ def _reshape_to(
     return {name: imp.g.reshape(x, shape, name=name)}
 
 
-def _reshape(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     spec = imp.const(node.input[1])
     shape: list[int] | None = None
@@ -402,31 +394,31 @@ def _reshape(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> di
     return _reshape_to(imp, x, node.output[0], shape)
 
 
-def _flatten(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _flatten(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     axis = a.get("axis", 1) % (x.rank + 1) if a.get("axis", 1) < 0 else a.get("axis", 1)
     shape = [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])]
     return _reshape_to(imp, x, node.output[0], shape)
 
 
-def _squeeze(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _squeeze(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     return _reshape_to(imp, imp.tensor(node.input[0]), node.output[0], None)
 
 
-def _transpose(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _transpose(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     perm = a.get("perm", list(range(x.rank))[::-1])
     return {node.output[0]: imp.g.transpose(x, perm, name=node.output[0])}
 
 
-def _identity(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    if len(node.output) > 1 and node.output[1] and imp.uses[node.output[1]]:
+def _identity(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    if len(node.output) > 1 and node.output[1] and imp.readers(node.output[1]):
         raise Unmapped  # Dropout's mask is read
     return {node.output[0]: imp.tensor(node.input[0])}
 
 
-def _batchnorm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    extra = [o for o in node.output[1:] if o and imp.uses[o]]
+def _batchnorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    extra = [o for o in node.output[1:] if o and imp.readers(o)]
     if a.get("training_mode", 0) or extra:
         raise Unmapped
     if len(node.input) != 5:
@@ -437,19 +429,8 @@ def _batchnorm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> 
     return {node.output[0]: y}
 
 
-def attrs_of(node: NodeProto) -> dict[str, Any]:
-    """A node's attributes as Python values (strings decoded)."""
-    out = {}
-    for attr in node.attribute:
-        value = onnx.helper.get_attribute_value(attr)
-        out[attr.name] = value.decode() if isinstance(value, bytes) else value
-    return out
-
-
-_Handler = Callable[["Importer", int, NodeProto, Mapping[str, Any]], dict[str, Tensor]]
-
 #: ONNX op_type → handler (default domain only).
-HANDLERS: dict[str, _Handler] = {
+HANDLERS: dict[str, Handler] = {
     "Conv": _conv,
     "MaxPool": _pool,
     "AveragePool": _pool,
@@ -459,6 +440,7 @@ HANDLERS: dict[str, _Handler] = {
     "MatMul": _matmul,
     "Add": _binary,
     "Mul": _binary,
+    "Sum": _sum,
     "Relu": _unary,
     "Tanh": _unary,
     "Sigmoid": _unary,

@@ -23,18 +23,15 @@ and its opaque nodes mean the same there; otherwise it spells attention out
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from onnx import NodeProto
 
 from relsat.graph.builder import Tensor
-from relsat.onnx.opmap import Unmapped
-
-if TYPE_CHECKING:
-    from relsat.onnx.exporter import _Exporter
-    from relsat.onnx.importer import Importer
+from relsat.graph.graph import Node
+from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
 
 __all__ = ["ATTENTION_OPSET", "CONTRIB", "CONTRIB_HANDLERS", "EXPORTED", "HANDLERS", "emit"]
 
@@ -43,14 +40,11 @@ CONTRIB = "com.microsoft"
 #: The first opset with the standard Attention operator.
 ATTENTION_OPSET = 23
 
-_Handler = Callable[["Importer", int, NodeProto, Mapping[str, Any]], dict[str, Tensor]]
-
-
 # ---------------------------------------------------------------------------------------------
 # Import
 
 
-def _scalar_of(imp: Importer, name: str, other: Tensor | None) -> Tensor | None:
+def _scalar_of(imp: ImportContext, name: str, other: Tensor | None) -> Tensor | None:
     """A one-element float32 constant as a relsat ``scalar`` (rank 0), when reading it as one
     does not change the result's shape (its rank is at most the other operand's)."""
     value = imp.const(name)
@@ -58,16 +52,11 @@ def _scalar_of(imp: Importer, name: str, other: Tensor | None) -> Tensor | None:
         return None
     if other is None or value.ndim > other.rank:
         return None
-    cache: dict[float, Tensor] = imp.__dict__.setdefault("_scalars", {})
     number = float(value.reshape(-1)[0])
-    if not np.isfinite(number):
-        return None
-    if number not in cache:
-        cache[number] = imp.g.scalar(number)
-    return cache[number]
+    return imp.scalar(number) if np.isfinite(number) else None
 
 
-def _operands(imp: Importer, node: NodeProto) -> tuple[Tensor, Tensor]:
+def _operands(imp: ImportContext, node: NodeProto) -> tuple[Tensor, Tensor]:
     """Both operands of a binary op, a one-element constant beside a tensor as a ``scalar``."""
     first, second = node.input[0], node.input[1]
     a_const, b_const = imp.const(first), imp.const(second)
@@ -80,7 +69,7 @@ def _operands(imp: Importer, node: NodeProto) -> tuple[Tensor, Tensor]:
     return _scalar_of(imp, first, y) or imp.tensor(first), y
 
 
-def _binary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _binary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x, y = _operands(imp, node)
     op = node.op_type
     if op in ("Add", "Mul") and x.rank == 0 and y.rank > 0:
@@ -95,7 +84,7 @@ def _binary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dic
     return {node.output[0]: make(x, y, name=node.output[0])}
 
 
-def _unary(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _unary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     make = {"Sqrt": imp.g.sqrt, "Erf": imp.g.erf}[node.op_type]
     return {node.output[0]: make(imp.tensor(node.input[0]), name=node.output[0])}
 
@@ -104,7 +93,7 @@ def _is_last(axis: int, rank: int) -> bool:
     return rank >= 1 and -rank <= axis < rank and axis % rank == rank - 1
 
 
-def _reducemean(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _reducemean(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     if not a.get("keepdims", 1) or a.get("noop_with_empty_axes", 0):
         raise Unmapped
@@ -122,16 +111,16 @@ def _reducemean(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) ->
     return {node.output[0]: imp.g.reducemean(x, name=node.output[0])}
 
 
-def _softmax(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _softmax(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     # Before opset 13 Softmax flattens from `axis` on (default 1): the same op on the last axis.
-    axis = a.get("axis", -1 if imp.opsets[""] >= 13 else 1)
+    axis = a.get("axis", -1 if imp.opset >= 13 else 1)
     if not _is_last(axis, x.rank):
         raise Unmapped
     return {node.output[0]: imp.g.softmax(x, name=node.output[0])}
 
 
-def _vector(imp: Importer, node: NodeProto, i: int, n: int, *, zeros: bool = False) -> Tensor:
+def _vector(imp: ImportContext, node: NodeProto, i: int, n: int, *, zeros: bool = False) -> Tensor:
     """Input ``i`` of ``node`` as a ``[n]`` tensor (a zero weight when absent and ``zeros``)."""
     name = node.input[i] if len(node.input) > i else ""
     if not name:
@@ -145,11 +134,11 @@ def _vector(imp: Importer, node: NodeProto, i: int, n: int, *, zeros: bool = Fal
     return t
 
 
-def _extra_outputs_read(imp: Importer, node: NodeProto) -> bool:
-    return any(o and imp.uses[o] for o in node.output[1:])
+def _extra_outputs_read(imp: ImportContext, node: NodeProto) -> bool:
+    return any(o and imp.readers(o) for o in node.output[1:])
 
 
-def _layernorm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _layernorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     if not _is_last(a.get("axis", -1), x.rank) or _extra_outputs_read(imp, node):
         raise Unmapped
@@ -161,7 +150,7 @@ def _layernorm(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> 
     return {node.output[0]: imp.g.layernorm(x, scale, bias, eps, name=node.output[0])}
 
 
-def _gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _gelu(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     approximate = a.get("approximate", "none")
     if approximate not in ("none", "tanh"):
         raise Unmapped
@@ -169,56 +158,45 @@ def _gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[
     return {node.output[0]: imp.g.gelu(x, approximate, name=node.output[0])}
 
 
-def _fast_gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _fast_gelu(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     if len(node.input) > 1 and node.input[1]:
         x = imp.g.add(x, _vector(imp, node, 1, x.shape[-1]))
     return {node.output[0]: imp.g.gelu(x, "tanh", name=node.output[0])}
 
 
-def _bias_gelu(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _bias_gelu(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     bias = _vector(imp, node, 1, x.shape[-1])
     return {node.output[0]: imp.g.biasgelu(x, bias, name=node.output[0])}
 
 
-def _skip_layernorm(
-    imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]
-) -> dict[str, Tensor]:
+def _skip_layernorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """SkipLayerNormalization: ``layernorm(x + skip [+ bias])`` as one fused op; when its fourth
     output (the sum, which onnxruntime's optimizer emits for a pre-norm model's next residual) is
     read, as the add and a layernorm (the rules may fuse them again where the sum is not needed
     elsewhere). The mean and inverse-std outputs read: opaque."""
     x, skip = imp.tensor(node.input[0]), imp.tensor(node.input[1])
     outs = [*node.output, "", "", ""][:4]
-    if any(o and imp.uses[o] for o in outs[1:3]) or skip.shape != x.shape:
+    if any(o and imp.readers(o) for o in outs[1:3]) or skip.shape != x.shape:
         raise Unmapped
     n = x.shape[-1]
     scale, bias = _vector(imp, node, 2, n), _vector(imp, node, 3, n, zeros=True)
     if len(node.input) > 4 and node.input[4]:
         x = imp.g.add(x, _vector(imp, node, 4, n))
     eps = float(a.get("epsilon", 1e-12))  # onnxruntime's default for this op
-    if outs[3] and imp.uses[outs[3]]:
+    if outs[3] and imp.readers(outs[3]):
         total = imp.g.add(x, skip, name=outs[3])
         return {outs[0]: imp.g.layernorm(total, scale, bias, eps, name=outs[0]), outs[3]: total}
     packed = imp.g.concat(0, [scale, bias])
     return {outs[0]: imp.g.skiplayernorm(x, skip, packed, eps, name=outs[0])}
 
 
-def _producer(imp: Importer, name: str) -> NodeProto | None:
-    """The node that writes tensor ``name`` (None for a graph input or initializer)."""
-    index: dict[str, NodeProto] | None = imp.__dict__.get("_producers")
-    if index is None:
-        index = {o: n for n in imp.model.graph.node for o in n.output if o}
-        imp.__dict__["_producers"] = index
-    return index.get(name)
-
-
-def _where(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _where(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """``Where(IsNaN(x), 0, x)``: x with NaN replaced by 0 (``nanzero``); any other Where is
     opaque."""
     cond, zero, x = node.input
-    test = _producer(imp, cond)
+    test = imp.producer(cond)
     value = imp.const(zero)
     if test is None or test.op_type != "IsNaN" or test.domain not in ("", "ai.onnx"):
         raise Unmapped
@@ -230,7 +208,7 @@ def _where(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict
     return {node.output[0]: imp.g.nanzero(t, name=node.output[0])}
 
 
-def _attention(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+def _attention(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """ONNX Attention (opset 23) on 4-D Q/K/V with a float additive mask (or none)."""
     ins = [*node.input, "", "", ""][:6]
     if any(ins[4:]) or _extra_outputs_read(imp, node) or not ins[2]:
@@ -255,7 +233,7 @@ def _attention(imp: Importer, k: int, node: NodeProto, a: Mapping[str, Any]) -> 
 
 
 #: Default-domain ONNX op_type → handler (Add and Mul replace the plain ones: scalars).
-HANDLERS: dict[str, _Handler] = {
+HANDLERS: dict[str, Handler] = {
     "Add": _binary,
     "Mul": _binary,
     "Sub": _binary,
@@ -272,7 +250,7 @@ HANDLERS: dict[str, _Handler] = {
 }
 
 #: ``com.microsoft`` op_type → handler.
-CONTRIB_HANDLERS: dict[str, _Handler] = {
+CONTRIB_HANDLERS: dict[str, Handler] = {
     "Gelu": _gelu,
     "FastGelu": _fast_gelu,
     "BiasGelu": _bias_gelu,
@@ -293,7 +271,9 @@ EXPORTED = frozenset({*_SIMPLE, *_CONTRIB_OPS, "reducemean", "softmax", "layerno
 }
 
 
-def emit(ex: _Exporter, op: str, params: Any, ins: list[str], outs: list[str], node: Any) -> None:
+def emit(
+    ex: ExportContext, op: str, params: Any, ins: list[str], outs: list[str], node: Node
+) -> None:
     """Write relsat op ``op`` (one of :data:`EXPORTED`) as ONNX nodes of exporter ``ex``."""
     rank = len(ex.graph.shape(node.inputs[0]))
     if op in _SIMPLE:
@@ -323,20 +303,20 @@ def emit(ex: _Exporter, op: str, params: Any, ins: list[str], outs: list[str], n
 
 
 def _contrib(
-    ex: _Exporter, op_type: str, ins: Sequence[str], outs: Sequence[str], **a: Any
+    ex: ExportContext, op_type: str, ins: Sequence[str], outs: Sequence[str], **a: Any
 ) -> None:
+    ex.declare_domain(CONTRIB, 1)
     ex.emit(op_type, ins, outs, domain=CONTRIB, **a)
-    ex.domains.setdefault(CONTRIB, 1)
 
 
-def _reduce_mean(ex: _Exporter, x: str, out: str, rank: int) -> None:
+def _reduce_mean(ex: ExportContext, x: str, out: str, rank: int) -> None:
     if ex.opset >= 18:
         ex.emit("ReduceMean", [x, ex.const("axes", [rank - 1])], [out], keepdims=1)
     else:
         ex.emit("ReduceMean", [x], [out], axes=[rank - 1], keepdims=1)
 
 
-def _layernorm_spelled(ex: _Exporter, ins: list[str], out: str, eps: float, rank: int) -> None:
+def _layernorm_spelled(ex: ExportContext, ins: list[str], out: str, eps: float, rank: int) -> None:
     """LayerNormalization before opset 17, as torch spells it (onnxruntime fuses it back)."""
     x, scale, bias = ins
     mean, centred, square = (ex.fresh(f"{out}_{s}") for s in ("mean", "centred", "square"))
@@ -353,16 +333,17 @@ def _layernorm_spelled(ex: _Exporter, ins: list[str], out: str, eps: float, rank
     ex.emit("Add", [scaled, bias], [out])
 
 
-def _unpacked(ex: _Exporter, node: Any) -> tuple[str, str]:
+def _unpacked(ex: ExportContext, node: Node) -> tuple[str, str]:
     """A skiplayernorm's packed ``[2N]`` scale and bias as two ``[N]`` tensors: two
     initializers when weight-only (always, in practice), else a Split."""
     ref = node.inputs[2]
     n = ex.graph.shape(ref)[0] // 2
-    if ex.foldable[ref.node]:
-        value = np.asarray(ex.value(ref), dtype=np.float32).reshape(-1)
+    folded = ex.folded(ref)
+    if folded is not None:
+        value = np.asarray(folded, dtype=np.float32).reshape(-1)
         base = ex.graph.node(ref).name or f"layernorm_{node.id}"
         return ex.float_array(f"{base}_scale", value[:n]), ex.float_array(f"{base}_bias", value[n:])
-    packed = ex.tensor_name[ref]
+    packed = ex.name_of(ref, node)
     scale, bias = ex.fresh(f"{packed}_scale"), ex.fresh(f"{packed}_bias")
     if ex.opset >= 13:
         ex.emit("Split", [packed, ex.const("split", [n, n])], [scale, bias], axis=0)
@@ -371,13 +352,13 @@ def _unpacked(ex: _Exporter, node: Any) -> tuple[str, str]:
     return scale, bias
 
 
-def _nanzero(ex: _Exporter, x: str, out: str) -> None:
+def _nanzero(ex: ExportContext, x: str, out: str) -> None:
     test = ex.fresh(f"{out}_isnan")
     ex.emit("IsNaN", [x], [test])
     ex.emit("Where", [test, ex.float_const("zero", 0.0), x], [out])
 
 
-def _attention_out(ex: _Exporter, scale: float, ins: list[str], out: str, node: Any) -> None:
+def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, node: Node) -> None:
     """ONNX Attention at opset 23 (keys transposed back; a constant rank-0 bias left out, the
     softmax being shift-invariant; a bias broadcast over S or T expanded, as onnxruntime wants
     its last two dims to be [S, T]); spelled out below opset 23."""
@@ -386,11 +367,9 @@ def _attention_out(ex: _Exporter, scale: float, ins: list[str], out: str, node: 
     s = ex.graph.shape(node.inputs[0])[2]
     t = ex.graph.shape(node.inputs[1])[3]
     shape = tuple(ex.graph.shape(ref))
-    bias: str | None
-    if not shape and ex.foldable[ref.node] and np.isfinite(np.asarray(ex.value(ref))).all():
-        bias = None
-    else:
-        bias = ex.name_of(ref, node)
+    folded = ex.folded(ref) if not shape else None
+    constant = folded is not None and bool(np.isfinite(folded).all())
+    bias = None if constant else ex.name_of(ref, node)
     if ex.opset < ATTENTION_OPSET:
         _attention_spelled(ex, scale, q, kt, v, bias, out)
         return
@@ -405,7 +384,7 @@ def _attention_out(ex: _Exporter, scale: float, ins: list[str], out: str, node: 
 
 
 def _attention_spelled(
-    ex: _Exporter, scale: float, q: str, kt: str, v: str, bias: str | None, out: str
+    ex: ExportContext, scale: float, q: str, kt: str, v: str, bias: str | None, out: str
 ) -> None:
     """Attention as MatMul, Mul, Add, Softmax, IsNaN/Where and MatMul (below opset 23)."""
     scores, scaled = ex.fresh(f"{out}_scores"), ex.fresh(f"{out}_scaled")

@@ -18,6 +18,7 @@ import numpy as np
 
 from relsat.graph.execute import Comparison, compare_outputs
 from relsat.onnx.errors import OnnxError
+from relsat.onnx.runtime import OrtSettings
 
 __all__ = ["random_inputs", "run_onnx", "verify"]
 
@@ -28,8 +29,7 @@ def _session(model_or_path: Any) -> Any:
 
     from relsat.onnx.data import MAX_INLINE_BYTES, save_beside
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only: no warnings about unused initializers
+    options = OrtSettings().session_options()  # errors-only logging, no spinning threads
     source = model_or_path
     if isinstance(model_or_path, onnx.ModelProto):
         if model_or_path.ByteSize() > MAX_INLINE_BYTES:  # too big to pass as one protobuf
