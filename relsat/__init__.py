@@ -5,6 +5,7 @@ The public surface is chosen here; everything else is internal.
 
 from __future__ import annotations
 
+from relsat.engine.explore import Limits
 from relsat.errors import (
     CostError,
     EGraphFormatError,
@@ -19,12 +20,17 @@ from relsat.errors import (
     SettingsError,
     UnknownModelError,
 )
+from relsat.extract import IlpOptions
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.execute import Comparison, allclose, compare, random_values, run
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.ops import TensorType
-from relsat.onnx.latency import LatencyComparison, compare_latency
-from relsat.pipeline.optimize import Limits, Result, VerificationError, optimize
+from relsat.onnx.latency import LatencyComparison, Timing, compare_latency
+from relsat.onnx.runtime import OrtSettings
+from relsat.pipeline.optimize import optimize
+from relsat.pipeline.options import Options
+from relsat.pipeline.result import Result
+from relsat.pipeline.verify import VerificationError
 from relsat.rewrite.rulefile import load_rules, load_tensat, parse_rules
 from relsat.rewrite.rules import Rule, RuleSet
 
@@ -38,10 +44,13 @@ __all__ = [
     "GraphBuilder",
     "GraphError",
     "GraphFormatError",
+    "IlpOptions",
     "LatencyComparison",
     "Limits",
     "ModelFormatError",
     "Node",
+    "Options",
+    "OrtSettings",
     "Ref",
     "RelsatError",
     "Result",
@@ -52,6 +61,7 @@ __all__ = [
     "SettingsError",
     "Tensor",
     "TensorType",
+    "Timing",
     "UnknownModelError",
     "VerificationError",
     "allclose",

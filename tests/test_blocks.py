@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relsat import GraphBuilder, models, optimize
+from relsat import GraphBuilder, Options, models, optimize
 from relsat.cost import AnalyticModel, price_egraph
 from relsat.engine.egraph import EGraph
 from relsat.engine.problem import egraph_problem
@@ -16,7 +16,7 @@ from relsat.errors import SettingsError
 from relsat.graph.execute import compare
 from relsat.graph.graph import Graph
 from relsat.pipeline.blocks import fold
-from relsat.pipeline.optimize import _leaf_names
+from relsat.pipeline.price import leaf_names
 
 
 def _encoder(layers: int, *, tie_in: int | None = None, d: int = 64) -> Graph:
@@ -48,6 +48,34 @@ def test_fold_finds_the_layers_and_keeps_the_ends_whole():
     assert folding.saved == 9 * 10
     names = {n.name for n in folding.graph.inputs}
     assert f"blk{k}.in0" in names
+
+
+def _masked_encoder(layers: int, d: int = 32) -> Graph:
+    """Layers reading an additive mask, the mask prepared inside the first layer as the dynamo
+    exporter writes it (its operators come between the first layer's)."""
+    b = GraphBuilder()
+    x = b.input([16, d], name="x")
+    m = b.input([16, 16], name="mask")
+    g, beta = b.weight([d], name="g"), b.weight([d], name="beta")
+    mask = None
+    for i in range(layers):
+        h = b.layernorm(x, g, beta, 1e-5)
+        q, k, v = (b.matmul(h, b.weight([d, d], name=f"w{c}{i}")) for c in "qkv")
+        if mask is None:  # prepared once, where the first layer first needs it
+            mask = b.sigmoid(b.relu(m))
+        s = b.softmax(b.add(b.matmul(q, b.transpose(k, [1, 0], shuffle=True)), mask))
+        x = b.add(x, b.matmul(b.matmul(s, v), b.weight([d, d], name=f"wo{i}")))
+        up = b.relu(b.matmul(b.layernorm(x, g, beta, 1e-5), b.weight([d, 4 * d], name=f"u{i}")))
+        x = b.add(x, b.matmul(up, b.weight([4 * d, d], name=f"dn{i}")))
+    return b.build(x)
+
+
+def test_fold_sees_layers_whose_mask_is_prepared_inside_the_first():
+    graph = _masked_encoder(4)
+    folding = fold(graph)
+    assert folding is not None and folding.streams == 1
+    assert sorted(folding.count) == [1, 3]  # the layers after the first are one copy
+    assert compare(graph, folding.unfold(folding.graph)).ok
 
 
 def test_folded_graph_does_not_grow_with_depth():
@@ -90,13 +118,13 @@ def test_nothing_to_fold():
 def test_optimize_with_blocks_matches_the_whole_graph():
     graph = _encoder(10)
     whole = optimize(graph)
-    folded = optimize(graph, blocks=True)
+    folded = optimize(graph, Options(blocks="on"))
     assert folded.verified and folded.graph.output_shapes == graph.output_shapes
     assert folded.cost_before == pytest.approx(whole.cost_before, rel=1e-9)
     assert folded.cost_after <= whole.cost_after * (1 + 1e-9)
     assert folded.egraph.counts()[0] < whole.egraph.counts()[0] / 2
-    assert folded.settings["blocks"].startswith("10 pieces, 3 distinct")
-    assert whole.settings["blocks"] == "off"
+    assert folded.blocks.startswith("10 pieces, 3 distinct")
+    assert whole.blocks == "off"
 
 
 def test_copies_linked_by_a_rule_are_never_mixed():
@@ -104,23 +132,23 @@ def test_copies_linked_by_a_rule_are_never_mixed():
     side by side in the folded e-graph; such e-nodes are forbidden, so the costs stay the whole
     graph's and every layer is rebuilt from its own tensors."""
     graph = models.load("resnext50")
-    whole = optimize(graph, verify=False)
-    folded = optimize(graph, blocks=True)
-    assert folded.settings["blocks"] != "none repeated"
+    whole = optimize(graph, Options(verify=False))
+    folded = optimize(graph, Options(blocks="on"))
+    assert folded.blocks != "none repeated"
     assert folded.cost_before == pytest.approx(whole.cost_before, rel=1e-9)
     assert folded.cost_after == pytest.approx(whole.cost_after, rel=1e-6)
     assert folded.verified
 
 
 def test_blocks_without_repeats_optimizes_the_whole_graph():
-    result = optimize(models.load("nasrnn"), blocks=True)
-    assert result.settings["blocks"] == "none repeated"
+    result = optimize(models.load("nasrnn"), Options(blocks="on"))
+    assert result.blocks == "none repeated"
     assert result.reduction == pytest.approx(optimize(models.load("nasrnn")).reduction)
 
 
 def test_bad_blocks_value():
     with pytest.raises(SettingsError, match="blocks"):
-        optimize(_encoder(2), blocks="yes")  # type: ignore[arg-type]
+        Options(blocks="yes")
 
 
 def test_restrict_weights_count_each_copy():
@@ -136,7 +164,7 @@ def test_restrict_weights_count_each_copy():
         problem, enode_ids, _ = egraph_problem(eg)
         times = np.ones(len(enode_ids))
         if g is folding.graph:
-            times, forbidden = folding.restrict(problem, _leaf_names(eg, enode_ids))
+            times, forbidden = folding.restrict(problem, leaf_names(eg, enode_ids))
             # the ends once, the middle layer 4 times, the layernorm weights all share: 6
             assert not forbidden.any() and set(times.tolist()) == {1.0, 4.0, 6.0}
         sums.append(float((problem.node_cost * times).sum()))
@@ -152,7 +180,7 @@ def test_a_tensor_named_like_a_copy_input_does_not_clash():
     folding = fold(graph)
     assert folding is not None and folding.prefix == "blk_"
     assert {n.name for n in folding.graph.inputs} == {"blk_0.in0"}
-    result = optimize(graph, blocks=True)
+    result = optimize(graph, Options(blocks="on"))
     assert result.verified and [n.name for n in result.graph.inputs] == ["blk0.in0"]
 
 
@@ -162,11 +190,9 @@ def test_auto_folds_chains_of_layers_only():
     read the cell before the last, are explored whole."""
     chain = _encoder(8)
     assert fold(chain).streams == 1
-    assert optimize(chain, blocks="auto").settings["blocks"].startswith("8 pieces")
+    assert optimize(chain, Options(blocks="auto")).blocks.startswith("8 pieces")
     for name, streams in (("bert", 8), ("nasneta", 4)):
         graph = models.load(name)
         assert fold(graph).streams == streams
-        result = optimize(graph, blocks="auto", verify=False)
-        assert result.settings["blocks"] == (
-            f"not folded ({streams} tensors cross a cut between copies)"
-        )
+        result = optimize(graph, Options(blocks="auto", verify=False))
+        assert result.blocks == (f"not folded ({streams} tensors cross a cut between copies)")

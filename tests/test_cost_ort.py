@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from relsat import GraphBuilder, Limits, optimize
+from relsat import GraphBuilder, Limits, Options, optimize
 from relsat.cost import AnalyticModel, OpSignature, OrtModel, OrtTiming, price_egraph
 from relsat.cost.ort import CostCacheWarning, cache_dir, unit_graph
 from relsat.cost.price import enode_signatures
@@ -237,9 +237,9 @@ def test_optimize_with_ort_cpu_end_to_end() -> None:
     x = b.input([2, 8], name="x")
     w = b.weight([16, 8])
     y = b.relu(b.matmul(x, b.transpose(w, [1, 0])))
-    result = optimize(b.build(y), cost_model="ort-cpu", limits=Limits(iterations=1))
-    assert result.settings["cost_model"] == "ort-cpu" and "ort-cpu" in result.report()
-    assert result.settings["cost_fallbacks"] == 0
+    result = optimize(b.build(y), Options(cost_model="ort-cpu", limits=Limits(iterations=1)))
+    assert result.cost_model == "ort-cpu" and "ort-cpu" in result.report()
+    assert result.cost_fallbacks == 0
     assert math.isfinite(result.cost_before) and result.cost_before > 0
     assert result.verified
     # the cost model decides: weight-only work is precomputed by the export, so it is free

@@ -222,8 +222,8 @@ def test_locked_database_is_a_typed_error(tmp_path: Path) -> None:
 def test_a_concat_wider_than_an_enode_nests() -> None:
     """DenseNet concatenates up to 25 inputs; an e-node has 8 children: the leading inputs fold
     into nested concats on the same axis, the same tensor with the same split history."""
+    from relsat import optimize
     from relsat.graph.execute import compare
-    from relsat.pipeline.optimize import optimize
 
     b = GraphBuilder()
     x = b.input([1, 2, 4, 4], name="x")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from relsat.extract import (
     ExtractionError,
+    IlpOptions,
     Problem,
     check,
     dag_cost,
@@ -62,7 +63,7 @@ def test_start_is_kept_when_nothing_beats_it() -> None:
     assert e.cost == pytest.approx(7.0) and e.found_by == "start" and e.status == "optimal"
     assert e.bound == pytest.approx(7.0) and e.gap == pytest.approx(0.0)
     worse = {3: 4, 1: 1, 2: 2, 0: 0}  # cost 9, as greedy: greedy found it first
-    e = ilp(SHARED, start=worse, warm_start=False)
+    e = ilp(SHARED, IlpOptions(warm_start=False), start=worse)
     assert e.cost == pytest.approx(7.0) and e.found_by == "ilp"
 
 
@@ -80,7 +81,7 @@ def test_incumbent_refuses_invalid_and_dearer_choices() -> None:
 def test_a_limit_hit_at_once_returns_the_greedy_answer(reference: Path) -> None:
     # The clock runs out before any solver: the answer is the warm start, checked and labelled.
     p = egraph_json.load(reference / "extraction-gym" / "vgg.json")
-    e = ilp(p, time_limit=1e-6)
+    e = ilp(p, IlpOptions(time_limit=1e-6))
     check(p, e.choice)
     assert e.status == "time_limit"
     assert e.cost <= greedy_tree(p).cost + 1e-12
@@ -182,7 +183,7 @@ def test_a_solver_that_ignores_its_time_limit_is_abandoned(
     monkeypatch.setattr(highspy.Highs, "run", lambda self: release.wait(60))
     monkeypatch.setattr(highs, "ABANDON_AFTER", 0.2)
     try:
-        e = ilp(SHARED, time_limit=0.1, search=0)
+        e = ilp(SHARED, IlpOptions(time_limit=0.1, search=0))
     finally:
         release.set()
     assert e.stats["abandoned"] is True

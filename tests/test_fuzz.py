@@ -20,9 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fuzzgen import describe, random_graph
 
-from relsat import Limits, optimize
+from relsat import IlpOptions, Limits, Options, VerificationError, optimize
 from relsat.graph.graph import Graph
-from relsat.pipeline.optimize import VerificationError
 
 SEEDS = range(100)
 LIMITS = Limits(iterations=2, nodes=1500)
@@ -35,9 +34,11 @@ def _interface(g: Graph) -> tuple[list[tuple[str | None, tuple[int, ...]]], list
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fuzzed_graph_is_optimized_soundly(seed: int) -> None:
     graph = random_graph(seed)
-    result = optimize(graph, k_multi=2 if seed % 4 == 0 else 1, limits=LIMITS, time_limit=10)
+    k_multi = 2 if seed % 4 == 0 else 1
+    options = Options(k_multi=k_multi, limits=LIMITS, ilp=IlpOptions(time_limit=10))
+    result = optimize(graph, options)
     try:
-        assert result.verified, f"seed {seed}: {result.settings['verify']}; {describe(graph)}"
+        assert result.verified, f"seed {seed}: {result.verification}; {describe(graph)}"
         assert _interface(result.graph) == _interface(graph), f"seed {seed}: {describe(graph)}"
     finally:
         result.egraph.close()
@@ -51,9 +52,8 @@ def test_positive_control_guards_off_is_caught() -> None:
     for seed in (17, 56, 85, 90):  # those of the sample, found by running it with guards off
         try:
             k_multi = 2 if seed % 4 == 0 else 1
-            optimize(
-                random_graph(seed), k_multi=k_multi, limits=LIMITS, guards=False
-            ).egraph.close()
+            options = Options(k_multi=k_multi, limits=LIMITS, guards=False)
+            optimize(random_graph(seed), options).egraph.close()
         except VerificationError:
             unsound.append(seed)
             break

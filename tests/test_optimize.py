@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from relsat import GraphBuilder, models
+from relsat import GraphBuilder, IlpOptions, Limits, Options, VerificationError, models, optimize
 from relsat.cost import AnalyticModel, CostModel, OpSignature
 from relsat.cost.model import Pricing
 from relsat.engine.egraph import EGraph
 from relsat.errors import RelsatError, SettingsError
 from relsat.graph.serial import to_json
 from relsat.onnx.runtime import OrtSettings
-from relsat.pipeline.optimize import Limits, VerificationError, optimize
 
 NASRNN = models.load("nasrnn")
 
@@ -30,7 +29,7 @@ def depthwise_pair():  # type: ignore[no-untyped-def]
 
 
 def test_optimize_nasrnn() -> None:
-    result = optimize(models.load("nasrnn"), limits=Limits(iterations=3))
+    result = optimize(models.load("nasrnn"), Options(limits=Limits(iterations=3)))
     assert result.verified
     assert result.cost_after < result.cost_before
     assert result.reduction > 0.25  # fused gate matmuls; TENSAT's historical run: 33 %
@@ -43,7 +42,7 @@ def test_optimize_nasrnn() -> None:
 
 @pytest.mark.parametrize("extractor", ["greedy", "greedy-dag", "ilp"])
 def test_extractors(extractor: str) -> None:
-    result = optimize(models.load("squeezenet"), extractor=extractor)
+    result = optimize(models.load("squeezenet"), Options(extractor=extractor))
     assert result.verified and result.cost_after <= result.cost_before
     assert result.graph.op_counts()["relu"] < 26  # ReLUs fused into the convs
 
@@ -51,7 +50,8 @@ def test_extractors(extractor: str) -> None:
 def test_unguarded_rules_are_caught_by_verification() -> None:
     graph = depthwise_pair()
     with pytest.raises(VerificationError) as info:
-        optimize(graph, guards=False)
+        optimize(graph, Options(guards=False))
+    assert info.value.check == "numpy" and info.value.comparison is not None
     assert not info.value.comparison.ok
     result = optimize(graph)  # guarded: the merge is refused, the result is right
     assert result.verified
@@ -59,7 +59,9 @@ def test_unguarded_rules_are_caught_by_verification() -> None:
 
 def test_egraph_kept_in_a_file(tmp_path: Path) -> None:
     path = tmp_path / "nasrnn.duckdb"
-    result = optimize(models.load("nasrnn"), db=path, limits=Limits(iterations=2), verify=False)
+    result = optimize(
+        models.load("nasrnn"), Options(db=path, limits=Limits(iterations=2), verify=False)
+    )
     counts = result.egraph.counts()
     result.egraph.close()
     again = EGraph(path)
@@ -76,18 +78,18 @@ BAD_SETTINGS = [  # (what is called, the option its SettingsError names)
     (lambda: Limits(iterations=True), "iterations"),
     (lambda: Limits(seconds=-3), "seconds"),
     (lambda: Limits(seconds=float("nan")), "seconds"),
-    (lambda: optimize(NASRNN, k_multi=-1), "k_multi"),
-    (lambda: optimize(NASRNN, limits=15), "limits"),  # type: ignore[arg-type]
-    (lambda: optimize(NASRNN, cost_model="tpu"), "cost_model"),
-    (lambda: optimize(NASRNN, extractor="annealing"), "extractor"),
-    (lambda: optimize(NASRNN, cycle_filter="sometimes"), "cycle_filter"),
-    (lambda: optimize(NASRNN, time_limit=0), "time_limit"),
-    (lambda: optimize(NASRNN, time_limit=-1), "time_limit"),
-    (lambda: optimize(NASRNN, mip_gap=-0.1), "mip_gap"),
-    (lambda: optimize(NASRNN, mip_gap=2), "mip_gap"),
-    (lambda: optimize(NASRNN, order="topological"), "order"),
-    (lambda: optimize(NASRNN, concat="gratis"), "concat"),
-    (lambda: optimize(NASRNN, precompute_weights="yes"), "precompute_weights"),  # type: ignore[arg-type]
+    (lambda: Options(k_multi=-1), "k_multi"),
+    (lambda: Options(limits=15), "limits"),  # type: ignore[arg-type]
+    (lambda: Options(cost_model="tpu"), "cost_model"),
+    (lambda: Options(extractor="annealing"), "extractor"),
+    (lambda: Options(cycle_filter="sometimes"), "cycle_filter"),
+    (lambda: IlpOptions(time_limit=0), "time_limit"),
+    (lambda: IlpOptions(time_limit=-1), "time_limit"),
+    (lambda: IlpOptions(mip_gap=-0.1), "mip_gap"),
+    (lambda: IlpOptions(mip_gap=2), "mip_gap"),
+    (lambda: IlpOptions(order="topological"), "order"),  # type: ignore[arg-type]
+    (lambda: Options(concat="gratis"), "concat"),
+    (lambda: Options(precompute_weights="yes"), "precompute_weights"),  # type: ignore[arg-type]
     (lambda: AnalyticModel("z80"), "device"),
     (lambda: AnalyticModel(compute_efficiency=0), "compute_efficiency"),
     (lambda: AnalyticModel(bandwidth_efficiency=1.5), "bandwidth_efficiency"),
@@ -131,20 +133,20 @@ def test_egraph_written_as_extraction_gym_json(tmp_path: Path) -> None:
 def test_device_cost_model_uses_a_shipped_table_with_fallback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import relsat.pipeline.optimize as pipeline
+    import relsat.pipeline.price as pipeline
     from relsat.cost import AnalyticModel, CostTable, OpSignature, TableModel
 
-    assert isinstance(pipeline._cost_model("h100"), AnalyticModel)  # nothing shipped here
+    h100 = Options(cost_model="h100")
+    assert isinstance(pipeline.cost_model(h100, onnx=False), AnalyticModel)  # nothing shipped
     table = CostTable()  # a fixture, clearly not a measurement: one signature, 1 ms
     sig = OpSignature("relu", (), "", ((1, 512),), (1, 512))
     table.insert("h100", [sig], [1.0], source="fixture")
     monkeypatch.setattr(pipeline, "shipped_costs", lambda device: table)
-    model = pipeline._cost_model("h100")
+    model = pipeline.cost_model(h100, onnx=False)
     assert isinstance(model, TableModel)
-    result = optimize(
-        models.load("nasrnn"), cost_model=model, limits=Limits(iterations=1), verify=False
-    )
-    assert result.settings["cost_fallbacks"] > 0
+    options = Options(cost_model=model, limits=Limits(iterations=1), verify=False)
+    result = optimize(models.load("nasrnn"), options)
+    assert result.cost_fallbacks is not None and result.cost_fallbacks > 0
     assert "priced by the fallback model" in result.report()
 
 
@@ -193,13 +195,13 @@ def test_an_exact_tie_with_fewer_enodes_still_keeps_the_input() -> None:
     x, y = b.input([1, 4, 8, 8], name="x"), b.input([1, 4, 8, 8], name="y")
     conv = b.relu(b.conv2d(x, b.weight([4, 4, 3, 3], name="w")))
     g = b.build([b.concat(1, [b.relu(x), b.relu(y)]), conv])
-    result = optimize(g, cost_model=_FreeActivations())
+    result = optimize(g, Options(cost_model=_FreeActivations()))
     assert result.rewrites() == {"conv-relu-fuse": 1}
     assert (result.cost_before, result.cost_after) == (2.0, 1.0)
 
 
 def test_attribution_names_the_rules_that_paid() -> None:
-    result = optimize(models.load("nasrnn"), limits=Limits(iterations=3))
+    result = optimize(models.load("nasrnn"), Options(limits=Limits(iterations=3)))
     gains = result.attribution()
     assert set(gains) <= set(result.rewrites()) and gains
     assert all(0 <= ms <= result.cost_before for ms in gains.values())

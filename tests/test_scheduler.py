@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_explore import EXPLODING, sum_chain
 
-from relsat import models, optimize
+from relsat import Options, models, optimize
 from relsat.cli import main
 from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Backoff, Limits, StopReason, explore
@@ -158,7 +158,7 @@ def test_a_bad_scheduler_is_refused(scheduler: object) -> None:
     with pytest.raises(SettingsError, match="scheduler"):
         explore(eg, RULES, scheduler=scheduler)  # type: ignore[arg-type]
     with pytest.raises(SettingsError, match="scheduler"):
-        optimize(models.load("vgg19"), scheduler=scheduler)  # type: ignore[arg-type]
+        optimize(models.load("vgg19"), Options(scheduler=scheduler))  # type: ignore[arg-type]
     assert eg.db.scalar("SELECT count(*) FROM iteration_stats") == 0
 
 

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from relsat import GraphBuilder, optimize
+from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import OpSignature
@@ -246,7 +246,7 @@ def test_saturation_finds_the_fused_forms() -> None:
     x, r = b.input([1, 16, 32], name="x"), b.input([1, 16, 32], name="r")
     h = _gelu_torch(b, x)
     ln = _layernorm_spelled(b, b.add(h, r), b.weight([32]), b.weight([32]), b.scalar(1e-5))
-    result = optimize(b.build(ln), rules=TRANSFORMER_RULES)
+    result = optimize(b.build(ln), Options(rules=TRANSFORMER_RULES))
     counts = result.graph.op_counts()
     assert counts["gelu"] == 1 and counts["skiplayernorm"] == 1
     assert not {"erf", "ewdiv", "reducemean", "ewpow"} & set(counts)
@@ -265,7 +265,9 @@ def test_near_misses_are_left_alone() -> None:
     r = b.input([1, 1, 32], name="r")
     scale, shift = b.weight([32]), b.weight([32])
     broadcast = _layernorm_spelled(b, b.add(x, r), scale, shift, b.scalar(1e-5))
-    result = optimize(b.build(as_tensor, odd_eps, wrong, broadcast), rules=TRANSFORMER_RULES)
+    result = optimize(
+        b.build(as_tensor, odd_eps, wrong, broadcast), Options(rules=TRANSFORMER_RULES)
+    )
     counts = result.graph.op_counts()
     assert counts["layernorm"] == 1 and "skiplayernorm" not in counts and "gelu" not in counts
     assert result.verified
@@ -300,7 +302,7 @@ def test_torch_exports_of_both_spellings_fuse(tmp_path: object) -> None:
             )
         graph = ronnx.load(path)
         assert graph.op_counts()["reducemean"] == 2
-        result = optimize(graph, rules=TRANSFORMER_RULES, verify=False)
+        result = optimize(graph, Options(rules=TRANSFORMER_RULES, verify=False))
         counts = result.graph.op_counts()
         assert counts["gelu" if approximate == "none" else "gelu_tanh"] == 1
         assert counts["layernorm"] + counts["skiplayernorm"] == 1

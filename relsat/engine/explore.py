@@ -44,7 +44,6 @@ from pathlib import Path
 import pyarrow as pa
 
 from relsat.engine.compile import Program, compile_rules
-from relsat.engine.cycles import MODES
 from relsat.engine.db import DeadlinePassed
 from relsat.engine.egraph import EGraph
 from relsat.engine.phase import Backoff, IterationStats, Phases
@@ -154,6 +153,7 @@ def explore(
     audit: bool = False,
     on_phase: Callable[[IterationStats], None] | None = None,
     scheduler: str | Backoff = "simple",
+    k_neutral: int | None = None,
 ) -> Exploration:
     """Saturate ``egraph`` with ``rules`` (default: the shipped rule set).
 
@@ -163,7 +163,8 @@ def explore(
     multi-pattern matches, then a post-pass after every phase that filters the newest e-node of
     each remaining cycle), ``"vanilla"`` (per-match descendant sets, no post-pass: the paper's
     Table 6 ablation) or ``"off"``. ``k_multi`` (an integer >= 0) is the number of iterations
-    that run the multi-pattern rules. A bad setting raises :class:`~relsat.errors.SettingsError`.
+    that run the multi-pattern rules. The settings are taken as valid: :class:`relsat.Options`
+    checks them once (a bad ``scheduler`` still raises :class:`~relsat.errors.SettingsError`).
     ``audit=True`` runs the invariant checks (:meth:`EGraph.audit`) after every phase and raises
     :class:`~relsat.errors.AuditError` (rolling the phase back) when one fails.
     An e-graph explored before is continued (see the module docstring and :class:`Limits`).
@@ -173,14 +174,18 @@ def explore(
     rule
     that matches too often is banned for a few iterations, so that a rule set that explodes (add
     associativity on a residual stream) spends the e-node budget on the other rules too.
+    ``k_neutral`` (an integer >= 0, or None: every iteration, as TENSAT): the iterations that run
+    the *neutral* rules (:mod:`relsat.engine.relevance`: element-wise associativity and
+    commutativity, priced alike on both sides by every cost model), which then cannot fill the
+    e-graph; counted like ``k_multi``, from the e-graph's first iteration.
     """
     start = time.perf_counter()
     limits = limits or Limits()
-    check_int("k_multi", k_multi, 0)
-    check_choice("cycle_filter", cycle_filter, MODES)
     backoff = backoff_for(scheduler)
     program = program_for(default_rules() if rules is None else rules, guards=guards)
-    runner = Phases(egraph, program, k_multi, cycle_filter, backoff=backoff)
+    if k_neutral is not None:
+        check_int("k_neutral", k_neutral, 0)
+    runner = Phases(egraph, program, k_multi, cycle_filter, backoff=backoff, k_neutral=k_neutral)
     db = egraph.db
     first = iteration = runner.next_iteration
     stats: list[IterationStats] = []
@@ -249,6 +254,7 @@ def explore(
             "settings": json.dumps(
                 {
                     "k_multi": k_multi,
+                    "k_neutral": k_neutral,
                     "guards": guards,
                     "scheduler": asdict(backoff) if backoff else "simple",
                     **asdict(limits),

@@ -24,7 +24,6 @@ so far, and sub-problem numbering), ``search`` (the order-restricted primal sear
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from relsat.errors import ExtractionError
 from relsat.extract.greedy import greedy_dag, greedy_tree
@@ -44,11 +43,12 @@ from relsat.extract.reduction import Reduced as Reduced
 from relsat.extract.reduction import reduce
 from relsat.extract.search import _dfs_order as _dfs_order
 from relsat.extract.search import _order_restriction as _order_restriction
-from relsat.extract.solve import ilp
+from relsat.extract.solve import IlpOptions, ilp
 
 __all__ = [
     "Extraction",
     "ExtractionError",
+    "IlpOptions",
     "Problem",
     "Reachable",
     "check",
@@ -71,12 +71,22 @@ EXTRACTORS: dict[str, Callable[..., Extraction]] = {
 }
 
 
-def extract(problem: Problem, method: str = "ilp", **kw: Any) -> Extraction:
-    """Run the extractor named ``method`` (``greedy``, ``greedy-dag`` or ``ilp``)."""
+def extract(
+    problem: Problem,
+    method: str = "ilp",
+    options: IlpOptions | None = None,
+    *,
+    start: dict[int, int] | None = None,
+) -> Extraction:
+    """Run the extractor named ``method`` (``greedy``, ``greedy-dag`` or ``ilp``); the ILP with
+    ``options`` and the warm start ``start`` (a class → node choice), which the greedy
+    extractors do not use."""
     try:
         fn = EXTRACTORS[method]
     except KeyError:
         raise ExtractionError(
             f"unknown method {method!r}; use one of {sorted(EXTRACTORS)}"
         ) from None
-    return fn(problem, **kw)
+    if fn is ilp:
+        return ilp(problem, options, start=start)
+    return fn(problem)

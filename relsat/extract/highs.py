@@ -32,7 +32,7 @@ STATIC_CUT_NONZEROS = 500_000
 
 
 @dataclass(frozen=True)
-class Limits:
+class SolverLimits:
     """What one solve may spend: ``deadline`` (a ``time.perf_counter()`` value), ``runs``
     (HiGHS runs: 1 + rounds of lazy cuts), ``nodes`` (branch-and-bound nodes per run),
     ``stall_nodes`` and ``stall_seconds`` (nodes or seconds without a better solution);
@@ -62,7 +62,7 @@ class Run:
 
 def run_model(
     p: Problem,
-    limits: Limits,
+    limits: SolverLimits,
     *,
     incumbent: Callable[[], Choice | None],
     offer: Callable[[Choice], object],

@@ -11,7 +11,7 @@ from functools import partial
 import numpy as np
 
 from relsat.errors import ExtractionError
-from relsat.extract.highs import Limits, run_model
+from relsat.extract.highs import SolverLimits, run_model
 from relsat.extract.incumbent import Frame, Incumbent
 from relsat.extract.problem import I64, Problem, _with_forbidden
 from relsat.extract.reduction import reduce
@@ -81,7 +81,7 @@ def is_cyclic(p: Problem) -> bool:
 def order_search(
     frame: Frame,
     best: Incumbent,
-    limits: Limits,
+    limits: SolverLimits,
     *,
     rounds: int | None,
     seed: int,

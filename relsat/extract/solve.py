@@ -5,15 +5,18 @@ cuts for the rest of the time; every step hands its answers to one :class:`Incum
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from relsat.errors import ExtractionError
+from relsat.errors import ExtractionError, SettingsError, check_choice, check_int, check_number
 from relsat.extract.greedy import OutOfTime, greedy_dag, greedy_tree
-from relsat.extract.highs import Limits, run_model
+from relsat.extract.highs import SolverLimits, run_model
 from relsat.extract.incumbent import Frame, Incumbent
 from relsat.extract.model import Order
 from relsat.extract.problem import Extraction, Problem, Status
 from relsat.extract.reduction import reduce
 from relsat.extract.search import is_cyclic, order_search
+
+__all__ = ["IlpOptions", "ilp"]
 
 #: Share of the time limit greedy-DAG may take (it is quadratic on deep e-graphs).
 GREEDY_DAG_SHARE = 0.25
@@ -23,27 +26,60 @@ SEARCH_STALL_NODES = 200
 SEARCH_STALL_SECONDS = 2.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class IlpOptions:
+    """The ILP extractor's settings, one value (see :func:`ilp` for what each does).
+
+    ``time_limit``: seconds for everything (reduction, heuristics, solves), a number > 0;
+    ``mip_gap``: the relative gap to stop at, in [0, 1]; ``order``: None (lazy cycle cuts),
+    ``"real"`` or ``"int"`` (TENSAT's big-M order constraints); ``warm_start``: start from the
+    greedy extractors' answers; ``threads``: HiGHS's threads (None: its default);
+    ``cycle_len``: the longest class cycles cut statically (0: none), an integer >= 0;
+    ``search``: the share of the time the order search may take on a cyclic e-graph, in [0, 1];
+    ``seed``: of the order search; ``log``: HiGHS's log on stdout; ``rounds``, ``runs``,
+    ``node_limit``: limits of work instead of time (search rounds, HiGHS runs of the full
+    model, branch-and-bound nodes per run), so that the work done does not depend on the
+    machine. A value out of its range raises :class:`~relsat.errors.SettingsError` naming it.
+
+    >>> IlpOptions(time_limit=5).mip_gap
+    0.0
+    """
+
+    time_limit: float = 60.0
+    mip_gap: float = 0.0
+    order: Order = None
+    warm_start: bool = True
+    threads: int | None = None
+    cycle_len: int = 6
+    search: float = 0.5
+    seed: int = 0
+    log: bool = False
+    rounds: int | None = None
+    runs: int | None = None
+    node_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        check_number("time_limit", self.time_limit, 0, strict=True)
+        for name in ("mip_gap", "search"):  # shares
+            value = getattr(self, name)
+            check_number(name, value, 0)
+            if not value <= 1:
+                raise SettingsError(name, value, "a number in [0, 1]")
+        check_choice("order", self.order, (None, "real", "int"))
+        check_int("cycle_len", self.cycle_len, 0)
+
+
 def ilp(
     problem: Problem,
+    options: IlpOptions | None = None,
     *,
-    time_limit: float = 60.0,
-    mip_gap: float = 0.0,
-    order: Order = None,
-    warm_start: bool = True,
-    threads: int | None = None,
-    cycle_len: int = 6,
-    search: float = 0.5,
     start: dict[int, int] | None = None,
-    seed: int = 0,
-    log: bool = False,
-    rounds: int | None = None,
-    runs: int | None = None,
-    node_limit: int | None = None,
 ) -> Extraction:
-    """TENSAT's ILP on HiGHS after :func:`reduce`, warm-started from the greedy solutions;
-    anytime: when ``time_limit`` (seconds for everything: reduction, heuristics, solves) runs
-    out, the answer is the best found so far, never worse than the greedy extractors or
-    ``start`` (a class → node choice of ``problem``, e.g. the input graph).
+    """TENSAT's ILP on HiGHS after :func:`reduce`, warm-started from the greedy solutions, with
+    ``options`` (:class:`IlpOptions`; None: the defaults); anytime: when ``time_limit`` (seconds
+    for everything: reduction, heuristics, solves) runs out, the answer is the best found so
+    far, never worse than the greedy extractors or ``start`` (a class → node choice of
+    ``problem``, e.g. the input graph).
 
     Without ``order`` acyclicity is enforced lazily: when HiGHS finds a cyclic incumbent, the
     solve is interrupted, a cut is added for every cyclic component and cycle of it (see
@@ -61,6 +97,8 @@ def ilp(
     the branch-and-bound nodes of each HiGHS run: with them and ``rounds`` the work done no
     longer depends on the machine's speed (status ``work_limit``), which is what tests use.
     """
+    o = options or IlpOptions()
+    time_limit, mip_gap, order, search = o.time_limit, o.mip_gap, o.order, o.search
     t0 = time.perf_counter()
     best = Incumbent(problem, t0)
     method = "ilp" if order is None else f"ilp-order-{order}"
@@ -73,7 +111,7 @@ def ilp(
     if start is not None:
         best.offer(start, "start")
     tree: dict[int, int] | None = None
-    if warm_start:
+    if o.warm_start:
         tree = frame.lift(greedy_tree(frame.problem).choice)
         best.offer(tree, "greedy")
         try:
@@ -90,19 +128,19 @@ def ilp(
     p = frame.problem
     cyclic = is_cyclic(p)
     fallback = frame.lower(tree)  # warm start when the incumbent uses nodes reduced away
-    limits = Limits(
-        deadline, runs=runs, nodes=node_limit, mip_gap=mip_gap, threads=threads, log=log
+    limits = SolverLimits(
+        deadline, runs=o.runs, nodes=o.node_limit, mip_gap=mip_gap, threads=o.threads, log=o.log
     )
     if order is None and cyclic and search > 0:
-        inner = Limits(
+        inner = SolverLimits(
             min(deadline, t0 + search * time_limit),
-            nodes=node_limit,
+            nodes=o.node_limit,
             stall_nodes=SEARCH_STALL_NODES,
             stall_seconds=max(SEARCH_STALL_SECONDS, 0.5 * search * time_limit),
             mip_gap=mip_gap,
-            threads=threads,
+            threads=o.threads,
         )
-        stats.update(order_search(frame, best, inner, rounds=rounds, seed=seed))
+        stats.update(order_search(frame, best, inner, rounds=o.rounds, seed=o.seed))
     status: Status = "time_limit"
     bound = 0.0
     iterations = cuts = 0
@@ -114,7 +152,7 @@ def ilp(
             offer=lambda c: best.offer(frame.lift(c), "ilp"),
             order=order,
             cyclic=cyclic,
-            cycle_len=cycle_len,
+            cycle_len=o.cycle_len,
         )
         status, bound, iterations, cuts = run.status, run.bound, run.iterations, run.cuts
         stats["abandoned"] = run.abandoned

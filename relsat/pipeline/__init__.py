@@ -1,1 +1,9 @@
-"""pipeline."""
+"""The pipeline: :func:`~relsat.pipeline.optimize.optimize` as named stages over one run record.
+
+``options`` (:class:`Options`, every setting as one frozen value), ``run`` (the :class:`Run`
+record and the :class:`Stage` progress event), then one module per stage, in the order they
+run: ``load`` (a Graph or an ONNX model), ``folding`` (fold repeated blocks, with ``blocks``
+finding them; unfold at the end), ``explore``, ``price``, ``extract``, ``decode``, ``verify``,
+``ort`` (for an ONNX input: export, check in onnxruntime, time, choose), ``result`` (the
+:class:`Result`), ``save`` (atomic writes) and ``optimize`` (the driver).
+"""

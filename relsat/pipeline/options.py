@@ -1,0 +1,197 @@
+"""Every setting of :func:`relsat.optimize`, as one frozen value checked once when it is built.
+
+>>> from relsat import Limits, Options
+>>> options = Options(limits=Limits(iterations=2), extractor="greedy")
+>>> options.describe()
+"limits=Limits(nodes=50000, iterations=2, seconds=3600.0), extractor='greedy'"
+>>> Options(k_multi=-1)
+Traceback (most recent call last):
+...
+relsat.errors.SettingsError: k_multi must be an integer >= 0, got -1
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from relsat.cost import DEVICES, CostModel
+from relsat.engine.cycles import MODES
+from relsat.engine.explore import Backoff, Limits, backoff_for
+from relsat.errors import SettingsError, check_choice, check_int
+from relsat.extract import EXTRACTORS, IlpOptions
+from relsat.onnx.latency import Timing
+from relsat.onnx.runtime import OrtSettings
+from relsat.rewrite.rules import Rule, RuleSet
+
+__all__ = ["BLOCKS", "COST_MODELS", "Options"]
+
+#: ``Options.blocks``: fold repeated blocks always, never, or only a chain of layers.
+BLOCKS = ("auto", "on", "off")
+#: ``Options.cost_model`` by name, besides a device of :data:`relsat.cost.DEVICES` (its shipped
+#: measured table, or its roofline) and ``"analytic-<device>"`` (the roofline alone).
+COST_MODELS = ("analytic", "ort-cpu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """The settings of one :func:`relsat.optimize` run. Every field has a default; a bad value
+    raises :class:`~relsat.errors.SettingsError` (a ``ValueError``) naming the field when the
+    value is built, before any work (``dataclasses.replace`` checks again).
+
+    Exploration (:func:`relsat.engine.explore.explore`): ``limits`` (:class:`Limits`: e-nodes,
+    iterations, seconds), ``rules`` (None: the shipped ``rules/*.rules``; any iterable of
+    :class:`~relsat.rewrite.rules.Rule`, kept as a tuple or :class:`RuleSet`), ``k_multi``
+    (iterations with multi-pattern rules, an integer >= 0), ``scheduler`` (``"simple"``: every
+    match applied; ``"backoff"`` or a :class:`~relsat.engine.phase.Backoff`: egg's backoff
+    scheduler, as TENSAT ran), ``guards`` (False: TENSAT's unguarded rules, unsound in places;
+    verification catches it), ``cycle_filter`` (``"efficient"``, ``"vanilla"`` or ``"off"``).
+
+    Pricing: ``cost_model`` (None: ``"ort-cpu"`` for an ONNX input, ``"analytic"`` for a
+    Graph; else ``"analytic"``, ``"ort-cpu"``, a device name, ``"analytic-<device>"`` or a
+    :class:`~relsat.cost.CostModel`: see :func:`relsat.pipeline.price.cost_model`), ``concat``
+    (``"copy"`` or ``"free"``) and ``precompute_weights`` (None: as the priced runtime does;
+    False or True), the policies of :class:`~relsat.cost.Pricing`.
+
+    Extraction: ``extractor`` (``"ilp"``, ``"greedy"``, ``"greedy-dag"``) and ``ilp``
+    (:class:`~relsat.extract.IlpOptions`: time limit, gap, order constraints, ...).
+
+    ``blocks``: explore each distinct repeated block once (:mod:`relsat.pipeline.blocks`):
+    ``"on"``, ``"off"``, or ``"auto"`` (only a chain of layers: one tensor made inside the
+    repeat crosses each cut); None: ``"auto"`` for an ONNX input, ``"off"`` for a Graph.
+    ``verify``: check the optimized graph computes what the input computes (NumPy; for an ONNX
+    input also onnxruntime). ``db``: keep the e-graph in this DuckDB file; ``resume``: explore
+    the e-graph of the same graph stored there further (needs ``db``).
+
+    ONNX input: ``input_shapes`` (input name → dims) and ``batch`` fix dynamic dims;
+    ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`: threads, optimization level) runs the
+    timing and the ``ort-cpu`` prices; ``timing`` (:class:`~relsat.onnx.latency.Timing`: time
+    budget, rounds, confidence) is how the optimized model is timed against the input (None:
+    not timed, the optimized model is kept); ``keep_slower`` keeps the optimized model even when
+    it is not measurably faster.
+    """
+
+    limits: Limits = field(default_factory=Limits)
+    rules: Iterable[Rule] | None = None
+    k_multi: int = 1
+    scheduler: str | Backoff = "simple"
+    guards: bool = True
+    cycle_filter: str = "efficient"
+    cost_model: str | CostModel | None = None
+    concat: str = "copy"
+    precompute_weights: bool | None = None
+    extractor: str = "ilp"
+    ilp: IlpOptions = field(default_factory=IlpOptions)
+    blocks: str | None = None
+    verify: bool = True
+    db: str | Path | None = None
+    resume: bool = False
+    input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
+    batch: int | None = None
+    ort: OrtSettings = field(default_factory=OrtSettings)
+    timing: Timing | None = field(default_factory=Timing)
+    keep_slower: bool = False
+
+    def __post_init__(self) -> None:
+        _typed("limits", self.limits, Limits, "a relsat.Limits")
+        if self.rules is not None and not isinstance(self.rules, RuleSet):
+            object.__setattr__(self, "rules", _rules(self.rules))
+        check_int("k_multi", self.k_multi, 0)
+        backoff_for(self.scheduler)
+        for name in ("guards", "verify", "resume", "keep_slower"):
+            check_choice(name, getattr(self, name), (False, True))
+        check_choice("cycle_filter", self.cycle_filter, MODES)
+        _check_cost_model(self.cost_model)
+        check_choice("concat", self.concat, ("copy", "free"))
+        check_choice("precompute_weights", self.precompute_weights, (None, False, True))
+        check_choice("extractor", self.extractor, tuple(EXTRACTORS))
+        _typed("ilp", self.ilp, IlpOptions, "a relsat.IlpOptions")
+        check_choice("blocks", self.blocks, (None, *BLOCKS))
+        if self.db is not None and not isinstance(self.db, str | os.PathLike):
+            raise SettingsError("db", self.db, "None or a path")
+        if self.resume and self.db is None:
+            raise SettingsError("resume", self.resume, "False without a db")
+        if self.input_shapes is not None:
+            object.__setattr__(self, "input_shapes", _shapes(self.input_shapes))
+        if self.batch is not None:
+            check_int("batch", self.batch, 1)
+        _typed("ort", self.ort, OrtSettings, "a relsat.OrtSettings")
+        if self.timing is not None:
+            _typed("timing", self.timing, Timing, "a relsat.Timing or None")
+
+    def describe(self) -> str:
+        """One line: the fields that differ from their defaults (``defaults`` if none)."""
+        changed = [
+            f"{f.name}={_short(value)}"
+            for f in fields(self)
+            for value in [getattr(self, f.name)]
+            if not _same(value, _default(f))
+        ]
+        return ", ".join(changed) or "defaults"
+
+
+def _typed(name: str, value: object, kind: type, wanted: str) -> None:
+    if not isinstance(value, kind):
+        raise SettingsError(name, value, wanted)
+
+
+def _rules(rules: object) -> tuple[Rule, ...]:
+    """``rules`` as a tuple of rules (an immutable value: the compiled program is reused)."""
+    wanted = "None, a RuleSet or an iterable of relsat.Rule"
+    if isinstance(rules, str | bytes) or not isinstance(rules, Iterable):
+        raise SettingsError("rules", rules, wanted)
+    kept = tuple(rules)
+    if not all(isinstance(r, Rule) for r in kept):
+        raise SettingsError("rules", rules, wanted)
+    return kept
+
+
+def _check_cost_model(value: object) -> None:
+    if value is None or isinstance(value, CostModel):
+        return
+    name = value.lower() if isinstance(value, str) else ""
+    if name in COST_MODELS or name in DEVICES or name.removeprefix("analytic-") in DEVICES:
+        return
+    raise SettingsError(
+        "cost_model",
+        value,
+        f"'analytic', a device ({', '.join(sorted(DEVICES))}), 'analytic-<device>', 'ort-cpu', "
+        "a CostModel or None",
+    )
+
+
+def _shapes(shapes: object) -> dict[str, tuple[int, ...]]:
+    """``input_shapes`` as ``{name: dims}`` with positive integer dims."""
+    wanted = "None or a mapping of input name to positive integer dims"
+    if not isinstance(shapes, Mapping):
+        raise SettingsError("input_shapes", shapes, wanted)
+    fixed: dict[str, tuple[int, ...]] = {}
+    for name, dims in shapes.items():
+        ok = isinstance(name, str) and isinstance(dims, Sequence) and not isinstance(dims, str)
+        if not ok or not all(type(d) is int and d > 0 for d in dims):
+            raise SettingsError("input_shapes", shapes, wanted)
+        fixed[name] = tuple(dims)
+    return fixed
+
+
+def _default(f: Field[Any]) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return bool(value == default)
+    except Exception:  # an object whose == is not a bool (arrays)
+        return value is default
+
+
+def _short(value: Any) -> str:
+    """A field's value in :meth:`Options.describe`: rule sets by size, cost models by name."""
+    if isinstance(value, tuple | RuleSet) and all(isinstance(r, Rule) for r in value):
+        return f"<{len(value)} rules>"
+    if isinstance(value, CostModel):
+        return f"<{value.name}>"
+    return repr(value)

@@ -1,0 +1,111 @@
+"""Stage ``price``: every e-node priced by the cost model, and the e-graph as an extraction
+problem, with the tie-breaks extraction sees.
+
+The cost model is ``Options.cost_model`` (:func:`cost_model`). With folded blocks, each copy's
+prices count once per occurrence, so the problem's costs are the whole graph's, and e-nodes that
+mix copies are forbidden (:meth:`~relsat.pipeline.blocks.Folding.restrict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from importlib import resources
+
+import numpy as np
+
+from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
+from relsat.engine.egraph import EGraph
+from relsat.engine.problem import egraph_problem
+from relsat.pipeline.options import Options
+from relsat.pipeline.run import Priced, Run
+
+__all__ = ["TIE_BREAK_MS", "TIE_BREAK_NEW_MS", "cost_model", "price", "shipped_costs"]
+
+#: Added to every e-node's cost during extraction only, so that among equally cheap graphs the
+#: one with the fewest operators wins; reported costs never include it.
+TIE_BREAK_MS = 1e-7
+#: Added (during extraction only) to every e-node a rule created: among equally priced choices the
+#: input graph's own e-nodes win, so nothing is reshuffled (re-associated adds, a ReLU moved
+#: through a concat) that changes no price but can break a runtime's pattern fusion.
+TIE_BREAK_NEW_MS = 1e-6
+
+
+def price(run: Run) -> Run:
+    """Price the e-graph and build the extraction problem (:class:`~relsat.pipeline.run.Priced`)."""
+    o, egraph = run.options, run.egraph
+    assert egraph is not None, "price runs after explore"
+    model = cost_model(o, onnx=run.source is not None)
+    price_egraph(
+        egraph,
+        model,
+        concat=o.concat,  # type: ignore[arg-type]
+        # None: as the runtime the model prices does (an ONNX export folds weight-only work)
+        precompute_weights=(
+            model.precomputes_weights if o.precompute_weights is None else o.precompute_weights
+        ),
+    )
+    problem, enode_ids, class_ids = egraph_problem(egraph)
+    if run.folding:  # a copy's prices count once per occurrence: costs are the whole graph's
+        times, crossing = run.folding.restrict(problem, leaf_names(egraph, enode_ids))
+        problem = replace(
+            problem, node_cost=problem.node_cost * times, forbidden=problem.forbidden | crossing
+        )
+    # Ties between equal-cost alternatives go to the input graph's e-nodes, then to fewer e-nodes.
+    born0 = np.asarray(enode_column(egraph, enode_ids, "born") == 0)
+    tie = np.where(born0, TIE_BREAK_MS, TIE_BREAK_MS + TIE_BREAK_NEW_MS)
+    # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise.
+    margin = np.where(born0, 1.0, 1.0 + model.rewrite_margin)
+    tied = replace(problem, node_cost=problem.node_cost * margin + tie)
+    priced = Priced(problem, tied, enode_ids, class_ids, born0)
+    return replace(run, cost_model=model, priced=priced)
+
+
+def cost_model(options: Options, *, onnx: bool) -> CostModel:
+    """The model ``options.cost_model`` names: None is ``"ort-cpu"`` for an ONNX input
+    (``onnx``) and ``"analytic"`` otherwise; ``"analytic"`` is the H100 roofline, a device name
+    its shipped measured table from ``relsat/data/costs/<device>.parquet`` with the roofline as
+    fallback (or the roofline alone when no table is shipped), ``"analytic-<device>"`` that
+    device's roofline, ``"ort-cpu"`` times measured in onnxruntime on this CPU with
+    ``options.ort`` (cached per machine: :class:`~relsat.cost.OrtModel`); a CostModel is used
+    as it is."""
+    given = options.cost_model or ("ort-cpu" if onnx else "analytic")
+    if isinstance(given, CostModel):
+        return given
+    name = given.lower()
+    if name == "ort-cpu":
+        from relsat.cost.ort import OrtModel
+
+        return OrtModel(options.ort)
+    if name == "analytic":
+        return AnalyticModel("h100")
+    if name not in DEVICES:  # "analytic-<device>" (Options checked the name)
+        return AnalyticModel(name.removeprefix("analytic-"))
+    table = shipped_costs(name)
+    if table is None:
+        return AnalyticModel(name)
+    return TableModel(table, name, fallback=AnalyticModel(name))
+
+
+def shipped_costs(device: str) -> CostTable | None:
+    """The measured cost table shipped for ``device``, if any."""
+    ref = resources.files("relsat") / "data" / "costs" / f"{device}.parquet"
+    if not ref.is_file():
+        return None
+    with resources.as_file(ref) as path:
+        return CostTable.from_parquet(path)
+
+
+def enode_column(egraph: EGraph, enode_ids: np.ndarray, column: str) -> np.ndarray:
+    """Per problem node, ``column`` (``"born"`` or ``"rule"``, '' for none) of its e-node: one
+    Arrow query, looked up with a vectorized search."""
+    table = egraph.db.arrow("SELECT id, born, coalesce(rule, '') AS rule FROM enode ORDER BY id")
+    ids = table["id"].to_numpy()
+    values = table[column].to_numpy(zero_copy_only=False)
+    return values[np.searchsorted(ids, enode_ids)]
+
+
+def leaf_names(egraph: EGraph, enode_ids: np.ndarray) -> dict[int, str]:
+    """Problem node → tensor name, for the input and weight e-nodes."""
+    rows = egraph.db.execute("SELECT id, s FROM enode WHERE op IN ('input', 'weight') ORDER BY id")
+    at = np.searchsorted(enode_ids, [r[0] for r in rows])
+    return {int(i): str(r[1]) for i, r in zip(at.tolist(), rows, strict=True)}

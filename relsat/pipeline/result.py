@@ -1,0 +1,274 @@
+"""What :func:`relsat.optimize` returns: a frozen :class:`Result`, with the report, the rules'
+gains and the writing of the model it kept (:meth:`Result.save`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relsat.engine.db import Database
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import IterationStats, StopReason
+from relsat.extract import Extraction, dag_cost
+from relsat.extract import extract as solve
+from relsat.graph.graph import Graph
+from relsat.graph.serial import to_json
+from relsat.onnx.latency import LatencyComparison
+from relsat.pipeline.options import Options
+from relsat.pipeline.price import enode_column
+from relsat.pipeline.run import Priced, Run, Source
+from relsat.pipeline.save import has_external_data, write_atomic
+from relsat.pipeline.verify import VerificationError
+
+__all__ = ["Result", "result", "rewrites"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """One optimization: the input (``original``) and optimized ``graph``, their priced costs
+    (ms, by the ``cost_model`` named; ``cost_fallbacks`` signatures it priced by its fallback,
+    None for a model without one), the exploration's ``stop`` reason and per-phase
+    ``iterations``, the ``extraction``, whether NumPy verification passed (``verified``;
+    ``verification`` in words), what repeated-block folding did (``blocks``), seconds per stage
+    that worked, the ``options`` it ran with, and the DuckDB ``egraph`` for SQL inspection
+    (``choice``: e-class id → chosen e-node id).
+
+    For an ONNX input also: ``exported`` (the optimized ``onnx.ModelProto``, None when no
+    rewrite was chosen), ``ort_check`` (the onnxruntime check: ``"passed"``, ``"skipped"`` or
+    ``"not needed (unchanged)"``), ``latency`` (the timing, None when not timed), and which
+    model is kept: ``kept`` (``"original"`` or ``"optimized"``) and ``why`` (``"faster"``,
+    ``"slower"``, ``"not faster beyond noise"``, ``"no rewrite"``, ``"not timed"``, or a verdict
+    with ``", keep_slower"``). A Graph input keeps the optimized graph (``why``:
+    ``"a Graph input"``). :meth:`save` writes the kept model.
+    """
+
+    original: Graph
+    graph: Graph
+    cost_before: float
+    cost_after: float
+    stop: StopReason
+    iterations: tuple[IterationStats, ...]
+    extraction: Extraction
+    verified: bool
+    verification: str
+    seconds: Mapping[str, float]
+    options: Options
+    cost_model: str
+    cost_fallbacks: int | None = None
+    blocks: str = "off"
+    kept: str = "optimized"
+    why: str = "a Graph input"
+    latency: LatencyComparison | None = None
+    ort_check: str | None = None
+    exported: Any = field(default=None, repr=False)
+    egraph: EGraph = field(repr=False)
+    choice: Mapping[int, int] = field(default_factory=dict, repr=False)
+    source: Source | None = field(default=None, repr=False)
+    priced: Priced | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def reduction(self) -> float:
+        """Relative cost reduction, ``1 - after / before``."""
+        return 1.0 - self.cost_after / self.cost_before if self.cost_before else 0.0
+
+    @property
+    def db(self) -> Database:
+        """The DuckDB database holding the e-graph (``result.db.con`` for raw SQL)."""
+        return self.egraph.db
+
+    @property
+    def kept_graph(self) -> Graph:
+        """The graph of the model kept: ``original`` or ``graph``."""
+        return self.original if self.kept == "original" else self.graph
+
+    @property
+    def model(self) -> Any:
+        """For an ONNX input, the kept model as an ``onnx.ModelProto`` (the input's tensors in
+        external files stay references); None for a Graph input."""
+        if self.source is None:
+            return None
+        return self.source.proto() if self.kept == "original" else self.exported
+
+    def rewrites(self) -> dict[str, int]:
+        """The rules that built the extracted graph's new e-nodes: rule name → e-nodes."""
+        return rewrites(self.egraph, self.choice)
+
+    def attribution(self, *, limit: int = 6, time_limit: float = 10.0) -> dict[str, float]:
+        """Which rewrite bought what: for each rule behind the chosen e-nodes (the ``limit`` that
+        built most of them), the priced milliseconds the result would lose without it — the
+        extraction run again with that rule's e-nodes priced out, minus :attr:`cost_after`.
+
+        A rule's gain is marginal (what the others cannot make up for), so gains need not add up
+        to ``cost_before - cost_after``; a rule whose e-nodes only enable another's shows 0.
+        """
+        if self.priced is None:
+            return {}
+        p, o = self.priced, self.options
+        rules = enode_column(self.egraph, p.enode_ids, "rule")
+        ilp = replace(o.ilp, time_limit=min(time_limit, o.ilp.time_limit))
+        gains: dict[str, float] = {}
+        penalty = 10.0 * max(self.cost_before, 1e-9)  # dearer than the whole input graph
+        for rule in list(self.rewrites())[:limit]:
+            cost = p.tied.node_cost + np.where(rules == rule, penalty, 0.0)
+            without = solve(replace(p.problem, node_cost=cost), o.extractor, ilp)
+            gains[rule] = max(dag_cost(p.problem, without.choice) - self.cost_after, 0.0)
+        return gains
+
+    def gains_text(self) -> str:
+        """:meth:`attribution` as one line: ``rule -0.0123 ms (-4.1 %), …`` (or ``none``)."""
+        before = self.cost_before or 1.0
+        return (
+            ", ".join(
+                f"{r} -{ms:.4g} ms (-{100 * ms / before:.1f} %)"
+                for r, ms in sorted(self.attribution().items(), key=lambda kv: -kv[1])
+            )
+            or "none"
+        )
+
+    def to_dot(self) -> str:
+        """Graphviz DOT of the optimized graph, what the rewrites changed highlighted."""
+        from relsat.graph.dot import graph_dot
+
+        return graph_dot(self.graph, self.original, title="optimized (changed: orange)")
+
+    def report(self, *, gains: bool = False) -> str:
+        """A few lines: costs, exploration, extraction, verification, for an ONNX input the
+        timing and the model kept, rewrites, op counts, options; with ``gains`` also each top
+        rule's marginal priced gain (:meth:`attribution`, re-extracts)."""
+        ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
+        changed = sorted(set(ops_before) | set(ops_after))
+        lines = [
+            self._cost_line(),
+            self._explore_line(),
+            self._extract_line(),
+            f"verify   {self.verification}"
+            + (f"; onnxruntime {self.ort_check}" if self.ort_check else ""),
+            *([f"latency  {self.latency.report()}"] if self.latency else []),
+            *([f"kept     {self.kept} ({self.why})"] if self.source else []),
+            "rewrites "
+            + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6]) or "none"),
+            *(["gains    " + self.gains_text()] if gains else []),
+            "ops      "
+            + ", ".join(
+                f"{op} {ops_before.get(op, 0)}->{ops_after.get(op, 0)}"
+                for op in changed
+                if ops_before.get(op) != ops_after.get(op)
+            ),
+            f"options  {self.options.describe()}",
+        ]
+        return "\n".join(lines)
+
+    def _cost_line(self) -> str:
+        fallbacks = (
+            f", {self.cost_fallbacks} signatures priced by the fallback model"
+            if self.cost_fallbacks is not None
+            else ""
+        )
+        return (
+            f"cost     {self.cost_before:.4f} -> {self.cost_after:.4f} ms "
+            f"({100 * self.reduction:.1f} % less, {self.cost_model}{fallbacks})"
+        )
+
+    def _explore_line(self) -> str:
+        enodes, eclasses = self.egraph.counts()
+        return (
+            f"explore  {self.stop.value} after {len({s.iteration for s in self.iterations})} "
+            f"iterations, {enodes} e-nodes, {eclasses} e-classes, {self.seconds['explore']:.3f} s"
+        )
+
+    def _extract_line(self) -> str:
+        e = self.extraction
+        return (
+            f"extract  {e.method}: {e.status}"
+            + (f", gap {e.gap:.2%}" if e.gap else "")
+            + (f", bound {e.bound:.4f} ms" if e.bound is not None else "")
+            + (f", best by {e.found_by} at {e.found_at:.2f} s" if e.found_by else "")
+            + f", {self.seconds.get('extract', 0.0):.3f} s"
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the kept model to ``path`` atomically and return the path: ONNX for a
+        ``.onnx`` path, else relsat JSON (:func:`relsat.graph.serial.to_json`).
+
+        For an ONNX input, a kept original is written as it was read, byte for byte, except that
+        tensors it keeps in external files are written with it (beside the output when too big
+        for one file), so that the output does not depend on the input's data files. A Graph
+        input is exported (:func:`relsat.onnx.to_model`) and, unless ``Options.verify`` is
+        False, checked against the input's export in onnxruntime first
+        (:class:`~relsat.pipeline.verify.VerificationError`: nothing written).
+        """
+        target = Path(path)
+        if target.suffix != ".onnx":
+            write_atomic(target, to_json(self.kept_graph, indent=1).encode())
+            return target
+        from relsat.onnx.exporter import write_model
+
+        if self.source is None:
+            write_model(self._exported_graph(), target)
+        elif self.kept == "optimized":
+            write_model(self.exported, target)
+        elif self.source.path is not None and has_external_data(self.source.data):
+            import onnx
+
+            write_model(onnx.load(str(self.source.path)), target)  # data read beside the input
+        else:
+            write_atomic(target, self.source.data)
+        return target
+
+    def _exported_graph(self) -> Any:
+        """A Graph input's optimized graph as ONNX, checked in onnxruntime unless not to."""
+        from relsat import onnx as ronnx
+
+        model = ronnx.to_model(self.graph)
+        if self.options.verify:
+            comparison = ronnx.verify(ronnx.to_model(self.original), model)
+            if not comparison.ok:
+                raise VerificationError(comparison, check="onnxruntime")
+        return model
+
+
+def result(run: Run) -> Result:
+    """The :class:`Result` of a finished run."""
+    egraph, exploration, extraction = run.egraph, run.exploration, run.extraction
+    assert egraph is not None and exploration is not None and extraction is not None
+    assert run.optimized is not None and run.cost_model is not None
+    return Result(
+        original=run.graph,
+        graph=run.optimized,
+        cost_before=run.cost_before,
+        cost_after=extraction.cost,
+        stop=exploration.stop,
+        iterations=exploration.iterations,
+        extraction=extraction,
+        verified=run.verified,
+        verification=run.verification,
+        seconds=dict(run.seconds),
+        options=run.options,
+        cost_model=run.cost_model.name,
+        cost_fallbacks=getattr(run.cost_model, "fallbacks", None),
+        blocks=run.blocks,
+        kept=run.kept,
+        why=run.why,
+        latency=run.latency,
+        ort_check=run.ort_check,
+        exported=run.exported,
+        egraph=egraph,
+        choice=run.choice,
+        source=run.source,
+        priced=run.priced,
+    )
+
+
+def rewrites(egraph: EGraph, choice: Mapping[int, int]) -> dict[str, int]:
+    """The rules that built the chosen e-nodes (``choice``: e-class → e-node): rule → count."""
+    ids = ",".join(str(i) for i in sorted(choice.values())) or "-1"
+    rows = egraph.db.execute(
+        f"SELECT rule, count(*) FROM enode WHERE id IN ({ids}) AND rule IS NOT NULL "
+        "GROUP BY rule ORDER BY 2 DESC, 1"
+    )
+    return {str(r[0]): int(r[1]) for r in rows}

@@ -1,0 +1,78 @@
+"""Stage ``verify``: the optimized graph computes what the input computes.
+
+Relsat's NumPy executor runs both graphs on the same random values (:func:`relsat.compare`)
+unless ``Options.verify`` is False or an opaque op has no NumPy kernel (onnxruntime checks an
+ONNX input's models later, :mod:`relsat.pipeline.ort`). Whatever ``verify`` says, a graph whose
+interface (inputs, their order and shapes; output shapes) differs from the input's is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from relsat.errors import RelsatError
+from relsat.graph.execute import Comparison, compare
+from relsat.graph.graph import Graph
+from relsat.graph.kernels import has_kernel
+from relsat.pipeline.run import Run
+
+__all__ = ["CHECKS", "VerificationError", "interface_mismatch", "verify"]
+
+#: What :attr:`VerificationError.check` can be: where the difference was found.
+CHECKS = ("numpy", "onnxruntime", "interface")
+
+
+class VerificationError(RelsatError):
+    """The optimized graph does not compute what the original computes. ``check`` says which
+    check found it (:data:`CHECKS`: relsat's NumPy executor, onnxruntime, or the interface),
+    ``detail`` how, in words; ``comparison`` is the outputs' comparison (None for the
+    interface)."""
+
+    def __init__(
+        self, comparison: Comparison | None, *, check: str = "numpy", detail: str | None = None
+    ) -> None:
+        self.comparison = comparison
+        self.check = check
+        self.detail = detail if detail is not None else comparison.report() if comparison else ""
+        what = {
+            "numpy": "the optimized graph differs from the original",
+            "onnxruntime": "onnxruntime outputs differ",
+            "interface": "the optimized graph's interface differs",
+        }[check]
+        super().__init__(f"{what}: {self.detail}")
+
+
+def verify(run: Run) -> Run:
+    """Check ``run.optimized`` against ``run.graph`` (:class:`VerificationError` when it
+    differs)."""
+    graph, optimized = run.graph, run.optimized
+    assert optimized is not None, "verify runs after decode"
+    done = run
+    opaque = {n.params["type"] for n in graph.nodes if n.op == "opaque"}
+    unrunnable = sorted(t for t in opaque if not has_kernel(t))
+    if run.options.verify and unrunnable:  # say so instead of failing deep in the executor
+        note = f"skipped: no NumPy kernel for {', '.join(unrunnable)} (check in onnxruntime)"
+        done = replace(run, verification=note)
+    elif run.options.verify:
+        comparison = compare(graph, optimized)
+        if not comparison.ok:
+            raise VerificationError(comparison)
+        done = replace(run, verified=True, verification="passed")
+    mismatch = interface_mismatch(graph, optimized)
+    if mismatch:  # checked whatever Options.verify says: such a graph is never handed back
+        raise VerificationError(None, check="interface", detail=mismatch)
+    return done
+
+
+def interface_mismatch(original: Graph, optimized: Graph) -> str | None:
+    """How the optimized graph's inputs (names, shapes, order) or outputs (count, shapes) differ
+    from the original's, or None."""
+    want = [(n.name, n.shape) for n in original.inputs]
+    got = [(n.name, n.shape) for n in optimized.inputs]
+    if want != got:
+        return f"inputs {want} became {got}"
+    want_out = [original.shape(r) for r in original.outputs]
+    got_out = [optimized.shape(r) for r in optimized.outputs]
+    if want_out != got_out:
+        return f"output shapes {want_out} became {got_out}"
+    return None
