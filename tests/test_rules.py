@@ -42,6 +42,7 @@ def equation(rule: Rule) -> tuple[object, ...]:
 
 FUSION = "bias.rules"  # relsat's fusion-aware rules; every other file is TENSAT's set
 TRANSFORMER = "transformer.rules"  # relsat's transformer rules (LayerNorm, GELU, fused kernels)
+DECODER = "decoder.rules"  # relsat's LLM decoder rules (RMSNorm, rotary embedding)
 
 
 def _tensat_part(shipped: RuleSet) -> RuleSet:
@@ -49,7 +50,8 @@ def _tensat_part(shipped: RuleSet) -> RuleSet:
         [
             r
             for r in shipped
-            if r.location is None or Path(r.location.path or "").name not in (FUSION, TRANSFORMER)
+            if r.location is None
+            or Path(r.location.path or "").name not in (FUSION, TRANSFORMER, DECODER)
         ]
     )
 
@@ -63,7 +65,9 @@ def test_shipped_counts(shipped: RuleSet) -> None:
     assert len(fusion.single) == 43 and len(fusion.multi) == 18  # see rules/bias.rules
     transformer = load_rules(RULES_DIR / TRANSFORMER)
     assert len(transformer.single) == 19 and not transformer.multi  # see rules/transformer.rules
-    assert len(shipped) == len(tensat_part) + len(fusion) + len(transformer) == 215
+    decoder = load_rules(RULES_DIR / DECODER)
+    assert len(decoder.single) == 14 and not decoder.multi  # see rules/decoder.rules
+    assert len(shipped) == len(tensat_part) + len(fusion) + len(transformer) + len(decoder) == 229
     assert len(load_rules(RULES_DIR / "extra")) == 5  # bias un-fusing, off by default
     assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == [
         f"{f}.rules"
@@ -71,6 +75,7 @@ def test_shipped_counts(shipped: RuleSet) -> None:
             "bias",
             "concat",
             "conv",
+            "decoder",
             "elementwise",
             "enlarge",
             "matmul",

@@ -30,6 +30,9 @@ layernorm          8 per element (skiplayernorm: 9)                      all inp
 gelu, gelu_tanh    12 / 10 per element (biasgelu: 13)                    all inputs + output
 scalar             0 (a constant: zero-cost)                             0
 nanzero            1 per element                                         input + output
+reciprocal, neg    1 per element                                         input + output
+slice              0 (a copy)                                            2 · output
+rmsnorm, rotary    6 per element                                         all inputs + output
 attention          2·B·H·S·T·(D + Dv) GEMM, + 7·B·H·S·T (scale, bias,    q + kt + v + bias + output
                    softmax, guard; fused: scores never leave the cache)
 opaque             0 (memory-bound)                                      output
@@ -208,6 +211,8 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return [Kernel(bytes=_bytes(*ins, out) + extra, flops=_ELEMENTWISE_FLOPS[op] * n_out)]
     if op == "attention":
         return _attention(sig, gemm_tile)
+    if op == "slice":  # a copy of the part it keeps
+        return [Kernel(bytes=2 * _bytes(out))]
     if op == "reducemean":
         _arity(sig, 1)
         return [Kernel(bytes=_bytes(ins[0], out), flops=math.prod(ins[0]))]
@@ -228,6 +233,10 @@ _ELEMENTWISE_FLOPS = {
     "gelu_tanh": 10,
     "biasgelu": 13,
     "nanzero": 1,
+    "reciprocal": 1,
+    "neg": 1,
+    "rmsnorm": 6,
+    "rotary": 6,
 }
 
 

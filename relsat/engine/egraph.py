@@ -25,7 +25,15 @@ import pyarrow as pa
 from relsat.engine.db import SCHEMA_VERSION, SQL_DIR, Database
 from relsat.errors import DatabaseError, GraphError
 from relsat.graph.graph import Graph, Node, Ref
-from relsat.graph.ops import ACTIVATIONS, FLOAT_PARAMS, PADDINGS, Params, f32_bits, infer
+from relsat.graph.ops import (
+    ACTIVATIONS,
+    FLOAT_PARAMS,
+    INT_PARAMS,
+    PADDINGS,
+    Params,
+    infer,
+    param_ints,
+)
 
 __all__ = ["MAX_CHILDREN", "EGraph", "encode_node"]
 
@@ -72,8 +80,8 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
         s = repr(float(p["epsilon"]))
     elif op == "opaque":
         s = f"{p['type']}|{p['attrs']}|{json.dumps(p['shapes'], separators=(',', ':'))}"
-    elif op in FLOAT_PARAMS:  # scalar value, epsilon: float32 bits, so rules can spell them
-        ints = [f32_bits(p[FLOAT_PARAMS[op]])]
+    elif op in FLOAT_PARAMS or op in INT_PARAMS:  # a scalar's value or an epsilon as float32
+        ints = param_ints(op, p) or []  # bits, a slice's bounds: so that rules can spell them
     return op, [*ints, -1, -1, -1, -1, -1, -1][:6], s
 
 

@@ -489,6 +489,45 @@ class GraphBuilder:
         ``[B, H, S, T]``; a row masked entirely (all ``-inf``) gives zeros."""
         return self._one("attention", [q, kt, v, bias], name, scale=f32(scale))
 
+    # --- LLM decoder operators ---------------------------------------------------------------
+
+    def reciprocal(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``1 / x`` (ONNX ``Reciprocal``)."""
+        return self._one("reciprocal", [x], name)
+
+    def neg(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``-x`` (ONNX ``Neg``)."""
+        return self._one("neg", [x], name)
+
+    def slice(self, x: Tensor, axis: int, start: int, end: int, name: str | None = None) -> Tensor:
+        """``x[start:end]`` along ``axis`` (negative: from the last), step 1;
+        ``0 <= start < end <= dim``."""
+        if isinstance(axis, int) and -x.rank <= axis < 0:
+            axis += x.rank
+        return self._one("slice", [x], name, axis=axis, start=start, end=end)
+
+    def rmsnorm(
+        self, x: Tensor, scale: Tensor, epsilon: float = 1e-6, name: str | None = None
+    ) -> Tensor:
+        """RMS normalization over the last axis as one fused op: ``x / sqrt(mean(x^2) +
+        epsilon) * scale``, ``scale`` ``[N]``."""
+        return self._one("rmsnorm", [x, scale], name, epsilon=f32(epsilon))
+
+    def rotary(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        interleaved: bool = False,
+        name: str | None = None,
+    ) -> Tensor:
+        """Rotary position embedding over the last axis (``D`` even) as one fused op; ``cos``
+        and ``sin`` are the half-width tables ``[..., D/2]``, broadcast to ``x`` without
+        enlarging it. Not interleaved (Llama): ``x * [cos, cos] + [-x2, x1] * [sin, sin]`` with
+        ``x1, x2`` the halves of ``x``; interleaved (GPT-J): the pairs ``(x[2i], x[2i+1])``
+        rotate by ``(cos[i], sin[i])``."""
+        return self._one("rotary", [x, cos, sin], name, interleaved=int(bool(interleaved)))
+
     def opaque(
         self,
         type: str,

@@ -335,6 +335,31 @@ def _attention(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.matmul(probs, v),)
 
 
+def _rmsnorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, scale = args
+    mean_square = (x * x).mean(axis=-1, keepdims=True)
+    return (x / np.sqrt(mean_square + node.params["epsilon"]) * scale,)
+
+
+def _slice(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    p = node.params
+    index = [slice(None)] * args[0].ndim
+    index[p["axis"]] = slice(p["start"], p["end"])
+    return (args[0][tuple(index)],)
+
+
+def _rotary(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, cos, sin = args
+    half = x.shape[-1] // 2
+    if node.params["interleaved"]:  # GPT-J: pairs (x[2i], x[2i+1]), tables repeated per pair
+        rotated = np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)
+        cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
+    else:  # Llama's rotate_half: halves (x1, x2) become (-x2, x1), tables concatenated twice
+        rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
+    return (x * cos + rotated * sin,)
+
+
 def _scalar(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.array(node.params["value"], dtype=np.float64),)
 
@@ -387,6 +412,11 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "biasgelu": lambda n, a: (_gelu(a[0] + a[1]),),
     "nanzero": _unary(_nanzero),
     "attention": _attention,
+    "reciprocal": _unary(np.reciprocal),
+    "neg": _unary(np.negative),
+    "slice": _slice,
+    "rmsnorm": _rmsnorm,
+    "rotary": _rotary,
 }
 
 #: Kernels of ops that may read (and pass on) a lazy merged weight.

@@ -25,6 +25,7 @@ import numpy as np
 __all__ = [
     "ACTIVATIONS",
     "FLOAT_PARAMS",
+    "INT_PARAMS",
     "OPS",
     "PADDINGS",
     "OpError",
@@ -37,6 +38,7 @@ __all__ = [
     "from_f32_bits",
     "infer",
     "int_params",
+    "param_ints",
     "same_padding",
 ]
 
@@ -497,6 +499,62 @@ def _attention(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
     return (TensorType((b, h, s, v.shape[3]), (q.splits[0], q.splits[1], q.splits[2], ())),)
 
 
+def _rmsnorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "epsilon", positive=True)
+    x, scale = inputs
+    n = _last_axis(x, "rmsnorm")
+    if scale.shape != (n,):
+        raise OpError(f"rmsnorm scale must have shape [{n}], got {list(scale.shape)}")
+    return (TensorType(x.shape),)
+
+
+def _slice(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    (x,) = inputs
+    if x.rank < 1:
+        raise OpError("slice needs an input of rank >= 1")
+    axis = _int(params, "axis", minimum=0)
+    start, end = _int(params, "start", minimum=0), _int(params, "end", minimum=1)
+    if axis >= x.rank:
+        raise OpError(f"axis {axis} out of range for rank {x.rank}")
+    if not start < end <= x.shape[axis]:
+        raise OpError(f"slice [{start}, {end}) is empty or outside dim {axis} of {list(x.shape)}")
+    # The piece keeps the boundaries strictly inside it, shifted (as a split's pieces do).
+    inside = tuple(p - start for p in x.splits[axis] if start < p < end)
+    shape = (*x.shape[:axis], end - start, *x.shape[axis + 1 :])
+    return (TensorType(shape, (*x.splits[:axis], inside, *x.splits[axis + 1 :])),)
+
+
+def _rotary(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    interleaved = params["interleaved"]
+    if interleaved not in (0, 1) or isinstance(interleaved, bool):
+        raise OpError(f"parameter interleaved={interleaved!r} must be 0 or 1")
+    x, cos, sin = inputs
+    d = _last_axis(x, "rotary")
+    if d % 2:
+        raise OpError(f"rotary needs an even last dim, got {list(x.shape)}")
+    half = d // 2
+    for what, t in (("cos", cos), ("sin", sin)):
+        if t.rank > x.rank or t.rank < 1 or t.shape[-1] != half:
+            raise OpError(
+                f"rotary {what} {list(t.shape)} must end in {half} (half of {list(x.shape)})"
+            )
+        padded = (1,) * (x.rank - t.rank) + t.shape[:-1]
+        if any(a not in (1, b) for a, b in zip(padded, x.shape[:-1], strict=True)):
+            # the fused kernel keeps x's shape: tables that would broadcast it up are refused
+            raise OpError(f"rotary {what} {list(t.shape)} does not broadcast to {list(x.shape)}")
+    # The type of the spelled-out form, x * [cos, cos] + [-x2, x1] * [sin, sin] (x1, x2 x's
+    # halves), so that a rule's two sides agree on the split history too.
+    last = x.rank - 1
+    x1 = _slice(Params(axis=last, start=0, end=half), [x])[0]
+    x2 = _slice(Params(axis=last, start=half, end=d), [x])[0]
+    rotated = _concat(Params(axis=last), [x2, x1])[0]
+    (cc,) = _concat(Params(axis=cos.rank - 1), [cos, cos])
+    (ss,) = _concat(Params(axis=sin.rank - 1), [sin, sin])
+    return _elementwise(
+        Params(), [_elementwise(Params(), [x, cc])[0], _elementwise(Params(), [rotated, ss])[0]]
+    )
+
+
 def _opaque(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     if not isinstance(params["type"], str) or not params["type"]:
         raise OpError("opaque op needs a non-empty type name")
@@ -636,6 +694,37 @@ OPS: dict[str, OpSpec] = {
             "+ bias)) @ v with q [B, H, S, D], kt [B, H, D, T] (keys transposed), v [B, H, T, "
             "Dv], bias broadcast to [B, H, S, T] (ONNX Attention, opset 23): one fused kernel",
         ),
+        # LLM decoder operators (Llama, Qwen, Mistral): RMS normalization and rotary position
+        # embedding as the fused kernels onnxruntime runs them as, and the pieces torch spells
+        # them with (1 / x, -x, a slice of one axis).
+        _spec("reciprocal", 1, "", _unary, "1 / x (ONNX Reciprocal)"),
+        _spec("neg", 1, "", _unary, "-x (ONNX Neg)"),
+        _spec(
+            "slice",
+            1,
+            "axis start end",
+            _slice,
+            "x[start:end] along axis (ONNX Slice, step 1): a copy",
+        ),
+        _spec(
+            "rmsnorm",
+            2,
+            "epsilon",
+            _rmsnorm,
+            "x / sqrt(mean(x^2) + epsilon) * scale over the last axis, scale [N] (ONNX "
+            "RMSNormalization, axis -1; com.microsoft SimplifiedLayerNormalization): one fused "
+            "kernel",
+        ),
+        _spec(
+            "rotary",
+            3,
+            "interleaved",
+            _rotary,
+            "rotary position embedding over the last axis, cos and sin [..., D/2] broadcast to "
+            "x [..., D]: x * [cos, cos] + [-x2, x1] * [sin, sin] with x1, x2 x's halves "
+            "(interleaved 0, Llama's rotate_half); interleaved 1 pairs x[2i] with x[2i+1] "
+            "(GPT-J) (ONNX RotaryEmbedding, opset 23): one fused kernel",
+        ),
         _spec("batchnorm", 5, "epsilon", _batchnorm, "inference batch normalization"),
         _spec(
             "opaque",
@@ -655,14 +744,38 @@ FLOAT_PARAMS = {
     "layernorm": "epsilon",
     "skiplayernorm": "epsilon",
     "attention": "scale",
+    "rmsnorm": "epsilon",
+}
+
+#: Integer parameters that an e-node stores in ``p0``, ``p1``, … in this order (rules spell them
+#: as integer literals), by op.
+INT_PARAMS = {
+    "slice": ("axis", "start", "end"),
+    "rotary": ("interleaved",),
 }
 
 
 def int_params(op: str, p: Sequence[int]) -> Params | None:
-    """The parameters of an op with a float parameter (:data:`FLOAT_PARAMS`) from its e-node
-    integers; None for other ops."""
+    """The parameters of an op with a float parameter (:data:`FLOAT_PARAMS`) or integer
+    parameters (:data:`INT_PARAMS`) from its e-node integers; None for other ops."""
     if op in FLOAT_PARAMS:
         return Params({FLOAT_PARAMS[op]: from_f32_bits(p[0])})
+    if op in INT_PARAMS:
+        return Params(dict(zip(INT_PARAMS[op], p, strict=False)))
+    return None
+
+
+def param_ints(op: str, params: Params) -> list[int] | None:
+    """The e-node integers of an op of :data:`FLOAT_PARAMS` or :data:`INT_PARAMS` (the inverse
+    of :func:`int_params`); None for other ops.
+
+    >>> param_ints("slice", Params(axis=3, start=0, end=32))
+    [3, 0, 32]
+    """
+    if op in FLOAT_PARAMS:
+        return [f32_bits(params[FLOAT_PARAMS[op]])]
+    if op in INT_PARAMS:
+        return [int(params[k]) for k in INT_PARAMS[op]]
     return None
 
 

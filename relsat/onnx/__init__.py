@@ -7,7 +7,9 @@ The public surface is chosen here. The modules, each importing only those listed
 :mod:`~relsat.onnx.runtime` (onnxruntime session settings), :mod:`~relsat.onnx.context` (what an
 op's handler sees of the importer and the exporter), :mod:`~relsat.onnx.constants` (constant
 subgraphs folded at import), :mod:`~relsat.onnx.exportable` (the e-nodes the exporter can write),
-:mod:`~relsat.onnx.opmap` and :mod:`~relsat.onnx.transformer_ops` (one handler per mapped op),
+:mod:`~relsat.onnx.opmap`, :mod:`~relsat.onnx.transformer_ops` and
+:mod:`~relsat.onnx.decoder_ops` (one handler per mapped op; LLM decoders' RMSNorm and rotary
+embedding in the last),
 :mod:`~relsat.onnx.importer` (ONNX → graph), :mod:`~relsat.onnx.exporter` (graph → ONNX),
 :mod:`~relsat.onnx.verification` (onnxruntime sessions, :func:`run_onnx`, :func:`verify`),
 :mod:`~relsat.onnx.latency` (timing two models against each other). :func:`load`,

@@ -21,7 +21,7 @@ from relsat.graph.execute import random_values
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.kernels import Lazy, Value, apply
 from relsat.graph.ops import same_padding
-from relsat.onnx import transformer_ops
+from relsat.onnx import decoder_ops, transformer_ops
 from relsat.onnx.errors import OPSET, OnnxError
 from relsat.onnx.exportable import NEVER_FOLDED, SHAPE_ONLY
 
@@ -192,9 +192,11 @@ class Exporter:
 
     def _raise_for_attention(self, opset: int) -> bool:
         """Whether to write the model at ONNX Attention's opset (23) rather than ``opset``: the
-        graph holds an ``attention`` (else it is spelled out), and every opaque node means the
-        same at 23 as at the opset it was imported at (:func:`_same_meaning`)."""
-        if not any(n.op == "attention" for n in self.graph.nodes):
+        graph holds an ``attention``, an ``rmsnorm`` or a ``rotary`` (ONNX RMSNormalization and
+        RotaryEmbedding are opset 23 too; else they are spelled out), and every opaque node means
+        the same at 23 as at the opset it was imported at (:func:`_same_meaning`)."""
+        raising = {"attention", *decoder_ops.OPSET_23_OPS}
+        if not any(n.op in raising for n in self.graph.nodes):
             return False
         for n in self.graph.nodes:
             meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
@@ -500,6 +502,8 @@ class Exporter:
             self.opaque(node, ins, outs)
         elif node.op in transformer_ops.EXPORTED:
             transformer_ops.emit(self, node.op, p, ins, outs, node)
+        elif node.op in decoder_ops.EXPORTED:
+            decoder_ops.emit(self, node.op, p, ins, outs, node)
         else:
             raise OnnxError(
                 f"cannot export {node.op} node {node.id}: its input is computed at run time, and "

@@ -35,6 +35,8 @@ from relsat.graph.graph import Graph
 from relsat.onnx.constants import evaluate
 from relsat.onnx.context import Unmapped, attrs_of, encode_tensor
 from relsat.onnx.data import read_array, resolve
+from relsat.onnx.decoder_ops import CONTRIB_HANDLERS as DECODER_CONTRIB_HANDLERS
+from relsat.onnx.decoder_ops import HANDLERS as DECODER_HANDLERS
 from relsat.onnx.errors import DynamicShapeError, OnnxError
 from relsat.onnx.opmap import HANDLERS
 from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
@@ -425,9 +427,15 @@ class Importer:
         where = self._node_id(k, node)
         handler = None
         if node.domain in ("", "ai.onnx"):
-            handler = TRANSFORMER_HANDLERS.get(node.op_type) or HANDLERS.get(node.op_type)
+            handler = (
+                DECODER_HANDLERS.get(node.op_type)
+                or TRANSFORMER_HANDLERS.get(node.op_type)
+                or HANDLERS.get(node.op_type)
+            )
         elif node.domain == CONTRIB:
-            handler = CONTRIB_HANDLERS.get(node.op_type)
+            handler = CONTRIB_HANDLERS.get(node.op_type) or DECODER_CONTRIB_HANDLERS.get(
+                node.op_type
+            )
         used_outputs = [o for o in node.output if o and self.uses[o]]
         mapped = None
         if handler is not None and all(self.is_float(o) for o in used_outputs):

@@ -192,6 +192,11 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value
     "biasgelu": lambda b, i, xs: b.biasgelu(xs[0], xs[1]),
     "nanzero": lambda b, i, xs: b.nanzero(xs[0]),
     "attention": lambda b, i, xs: b.attention(xs[0], xs[1], xs[2], xs[3], from_f32_bits(i[0])),
+    "reciprocal": lambda b, i, xs: b.reciprocal(xs[0]),
+    "neg": lambda b, i, xs: b.neg(xs[0]),
+    "slice": lambda b, i, xs: b.slice(xs[0], i[0], i[1], i[2]),
+    "rmsnorm": lambda b, i, xs: b.rmsnorm(xs[0], xs[1], from_f32_bits(i[0])),
+    "rotary": lambda b, i, xs: b.rotary(xs[0], xs[1], xs[2], interleaved=bool(i[0])),
 }
 
 

@@ -109,6 +109,12 @@ OPERATORS: dict[str, OpSignature] = {
     "biasgelu": _sig("x bias"),
     "nanzero": _sig("x"),
     "attention": _sig("scale:int q kt v bias"),
+    # LLM decoder operators: RMS normalization, rotary embedding and their spelled-out pieces.
+    "reciprocal": _sig("x"),
+    "neg": _sig("x"),
+    "slice": _sig("axis:int start:int end:int x"),
+    "rmsnorm": _sig("epsilon:int x scale"),
+    "rotary": _sig("interleaved:int x cos sin"),
     "concat": _sig("axis:int ndim:int a b"),
     "concat3": _sig("axis:int ndim:int x1 x2 x3"),
     "concat4": _sig("axis:int ndim:int x1 x2 x3 x4"),

@@ -117,6 +117,8 @@ _UNARY = (
     "softmax",
     "gelu",
     "nanzero",
+    "reciprocal",
+    "neg",
 )
 _ELEMENTWISE = (*_UNARY, "gelu_tanh", "ewadd", "ewmul", "ewsub", "ewdiv", "ewpow")
 
@@ -152,7 +154,10 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
             ranks.fix(k, 4)
         if not (isinstance(kids[3], Pattern) and kids[3].op == "scalar"):
             ranks.fix(kids[3], 4)
-    elif op in ("layernorm", "skiplayernorm", "biasgelu"):
+    elif op in ("slice", "rotary"):  # x keeps its rank; rotary's tables as the patterns say
+        for k in kids:
+            ranks.union(key, k)
+    elif op in ("layernorm", "skiplayernorm", "biasgelu", "rmsnorm"):
         # x (and skip) keep their shape; scale, bias: [N], a packed scale_bias [2N]
         for k in kids[: 2 if op == "skiplayernorm" else 1]:
             ranks.union(key, k)
@@ -334,7 +339,17 @@ class _Solver:
             return [*q[:3], v[3]]
         if op == "reducemean":
             return [*kids[0][:-1], ("const", 1)]
-        if op in ("layernorm", "biasgelu"):
+        if op == "slice":
+            axis, start, end = ints
+            return [("const", end - start) if i == axis else e for i, e in enumerate(kids[0])]
+        if op == "rotary":  # the tables are half as wide as x and broadcast to it
+            x = kids[0]
+            for table in kids[1:]:
+                d.unify(x[-1], ("sum", table[-1], table[-1]))
+                for a, b in zip(x[-2::-1], table[-2::-1], strict=False):
+                    d.unify(a, b)
+            return x
+        if op in ("layernorm", "biasgelu", "rmsnorm"):
             for k in kids[1:]:
                 d.unify(k[0], kids[0][-1])
             return kids[0]

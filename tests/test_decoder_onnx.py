@@ -1,0 +1,368 @@
+"""LLM decoder operators through ONNX: exporter spellings of RMSNorm and rotary embedding (built
+with onnx.helper as torch writes them) import, fuse by rules/decoder.rules and export as the fused
+kernels onnxruntime runs (RMSNormalization / SimplifiedLayerNormalization, RotaryEmbedding);
+the fused ONNX operators import back; near misses stay unfused."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from relsat import GraphBuilder, Options, optimize
+from relsat import onnx as ronnx
+from relsat.cost.model import OpSignature
+from relsat.cost.ort import unit_graph
+from relsat.graph.execute import run
+from relsat.graph.ops import f32_bits
+from relsat.rewrite.rulefile import RULES_DIR, load_rules
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng(0)
+DECODER_RULES = load_rules(RULES_DIR / "decoder.rules")
+S, N = 8, 32  # tokens, hidden size
+H, D = 2, 32  # heads, head size (rules/decoder.rules has a rule for 32)
+n = helper.make_node
+
+
+def _init(name: str, value: object, dtype: object = np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inits: list[onnx.TensorProto],
+    inputs: dict[str, list[int]],
+    outputs: dict[str, list[int]],
+    opset: int = 20,
+    contrib: bool = False,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in outputs.items()],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", opset)]
+    if contrib:
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [np.asarray(a) for a in session.run(None, feeds)]
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {
+        i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+        for i in model.graph.input
+    }
+
+
+# --- RMSNorm --------------------------------------------------------------------------------
+
+
+def _rms_model(
+    spelling: str = "dynamo",
+    eps: float | None = 1e-6,
+    scale_shape: tuple[int, ...] = (N,),
+    axis: int = -1,
+) -> onnx.ModelProto:
+    """A residual add and the RMSNorm after it as torch writes LlamaRMSNorm: dynamo (opset 20)
+    ``Mul(w, Mul(x, Reciprocal(Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))))``, or the legacy
+    exporter (opset 17) with Div(1, Sqrt) and a Cast to float32 on each side; ``eps`` None: the
+    epsilon is a graph input."""
+    legacy = spelling == "legacy"
+    x = "h"
+    nodes = [n("Add", ["a", "b"], ["h"])]
+    if legacy:
+        nodes.append(n("Cast", ["h"], ["hc"], to=TensorProto.FLOAT))
+        x = "hc"
+    nodes.append(n("Pow", [x, "two"], ["sq"]))
+    if legacy:
+        nodes.append(n("ReduceMean", ["sq"], ["ms"], axes=[axis], keepdims=1))
+    else:
+        nodes.append(n("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1))
+    nodes += [n("Add", ["ms", "eps"], ["shifted"]), n("Sqrt", ["shifted"], ["root"])]
+    if legacy:
+        nodes += [
+            n("Div", ["one", "root"], ["inv"]),
+            n("Mul", [x, "inv"], ["normed"]),
+            n("Cast", ["normed"], ["nc"], to=TensorProto.FLOAT),
+            n("Mul", ["w", "nc"], ["y"]),
+        ]
+    else:
+        nodes += [n("Reciprocal", ["root"], ["inv"]), n("Mul", [x, "inv"], ["normed"])]
+        nodes.append(n("Mul", ["w", "normed"], ["y"]))
+    inits = [
+        _init("two", 2.0),
+        _init("one", [1.0]),
+        _init("axes", [axis], np.int64),
+        _init("w", RNG.uniform(0.5, 1.5, scale_shape)),
+    ]
+    inputs = {"a": [1, S, N], "b": [1, S, N]}
+    if eps is None:
+        inputs["eps"] = []
+    else:
+        inits.append(_init("eps", eps))
+    return _model(nodes, inits, inputs, {"y": [1, S, N]}, opset=17 if legacy else 20)
+
+
+@pytest.mark.parametrize("spelling", ["dynamo", "legacy"])
+def test_rmsnorm_spellings_fuse_and_run_as_one_kernel(spelling: str) -> None:
+    model = _rms_model(spelling)
+    graph = ronnx.load(model)
+    assert "opaque" not in graph.op_counts()  # Reciprocal, and the legacy float-to-float Casts
+    result = optimize(graph, Options(rules=DECODER_RULES))
+    assert result.graph.op_counts()["rmsnorm"] == 1 and result.verified
+    feeds = _feeds(model)
+    (want,) = _ort(model, feeds)
+    out = ronnx.to_model(result.graph, like=model)  # written at opset 23: RMSNormalization
+    assert {o.domain: o.version for o in out.opset_import}[""] == 23
+    assert "RMSNormalization" in {node.op_type for node in out.graph.node}
+    np.testing.assert_allclose(_ort(out, feeds)[0], want, rtol=1e-5, atol=1e-5)
+    back = ronnx.load(out).op_counts()  # and the fused operator imports as the op
+    assert back["rmsnorm"] == 1 and "opaque" not in back
+    # below opset 23: the Div spelling, which onnxruntime fuses into its own kernel
+    low = ronnx.to_model(result.graph, like=model, opset=17)
+    assert {"Div", "Sqrt"} <= {node.op_type for node in low.graph.node}
+    np.testing.assert_allclose(_ort(low, feeds)[0], want, rtol=1e-5, atol=1e-5)
+    assert "SimplifiedLayerNormalization" in _ort_optimized(low)
+
+
+def _ort_optimized(model: onnx.ModelProto) -> set[str]:
+    """The op types of ``model`` after onnxruntime's graph optimizations (all levels)."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
+        options.log_severity_level = 3
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        optimized = onnx.load(options.optimized_model_filepath)
+    return {node.op_type for node in optimized.graph.node}
+
+
+def test_rmsnorm_near_misses_stay_unfused() -> None:
+    cases = {
+        "epsilon as a runtime tensor": _rms_model(eps=None),
+        "an epsilon no rule names": _rms_model(eps=1e-3),
+        "a scale of the wrong shape": _rms_model(scale_shape=(S, N)),
+        "a mean over another axis": _rms_model(axis=1),
+    }
+    for why, model in cases.items():
+        result = optimize(ronnx.load(model), Options(rules=DECODER_RULES, verify=False))
+        assert "rmsnorm" not in result.graph.op_counts(), why
+        assert ronnx.verify(model, ronnx.to_model(result.graph, like=model)).ok, why
+
+
+def test_fused_rmsnorm_imports_with_strict_guards() -> None:
+    x = {"x": [1, S, N]}
+    ys = ("y", "y_ort", "y_axis", "y_wide", "y_std")
+    nodes = [
+        n("RMSNormalization", ["x", "w"], ["y"], epsilon=1e-5),
+        n("SimplifiedLayerNormalization", ["x", "w"], ["y_ort"], domain="com.microsoft"),
+        n("RMSNormalization", ["x", "w_s"], ["y_axis"], axis=1),  # over [S, N], not [N]
+        n("RMSNormalization", ["x", "w_wide"], ["y_wide"]),  # a scale of shape [1, N]
+        n(
+            "SimplifiedLayerNormalization",
+            ["x", "w"],
+            ["y_std", "inv_std"],
+            domain="com.microsoft",
+        ),
+    ]
+    inits = [
+        _init("w", RNG.uniform(0.5, 1.5, N)),
+        _init("w_s", RNG.uniform(0.5, 1.5, (S, N))),
+        _init("w_wide", RNG.uniform(0.5, 1.5, (1, N))),
+    ]
+    outputs = {y: [1, S, N] for y in ys} | {"inv_std": [1, S, 1]}
+    model = _model(nodes, inits, x, outputs, opset=23, contrib=True)
+    graph = ronnx.load(model)
+    counts = graph.op_counts()
+    assert counts["rmsnorm"] == 2 and counts["opaque"] == 3  # the last reads inv_std
+    eps = sorted(round(node.params["epsilon"], 9) for node in graph.nodes if node.op == "rmsnorm")
+    assert eps == [1e-5, 1e-5]  # SimplifiedLayerNormalization's default epsilon
+    # (onnxruntime has no com.microsoft kernel for it: the round trip is checked without it)
+    rms = GraphBuilder()
+    xin = rms.input([1, S, N], name="x")
+    small = rms.build(rms.rmsnorm(xin, rms.weight([N]), 1e-5))
+    feeds = {"x": RNG.standard_normal((1, S, N)).astype(np.float32)}
+    (want,) = run(small, feeds)
+    np.testing.assert_allclose(_ort(ronnx.to_model(small), feeds)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_unit_prices_time_the_fused_kernel() -> None:
+    xs = (1, S, N)
+    sig = OpSignature("rmsnorm", (f32_bits(1e-6),), "", (xs, (N,)), xs, (False, True))
+    types = {node.op_type for node in ronnx.to_model(unit_graph(sig)).graph.node}
+    assert types == {"RMSNormalization"}
+    qs, cs = (1, H, S, D), (1, 1, S, D // 2)
+    sig = OpSignature("rotary", (0,), "", (qs, cs, cs), qs, (False, True, True))
+    model = ronnx.to_model(unit_graph(sig))
+    assert {node.op_type for node in model.graph.node} == {"RotaryEmbedding"}
+
+
+# --- rotary embedding -----------------------------------------------------------------------
+
+
+def _tables(d: int, halves_equal: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    inv = 1.0 / (10000 ** (np.arange(0, d, 2) / d))
+    freqs = np.outer(np.arange(S), inv)
+    other = freqs * 1.5 if not halves_equal else freqs
+    emb = np.concatenate([freqs, other], -1)[None, None, :, :d]  # [1, 1, S, d]
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+def _rotary_model(d: int = D, halves_equal: bool = True, heads: int = H) -> onnx.ModelProto:
+    """Rotary embedding of q and k as torch dynamo writes transformers' apply_rotary_pos_emb:
+    ``x * cos + Concat(Neg(x[..., d/2:]), x[..., :d/2]) * sin`` with constant tables."""
+    half = d // 2
+    nodes = []
+    for t in "qk":
+        nodes += [
+            n("Mul", [t, "cos"], [f"{t}_cos"]),
+            n("Slice", [t, "zero", "half", "last", "step"], [f"{t}_1"]),
+            n("Slice", [t, "half", "end", "last", "step"], [f"{t}_2"]),
+            n("Neg", [f"{t}_2"], [f"{t}_neg"]),
+            n("Concat", [f"{t}_neg", f"{t}_1"], [f"{t}_rot"], axis=-1),
+            n("Mul", [f"{t}_rot", "sin"], [f"{t}_sin"]),
+            n("Add", [f"{t}_cos", f"{t}_sin"], [f"{t}_out"]),
+        ]
+    cos, sin = _tables(d, halves_equal)
+    inits = [_init("cos", cos), _init("sin", sin)]
+    inits += [
+        _init(k, [v], np.int64)
+        for k, v in (("zero", 0), ("half", half), ("end", 2**63 - 1), ("last", 3), ("step", 1))
+    ]
+    shape = [1, heads, S, d]
+    io = {"q": shape, "k": shape}
+    return _model(nodes, inits, io, {"q_out": shape, "k_out": shape})
+
+
+def test_rotary_spelling_fuses_and_runs_as_one_kernel() -> None:
+    model = _rotary_model()
+    graph = ronnx.load(model)
+    counts = graph.op_counts()
+    assert counts["slice"] == 4 and counts["neg"] == 2 and "opaque" not in counts
+    result = optimize(graph, Options(rules=DECODER_RULES))
+    fused = result.graph.op_counts()
+    assert fused["rotary"] == 2 and not {"slice", "neg"} & set(fused) and result.verified
+    out = ronnx.to_model(result.graph, like=model)
+    assert {o.domain: o.version for o in out.opset_import}[""] == 23
+    assert [node.op_type for node in out.graph.node] == ["RotaryEmbedding"] * 2
+    feeds = _feeds(model)
+    for got, want in zip(_ort(out, feeds), _ort(model, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    back = ronnx.load(out).op_counts()
+    assert back["rotary"] == 2 and "opaque" not in back
+    # below opset 23 it is spelled out, and still right
+    spelled = ronnx.to_model(result.graph, like=model, opset=20)
+    assert "RotaryEmbedding" not in {node.op_type for node in spelled.graph.node}
+    for got, want in zip(_ort(spelled, feeds), _ort(model, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_near_misses_stay_unfused() -> None:
+    cases = {
+        "tables whose halves differ": _rotary_model(halves_equal=False),
+        "an odd head size": _rotary_model(d=33),
+        "a head size no rule names": _rotary_model(d=40),
+    }
+    for why, model in cases.items():
+        result = optimize(ronnx.load(model), Options(rules=DECODER_RULES, verify=False))
+        assert "rotary" not in result.graph.op_counts(), why
+        assert ronnx.verify(model, ronnx.to_model(result.graph, like=model)).ok, why
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_onnx_rotary_embedding_imports_and_exports(interleaved: int) -> None:
+    cos, sin = (RNG.standard_normal((1, S, D // 2)).astype(np.float32) for _ in range(2))
+    cache = RNG.standard_normal((2 * S, D // 2)).astype(np.float32)
+    positions = np.arange(3, 3 + S, dtype=np.int64)[None]
+    nodes = [
+        n("RotaryEmbedding", ["x", "cos", "sin"], ["y"], interleaved=interleaved),
+        n("RotaryEmbedding", ["x", "cache", "cache", "pos"], ["y_pos"], interleaved=interleaved),
+        n("RotaryEmbedding", ["x", "cos_part", "sin_part"], ["y_part"], rotary_embedding_dim=16),
+    ]
+    inits = [_init("cos", cos), _init("sin", sin), _init("cache", cache)]
+    inits += [_init("pos", positions, np.int64)]
+    inits += [_init(k, RNG.standard_normal((1, S, 8))) for k in ("cos_part", "sin_part")]
+    shape = [1, H, S, D]
+    outputs = {y: shape for y in ("y", "y_pos", "y_part")}
+    model = _model(nodes, inits, {"x": shape}, outputs, opset=23)
+    imported = ronnx.load(model)
+    counts = imported.op_counts()
+    assert counts["rotary"] == 2 and counts["opaque"] == 1  # partial rotation stays opaque
+    assert ronnx.verify(model, ronnx.to_model(imported, like=model)).ok
+    # position ids computed at run time: opaque
+    dynamic = helper.make_graph(
+        [n("RotaryEmbedding", ["x", "cache", "cache", "pos_in"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, shape),
+            helper.make_tensor_value_info("pos_in", TensorProto.INT64, [1, S]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [_init("cache", cache)],
+    )
+    opset = [helper.make_opsetid("", 23)]
+    assert "rotary" not in ronnx.load(helper.make_model(dynamic, opset_imports=opset)).op_counts()
+    # the NumPy kernel agrees with onnxruntime's (x a graph input, the tables constants)
+    b = GraphBuilder()
+    x = b.input(shape, name="x")
+    y = b.rotary(x, b.weight([1, 1, S, D // 2]), b.weight([1, 1, S, D // 2]), bool(interleaved))
+    small = b.build(y)
+    values = {"x": RNG.standard_normal(shape).astype(np.float32)}
+    (want,) = run(small, values)
+    for opset in (23, 20):  # the fused kernel, and spelled out
+        out = ronnx.to_model(small, opset=opset)
+        got = _ort(out, {"x": values["x"]})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_slices_import_with_strict_guards() -> None:
+    x = {"x": [2, S, N]}
+    nodes = [
+        n("Slice", ["x", "s0", "e0", "ax"], ["first"]),  # x[..., 0:8]
+        n("Slice", ["x", "neg", "big", "ax"], ["tail"]),  # x[..., -8:]
+        n("Slice", ["x", "s0", "big", "ax"], ["whole"]),  # everything: x itself
+        n("Slice", ["x", "s0", "e0", "ax", "two"], ["strided"]),  # step 2: opaque
+        n("Slice", ["x", "s01", "e01", "ax01"], ["both"]),  # two axes: two slices
+    ]
+    inits = [
+        _init("s0", [0], np.int64),
+        _init("e0", [8], np.int64),
+        _init("neg", [-8], np.int64),
+        _init("big", [2**63 - 1], np.int64),
+        _init("ax", [-1], np.int64),
+        _init("two", [2], np.int64),
+        _init("s01", [1, 2], np.int64),
+        _init("e01", [2, 6], np.int64),
+        _init("ax01", [0, 2], np.int64),
+    ]
+    outputs = {
+        "first": [2, S, 8],
+        "tail": [2, S, 8],
+        "whole": [2, S, N],
+        "strided": [2, S, 4],
+        "both": [1, S, 4],
+    }
+    model = _model(nodes, inits, x, outputs)
+    graph = ronnx.load(model)
+    counts = graph.op_counts()
+    assert counts["slice"] == 4 and counts["opaque"] == 1
+    bounds = sorted(
+        (node.params["axis"], node.params["start"], node.params["end"])
+        for node in graph.nodes
+        if node.op == "slice"
+    )
+    assert bounds == [(0, 1, 2), (2, 0, 8), (2, 2, 6), (2, 24, 32)]
+    assert ronnx.verify(model, ronnx.to_model(graph, like=model)).ok
