@@ -27,7 +27,10 @@ rules); ``bias.rules``, fusion-aware rules that fold a bias add and an activatio
 Gemm and give TASO's shared-input merges bias-aware counterparts; ``transformer.rules``, rules
 between exporter spellings and onnxruntime's fused kernels (GELU in its erf and tanh spellings,
 LayerNorm below opset 17, SkipLayerNormalization, BiasGelu, attention with and without mask);
-``extra/`` holds rules that are off by default (moving a bias out of a conv lets TASO's add
+``decoder.rules``, LLM decoders' RMSNorm in four exporter spellings (epsilons 1e-5 and 1e-6) and
+Llama's rotary embedding (``rotate_half``, head sizes 32 to 128; the cos/sin tables' equal halves
+are made visible on import as ``concat(half, half)``, so a rule can require them); ``extra/``
+holds rules that are off by default (moving a bias out of a conv lets TASO's add
 associativity explode residual chains).
 
 **Soundness.** Every shipped rule is checked numerically (``tests/test_rule_soundness.py``: the
