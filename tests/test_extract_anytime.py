@@ -60,7 +60,7 @@ def test_bad_costs_are_typed_errors(bad: float) -> None:
 def test_start_is_kept_when_nothing_beats_it() -> None:
     opt = {3: 4, 1: 1, 2: 3, 0: 0}
     e = ilp(SHARED, start=opt)
-    assert e.cost == pytest.approx(7.0) and e.found_by == "start" and e.status == "optimal"
+    assert e.cost == pytest.approx(7.0) and e.found_by == "start" and e.status == "input_optimal"
     assert e.bound == pytest.approx(7.0) and e.gap == pytest.approx(0.0)
     worse = {3: 4, 1: 1, 2: 2, 0: 0}  # cost 9, as greedy: greedy found it first
     e = ilp(SHARED, IlpOptions(warm_start=False), start=worse)
@@ -164,7 +164,7 @@ def test_a_start_using_reduced_away_nodes_is_still_the_answer() -> None:
     p = P([(0, 1.0, []), (1, 2.0, [0]), (1, 2.0, [0]), (2, 1.0, [1])], roots=[2])
     assert reduce(p).stats["dominated"] == 1
     e = ilp(p, start={2: 3, 1: 2, 0: 0})
-    assert e.choice == {2: 3, 1: 2, 0: 0} and e.found_by == "start" and e.status == "optimal"
+    assert e.choice == {2: 3, 1: 2, 0: 0} and e.found_by == "start" and e.status == "input_optimal"
 
 
 def test_a_solver_that_ignores_its_time_limit_is_abandoned(
@@ -190,3 +190,36 @@ def test_a_solver_that_ignores_its_time_limit_is_abandoned(
     assert e.status == "time_limit"
     check(SHARED, e.choice)
     assert e.cost <= dag_cost(SHARED, greedy_tree(SHARED).choice)
+
+
+def test_the_default_time_budget_grows_with_the_reduced_model() -> None:
+    from relsat.extract.budget import MAX_SECONDS, time_budget
+
+    e = ilp(SHARED, IlpOptions(time_limit=None))
+    assert e.status == "optimal" and e.cost == pytest.approx(7.0)
+    assert e.stats["time_limit"] == time_budget(e.stats["kept_nodes"])
+    assert ilp(SHARED, IlpOptions(time_limit=3.0)).stats["time_limit"] == 3.0
+    sizes = [0, 100, 10_000, 10**6]
+    budgets = [time_budget(n) for n in sizes]
+    assert budgets == sorted(budgets) and budgets[-1] == MAX_SECONDS
+
+
+def test_one_extraction_left_after_reduction_needs_no_solver() -> None:
+    # Node 2 is dominated by node 1 (cheaper, same child): one term per class is left.
+    p = P([(0, 1.0, []), (1, 1.0, [0]), (1, 3.0, [0]), (2, 1.0, [1])], roots=[2])
+    e = ilp(p)
+    assert e.status == "optimal" and e.iterations == 0 and e.cost == pytest.approx(3.0)
+    assert e.stats["solver"].startswith("none") and e.found_by == "greedy"
+    assert e.bound == pytest.approx(3.0) and e.gap == pytest.approx(0.0)
+    start = {2: 3, 1: 2, 0: 0}  # the dearer input: the reduction's answer replaces it
+    assert ilp(p, start=start).choice == {2: 3, 1: 1, 0: 0}
+    e = ilp(p, start={2: 3, 1: 1, 0: 0})  # the input is the only cheapest term
+    assert e.status == "input_optimal" and e.found_by == "start" and e.iterations == 0
+
+
+def test_the_input_proven_optimal_by_the_bound_is_reported() -> None:
+    """HiGHS's bound reaches the input's cost: the status says the input cannot be beaten."""
+    e = ilp(SHARED, start={3: 4, 1: 1, 2: 3, 0: 0})
+    assert e.status == "input_optimal" and e.iterations >= 1
+    e = ilp(SHARED, start={3: 4, 1: 1, 2: 2, 0: 0})  # dearer than the optimum: not the answer
+    assert e.status == "optimal" and e.found_by != "start"

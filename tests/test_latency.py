@@ -189,7 +189,9 @@ def test_decisions_follow_the_interval() -> None:
     # beyond what the A/A control shows, too: a burst of load moves the control as well
     assert _decision(0.8, 0.98, 0.01, control_low=0.96, control_high=0.99) is None
     assert _decision(0.8, 0.95, 0.01, control_low=0.96, control_high=0.99) == "faster"
-    assert _decision(1.01, 1.2, 0.01, control_low=1.0, control_high=1.05) is None
+    # not slower beyond the control, but surely not faster: stop, the original is kept
+    assert _decision(1.01, 1.2, 0.01, control_low=1.0, control_high=1.05) == "same"
+    assert _decision(0.992, 1.3, 0.01) == "same"  # futility: 1 % faster is already ruled out
     same = LatencyComparison(2.0, 2.0, 1.0, 0.97, 1.02, 9, "same", 2)
     assert "no difference beyond noise" in same.report() and same.speedup == 1.0
     assert not same.decided and same.report().endswith(", 9 rounds, time limit)")

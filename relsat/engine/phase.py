@@ -34,6 +34,7 @@ from relsat.engine.compile import Program
 from relsat.engine.cycles import prefilter, ranks, remove_cycles
 from relsat.engine.egraph import EGraph
 from relsat.engine.rebuild import Rebuilt, rebuild
+from relsat.engine.relevance import neutral_rules
 from relsat.engine.shapecheck import check_new
 from relsat.errors import check_int
 
@@ -117,11 +118,17 @@ class Phases:
         cycle_filter: str = "off",
         chunk: int | None = None,
         backoff: Backoff | None = None,
+        k_neutral: int | None = None,
     ) -> None:
         self.eg, self.db, self.program = egraph, egraph.db, program
         self.chunk = chunk or CHUNK
         self.backoff = backoff
         self.k_multi = k_multi
+        # The neutral rules (relsat.engine.relevance) are searched in iterations < k_neutral only
+        # (None: in every iteration).
+        self.k_neutral = k_neutral
+        self._neutral = neutral_rules(program.rules) if k_neutral is not None else []
+        self._retired = False  # whether the loaded pattern nodes hold the neutral rules' retirement
         self.cycle_filter = cycle_filter
         # Where the stored e-graph's exploration stopped: the last phase's epoch per kind (the
         # semi-naive search goes on from there; a phase capped by the e-node limit does not
@@ -176,6 +183,9 @@ class Phases:
         (or the rule's own start after a ban), among the e-nodes born before ``until``, of the
         rules not banned at ``iteration``."""
         self.db.run("search/reset")
+        if self._neutral and not self._retired and iteration >= (self.k_neutral or 0):
+            self.db.run("search/retire_rules", rules=self._neutral, never=NEVER)
+            self._retired = True
         args: dict[str, Any] = {
             "multi": multi,
             "since": since,
@@ -312,6 +322,7 @@ class Phases:
         """Copy the scheduler's stored state into the loaded pattern nodes."""
         ((own,),) = self.db.run("search/sync_schedule", enforce=self.backoff is not None)
         self._own_since = bool(own)
+        self._retired = False  # the sync rewrote every banned rule's ``banned_until``
 
     def _apply(self, pending: int, *, multi: bool, budget: int) -> float:
         """Apply the phase's ``pending`` matches (ids 1..pending) a chunk of :attr:`chunk` at a

@@ -13,7 +13,7 @@ import numpy as np
 
 from relsat.errors import ExtractionError
 
-Status = Literal["optimal", "gap", "time_limit", "work_limit", "heuristic"]
+Status = Literal["optimal", "input_optimal", "gap", "time_limit", "work_limit", "heuristic"]
 I64 = np.int64
 
 
@@ -138,7 +138,9 @@ class Problem:
 class Extraction:
     """An extracted term graph: ``choice`` maps every class reachable from the roots to its node.
 
-    ``cost`` is the DAG cost (distinct chosen nodes paid once); ``status`` is ``optimal``, ``gap``
+    ``cost`` is the DAG cost (distinct chosen nodes paid once); ``status`` is ``optimal``,
+    ``input_optimal`` (the answer is the extractor's ``start``, the input graph, and a proven bound
+    shows that nothing in the e-graph is cheaper, within the gap tolerance), ``gap``
     (stopped at the gap tolerance), ``time_limit`` (best answer found when the time ran out),
     ``work_limit`` (best answer when a node or round limit stopped the solver) or ``heuristic``;
     ``bound`` is a proven lower bound on the optimum (0 when nothing was proven) and ``gap`` the

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from relsat.errors import ExtractionError, SettingsError, check_choice, check_int, check_number
+from relsat.extract.budget import time_budget
 from relsat.extract.greedy import OutOfTime, greedy_dag, greedy_tree
 from relsat.extract.highs import SolverLimits, run_model
 from relsat.extract.incumbent import Frame, Incumbent
@@ -30,7 +31,8 @@ SEARCH_STALL_SECONDS = 2.0
 class IlpOptions:
     """The ILP extractor's settings, one value (see :func:`ilp` for what each does).
 
-    ``time_limit``: seconds for everything (reduction, heuristics, solves), a number > 0;
+    ``time_limit``: seconds for everything (reduction, heuristics, solves), a number > 0, or
+    None: :func:`~relsat.extract.budget.time_budget` of the reduced model's size;
     ``mip_gap``: the relative gap to stop at, in [0, 1]; ``order``: None (lazy cycle cuts),
     ``"real"`` or ``"int"`` (TENSAT's big-M order constraints); ``warm_start``: start from the
     greedy extractors' answers; ``threads``: HiGHS's threads (None: its default);
@@ -45,7 +47,7 @@ class IlpOptions:
     0.0
     """
 
-    time_limit: float = 60.0
+    time_limit: float | None = None
     mip_gap: float = 0.0
     order: Order = None
     warm_start: bool = True
@@ -59,7 +61,8 @@ class IlpOptions:
     node_limit: int | None = None
 
     def __post_init__(self) -> None:
-        check_number("time_limit", self.time_limit, 0, strict=True)
+        if self.time_limit is not None:
+            check_number("time_limit", self.time_limit, 0, strict=True)
         for name in ("mip_gap", "search"):  # shares
             value = getattr(self, name)
             check_number(name, value, 0)
@@ -96,18 +99,25 @@ def ilp(
     ``runs`` caps the HiGHS runs of the full model (1 + rounds of lazy cuts) and ``node_limit``
     the branch-and-bound nodes of each HiGHS run: with them and ``rounds`` the work done no
     longer depends on the machine's speed (status ``work_limit``), which is what tests use.
+
+    It stops as soon as it cannot improve: when the reduction leaves one node per class (the
+    only extraction: no solver runs, ``stats["solver"]`` says so), and when the solver's bound
+    reaches the incumbent (``optimal``; ``input_optimal`` when the incumbent is ``start``: nothing
+    in the e-graph beats the input graph). ``time_limit=None`` gives a budget that grows with the
+    reduced model (:func:`~relsat.extract.budget.time_budget`).
     """
     o = options or IlpOptions()
-    time_limit, mip_gap, order, search = o.time_limit, o.mip_gap, o.order, o.search
+    mip_gap, order, search = o.mip_gap, o.order, o.search
     t0 = time.perf_counter()
     best = Incumbent(problem, t0)
     method = "ilp" if order is None else f"ilp-order-{order}"
     if len(problem.roots) == 0:
         return Extraction({}, 0.0, method, "optimal", gap=0.0, bound=0.0, found_by="empty")
-    deadline = t0 + time_limit
     red = reduce(problem)
+    time_limit = time_budget(red.problem.n_nodes) if o.time_limit is None else o.time_limit
+    deadline = t0 + time_limit
     frame = Frame.of(red, size=problem)
-    stats: dict[str, object] = dict(red.stats)
+    stats: dict[str, object] = dict(red.stats, time_limit=time_limit)
     if start is not None:
         best.offer(start, "start")
     tree: dict[int, int] | None = None
@@ -144,7 +154,12 @@ def ilp(
     status: Status = "time_limit"
     bound = 0.0
     iterations = cuts = 0
-    if deadline > time.perf_counter():
+    if p.n_nodes == p.n_classes:  # one node per class left: the only extraction, no solver
+        only = {int(c): i for i, c in enumerate(p.node_class.tolist())}
+        best.offer(frame.lift(only), "reduction")
+        status = "optimal"
+        stats["solver"] = "none: one extraction left after reduction"
+    elif deadline > time.perf_counter():
         run = run_model(
             p,
             limits,
@@ -163,6 +178,8 @@ def ilp(
     bound = min(bound, best.cost)
     if status == "optimal":
         bound = best.cost
+    if status in ("optimal", "gap") and best.by == "start":
+        status = "input_optimal"  # proven: nothing in the e-graph beats the input (by the gap)
     stats.update(history=best.history, best_found_at=best.at)
     seconds = time.perf_counter() - t0
     stats["total_seconds"] = seconds
