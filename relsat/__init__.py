@@ -21,6 +21,7 @@ from relsat.errors import (
     UnknownModelError,
 )
 from relsat.extract import IlpOptions
+from relsat.fleet import Fleet, optimize_many
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.execute import Comparison, allclose, compare, random_values, run
 from relsat.graph.graph import Graph, Node, Ref
@@ -40,6 +41,7 @@ __all__ = [
     "EGraphFormatError",
     "ExecutionError",
     "ExtractionError",
+    "Fleet",
     "Graph",
     "GraphBuilder",
     "GraphError",
@@ -70,6 +72,7 @@ __all__ = [
     "load_rules",
     "load_tensat",
     "optimize",
+    "optimize_many",
     "parse_rules",
     "random_values",
     "run",

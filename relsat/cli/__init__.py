@@ -3,6 +3,8 @@
     relsat models                                   the bundled graphs
     relsat summary MODEL [--json OUT]               build one and summarize it
     relsat optimize (--model NAME | IN.onnx) [-o OUT] [options]
+    relsat optimize-many MODELS... --out-dir DIR [--workers N | --ray auto|ADDRESS] [options]
+    relsat costs show|export|import|merge ...      measured cost tables, shared between machines
     relsat show GRAPH.json [--model NAME] [-o OUT.svg]  draw it, changes highlighted
     relsat show --db DB --eclass ID [-o OUT.svg]    draw an e-class and its neighbourhood
     relsat sql DB "SELECT …"                        query a stored e-graph
@@ -28,7 +30,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from relsat.cli import inspect, optimize
+from relsat.cli import costs, inspect, many, optimize
 from relsat.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -54,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
     inspect.add_models(sub)
     inspect.add_summary(sub)
     optimize.add(sub)
+    many.add(sub)
+    costs.add(sub)
     inspect.add_show(sub)
     inspect.add_sql(sub)
     inspect.add_inspect(sub)

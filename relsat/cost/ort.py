@@ -28,6 +28,13 @@ trivial model, clamped at ``floor_ms`` (:class:`OrtTiming`).
   run ends or is interrupted; an unreadable file is ignored with a :class:`CostCacheWarning`
   and replaced at the next save. Fallback prices are not cached: they are cheap to redo, and a
   unit relsat cannot build today may become buildable.
+* Shared costs: the cache folder is a :class:`~relsat.cost.store.CostStore` — this identity's
+  rows of its other Parquet files (``relsat costs import``) are used too. ``store`` adds a shared
+  store (a folder every machine of a cluster can reach): its rows of this identity are read
+  (``shared`` counts those the cache lacked), and the units this instance measures are written
+  to a file of its own there; rows of another identity are never read. On a miss the cache and
+  the store are read again before measuring (another process may have measured it meanwhile).
+  An unreadable file of either is named in a :class:`CostCacheWarning` and skipped.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ import pyarrow.parquet as pq
 
 from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import CostModel, OpSignature
+from relsat.cost.store import CostStore, CostStoreError, CostStoreWarning, StoreWriter, warn_skipped
 from relsat.cost.table import COST_SCHEMA, CostTable
 from relsat.errors import CostError
 from relsat.graph.builder import GraphBuilder
@@ -79,6 +87,7 @@ ORT_ZERO_COST = frozenset(
         "weight",
         "scalar",
         "noop",
+        "finite",
         "dropout",
         "split_0",
         "split_1",
@@ -116,8 +125,9 @@ PROGRESS_MIN = 8
 BYTES = 4  # float32
 
 
-class CostCacheWarning(UserWarning):
-    """The onnxruntime cost cache could not be read or written (it is then ignored)."""
+class CostCacheWarning(CostStoreWarning):
+    """The onnxruntime cost cache (or a cost store) could not be read or written (it is then
+    ignored)."""
 
 
 @dataclass(frozen=True)
@@ -197,9 +207,12 @@ class OrtModel(CostModel):
     ``cache``: keep measurements in the per-machine file (``cache_dir`` overrides
     :func:`cache_dir`); ``save_every``: seconds between cache writes while measuring (0: after
     every unit); ``progress``: a progress bar on stderr (None: when stderr is a terminal);
-    ``fallback``: the price of units onnxruntime cannot time (default ``AnalyticModel("cpu")``).
+    ``fallback``: the price of units onnxruntime cannot time (default ``AnalyticModel("cpu")``);
+    ``store``: a shared :class:`~relsat.cost.store.CostStore` (or its folder) read and written
+    beside the cache.
 
-    ``measured`` counts the units this instance timed, ``cached`` the rows read from the cache,
+    ``measured`` counts the units this instance timed, ``cached`` the rows read from the cache
+    file, ``shared`` those it lacked that the cache folder's other files or the store had,
     ``fallbacks`` the signatures priced by the fallback, ``fallback_reasons`` why (by op).
     """
 
@@ -219,6 +232,7 @@ class OrtModel(CostModel):
         save_every: float = 5.0,
         progress: bool | None = None,
         fallback: CostModel | None = None,
+        store: CostStore | str | os.PathLike[str] | None = None,
     ) -> None:
         self.settings = settings if settings is not None else OrtSettings()
         self.timing = timing if timing is not None else OrtTiming()
@@ -238,10 +252,14 @@ class OrtModel(CostModel):
         self._priced: dict[OpSignature, float] = {}  # zero-cost and fallback prices, this run
         self._dirty = False
         self._overhead_ms: float | None = None
+        self.store = store if store is None or isinstance(store, CostStore) else CostStore(store)
+        self._writer: StoreWriter | None = None  # this instance's file in the store
+        self._new: set[str] = set()  # keys this instance measured: what it adds to the store
         rows = self._read(warn=True)
         self.cached = 0 if rows is None else rows.num_rows
         if rows is not None and rows.num_rows:
             self.table.insert_arrow(rows)
+        self.shared = self._read_shared(warn=True)
 
     def __repr__(self) -> str:
         return f"OrtModel({self.settings!r}, {self.timing!r}, path={str(self.path)!r})"
@@ -283,8 +301,30 @@ class OrtModel(CostModel):
             else:
                 todo.append(s)
         if todo:
+            todo = self._refresh(todo, known)
+        if todo:
             self._measure_all(todo, known)
         return np.array([known[s] for s in keyed], dtype=np.float64)
+
+    def _refresh(
+        self, todo: list[OpSignature], known: dict[OpSignature, float]
+    ) -> list[OpSignature]:
+        """``todo`` less what other writers (processes of this machine, machines sharing the
+        store) have measured since this instance read the cache and the store: read again on
+        a miss, before measuring."""
+        if self.path is None and self.store is None:
+            return todo
+        rows = self._read(warn=False)
+        if rows is not None and rows.num_rows:
+            have = pa.array(self.table.to_arrow(self.device)["key"].to_pylist(), pa.string())
+            new = rows.filter(pc.invert(pc.is_in(rows["key"], value_set=have)))
+            if new.num_rows:
+                self.table.insert_arrow(new)
+                self.cached += new.num_rows
+        self.shared += self._read_shared(warn=False)
+        found = self.table.lookup(self.device, todo)
+        known.update(found)
+        return [s for s in todo if s not in found]
 
     def _measure_all(self, todo: list[OpSignature], known: dict[OpSignature, float]) -> None:
         """Price ``todo`` in batches of round-robin passes (:class:`OrtTiming`); the cache file is
@@ -331,6 +371,7 @@ class OrtModel(CostModel):
         for i, times in runs.items():
             ms = max(statistics.median(times) - self.overhead_ms(), self.timing.floor_ms)
             self.table.insert(self.device, [batch[i]], [ms], SOURCE)
+            self._new.add(batch[i].key)
             self.measured += 1
             self._dirty = True
             prices[i] = ms
@@ -421,10 +462,40 @@ class OrtModel(CostModel):
             )
         return mine
 
+    def _read_shared(self, *, warn: bool) -> int:
+        """Add this identity's rows of the cache folder's other files and of the store that the
+        table lacks; returns their number. Unreadable files are skipped (named in a warning
+        when ``warn``)."""
+        sources = [CostStore(self.path.parent)] if self.path is not None else []
+        sources += [self.store] if self.store is not None else []
+        have = set(self.table.to_arrow(self.device)["key"].to_pylist())
+        added = 0
+        for source in sources:
+            try:
+                found = source.read(self.device, exclude=[self.path] if self.path else [])
+            except CostStoreError as exc:
+                if warn:
+                    warnings.warn(f"ignoring cost store: {exc}", CostCacheWarning, stacklevel=3)
+                continue
+            if warn:
+                warn_skipped(found.skipped, CostCacheWarning)
+            known = pa.array(sorted(have), pa.string())
+            new = found.rows.filter(pc.invert(pc.is_in(found.rows["key"], value_set=known)))
+            if new.num_rows:
+                self.table.insert_arrow(new)
+                have.update(new["key"].to_pylist())
+                added += new.num_rows
+        return added
+
     def save(self) -> None:
         """Write the measured rows to the cache file, atomically; rows another process added
-        to the file meanwhile are kept. Does nothing without a cache or new measurements."""
-        if self.path is None or not self._dirty:
+        to the file meanwhile are kept; and the rows this instance measured to its own file of
+        the store. Does nothing without new measurements."""
+        if not self._dirty:
+            return
+        self._save_store()
+        if self.path is None:
+            self._dirty = False
             return
         theirs = self._read(warn=False)
         if theirs is not None and theirs.num_rows:
@@ -448,13 +519,27 @@ class OrtModel(CostModel):
                     os.unlink(tmp)
         self._dirty = False
 
+    def _save_store(self) -> None:
+        """Replace this instance's file of the store with every row it measured."""
+        if self.store is None or not self._new:
+            return
+        rows = self.table.to_arrow(self.device)
+        mine = rows.filter(pc.is_in(rows["key"], value_set=pa.array(sorted(self._new))))
+        try:
+            if self._writer is None:
+                self._writer = self.store.writer()
+            self._writer.write(mine)
+        except CostStoreError as exc:  # a shared folder gone away must not stop pricing
+            warnings.warn(str(exc), CostCacheWarning, stacklevel=3)
+
     # --- reporting --------------------------------------------------------------------------
 
     def report(self) -> str:
         """What this instance did: units timed, rows from the cache, fallbacks and why."""
+        store = f", {self.shared} from other files and {self.store}" if self.shared else ""
         lines = [
             f"{self.name} on {self.device}: {self.measured} units timed, {self.cached} from "
-            f"{self.path or 'no cache'}, {self.fallbacks} priced by {self.fallback.source}"
+            f"{self.path or 'no cache'}{store}, {self.fallbacks} priced by {self.fallback.source}"
         ]
         for op, reasons in sorted(self.fallback_reasons.items()):
             for reason, n in reasons.most_common():

@@ -1,0 +1,272 @@
+"""A shared, mergeable store of measured costs: a folder of Parquet files with the cost table's
+columns (:data:`~relsat.cost.table.COST_SCHEMA`), each written by one writer, merged by DuckDB
+when read.
+
+The pattern of TensorRT timing caches and TVM's tuning databases: every row is keyed by the
+machine identity it was measured under (its ``device``, e.g.
+``ort-cpu|AMD EPYC 7B13|2t|ort1.23.2|all|protocol4``) and the operator signature (``key``);
+a reader takes only its own identity's rows, so prices of another machine kind are never used,
+and re-measures what is missing.
+
+* **Writers never share a file.** Each writer (:meth:`CostStore.writer`: one per process that
+  measures) owns ``<host>-<pid>-<random>.parquet`` and only ever rewrites that file, with all the
+  rows it has measured so far (temporary file, then ``os.replace``: a reader sees the old file or
+  the new one). :meth:`CostStore.add` writes a new file (``relsat costs import``). So any number
+  of machines can point at one shared folder and no writer loses another's rows.
+* **Reading merges.** :meth:`CostStore.read` reads every ``*.parquet`` file (sub-folders too),
+  and DuckDB (``sql/cost/merge_rows.sql``) keeps one row per identity and signature: the median
+  of the times stored for it, whatever the files' order. A file that cannot be read (truncated,
+  not Parquet, other columns) is named in :attr:`StoreRows.skipped` and left alone; the other
+  files' rows are read.
+* **Where.** A local folder, or an object-store URI that ``pyarrow.fs`` opens (``s3://…``,
+  ``gs://…``; written without a rename, one object per writer — untested here). The local cost
+  cache (:func:`relsat.cost.ort.cache_dir` ``/costs``) is such a folder.
+
+>>> import tempfile
+>>> store = CostStore(tempfile.mkdtemp())
+>>> store.read().rows.num_rows, store.files()
+(0, [])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+import uuid
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from relsat.cost.table import COST_SCHEMA
+from relsat.errors import DatabaseError
+
+__all__ = [
+    "CostStore",
+    "CostStoreError",
+    "CostStoreWarning",
+    "Skipped",
+    "StoreRows",
+    "StoreWriter",
+    "merge_rows",
+    "read_file",
+    "read_sources",
+    "warn_skipped",
+]
+
+
+class CostStoreWarning(UserWarning):
+    """A cost file could not be read or written; it was skipped (nothing else is lost)."""
+
+
+class CostStoreError(DatabaseError):
+    """A cost file given by name cannot be read or written (``path`` names it)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file of a store that could not be read, and why (the first line of the error)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StoreRows:
+    """What a read found: the merged ``rows`` (:data:`COST_SCHEMA`), how many ``files`` were
+    read and which were ``skipped``."""
+
+    rows: pa.Table
+    files: int = 0
+    skipped: tuple[Skipped, ...] = ()
+
+    def identities(self) -> dict[str, int]:
+        """Rows per machine identity (``device``), sorted by identity."""
+        counts: dict[str, int] = {}
+        for device in self.rows["device"].to_pylist():
+            counts[device] = counts.get(device, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+class CostStore:
+    """The cost files under ``location`` (a folder, created on the first write, or a URI).
+
+    ``location`` is kept as given in :attr:`location`; :attr:`root` is the path inside its file
+    system (:attr:`fs`)."""
+
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        self.location = os.fspath(location)
+        self.remote = "://" in self.location and not self.location.startswith("file://")
+        if "://" in self.location:
+            fs, root = pafs.FileSystem.from_uri(self.location)
+        else:
+            fs, root = pafs.LocalFileSystem(), str(Path(self.location).absolute())
+        self.fs: pafs.FileSystem = fs
+        self.root: str = root.rstrip("/") or "/"
+
+    def __repr__(self) -> str:
+        return f"CostStore({self.location!r})"
+
+    def files(self) -> list[str]:
+        """Every ``*.parquet`` file in the store (sub-folders too), sorted; [] when the folder
+        does not exist. Temporary files of a writer (``*.tmp``) are not listed."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise CostStoreError(
+                f"cannot list the cost store: {_first_line(exc)}", path=self.location
+            ) from None
+        return sorted(
+            i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+        )
+
+    def read(
+        self, device: str | None = None, *, exclude: Iterable[str | os.PathLike[str]] = ()
+    ) -> StoreRows:
+        """The store's rows of one machine identity (``device``; None: every identity), merged
+        (one row per identity and signature, the median time); files in ``exclude`` are left out,
+        unreadable ones are listed in :attr:`StoreRows.skipped`."""
+        left_out = {_same_path(p) for p in exclude}
+        tables: list[pa.Table] = []
+        skipped: list[Skipped] = []
+        files = [f for f in self.files() if _same_path(f) not in left_out]
+        for path in files:
+            try:
+                tables.append(read_file(path, self.fs))
+            except CostStoreError as exc:
+                skipped.append(Skipped(path, exc.reason))
+        return StoreRows(merge_rows(tables, device), len(files) - len(skipped), tuple(skipped))
+
+    def writer(self, name: str | None = None) -> StoreWriter:
+        """A writer that owns one new file of the store (``name``.parquet; default
+        ``<host>-<pid>-<random>``)."""
+        name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        return StoreWriter(self, f"{self.root}/{name}.parquet")
+
+    def add(self, rows: pa.Table, stem: str = "added") -> str:
+        """Write ``rows`` as a new file of the store (``<stem>-<random>.parquet``), never
+        replacing one; returns its path."""
+        writer = self.writer(f"{stem}-{uuid.uuid4().hex[:8]}")
+        writer.write(rows)
+        return writer.path
+
+
+class StoreWriter:
+    """One writer's file in a :class:`CostStore`: :meth:`write` replaces it with all the rows
+    the writer has so far (the caller's rows only grow), atomically where the file system
+    renames."""
+
+    def __init__(self, store: CostStore, path: str) -> None:
+        self.store = store
+        self.path = path
+
+    def write(self, rows: pa.Table) -> None:
+        """Replace this writer's file with ``rows`` (:data:`COST_SCHEMA`'s columns);
+        :class:`CostStoreError` when it cannot be written."""
+        rows = _cost_rows(rows, self.path)
+        fs = self.store.fs
+        try:
+            if self.store.remote:  # one PUT per object: readers see the old object or the new
+                pq.write_table(rows, self.path, filesystem=fs)
+                return
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(
+                prefix=Path(self.path).stem, suffix=".tmp", dir=Path(self.path).parent
+            )
+            os.close(fd)
+            try:
+                pq.write_table(rows, tmp)
+                os.replace(tmp, self.path)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        except OSError as exc:
+            raise CostStoreError(
+                f"cannot write cost file: {_first_line(exc)}", path=self.path
+            ) from None
+
+
+def read_file(path: str | os.PathLike[str], fs: pafs.FileSystem | None = None) -> pa.Table:
+    """One Parquet file's cost rows (:data:`COST_SCHEMA`); :class:`CostStoreError` naming the
+    file when it is not a readable cost table."""
+    name = os.fspath(path)
+    try:
+        table = pq.read_table(name, filesystem=fs)
+    except Exception as exc:  # truncated, not Parquet, unreachable: the reason, one line
+        raise CostStoreError(
+            f"not a readable Parquet file: {_first_line(exc)}", path=name
+        ) from None
+    return _cost_rows(table, name)
+
+
+def read_sources(sources: Sequence[str | os.PathLike[str]], device: str | None = None) -> StoreRows:
+    """The merged rows of ``sources``: each a Parquet file (which must be readable:
+    :class:`CostStoreError` otherwise) or a store folder / URI (unreadable files skipped)."""
+    tables: list[pa.Table] = []
+    skipped: list[Skipped] = []
+    files = 0
+    for source in sources:
+        name = os.fspath(source)
+        if "://" in name or Path(name).is_dir():
+            found = CostStore(name).read(device)
+            tables.append(found.rows)
+            skipped += found.skipped
+            files += found.files
+        elif Path(name).is_file():
+            tables.append(read_file(name))
+            files += 1
+        else:
+            raise CostStoreError("no such file or folder", path=name)
+    return StoreRows(merge_rows(tables, device), files, tuple(skipped))
+
+
+def merge_rows(tables: Sequence[pa.Table], device: str | None = None) -> pa.Table:
+    """Rows of several cost tables as one: one row per (identity, signature), the median time
+    (DuckDB, ``sql/cost/merge_rows.sql``); only ``device``'s rows unless None."""
+    from relsat.engine.db import Database
+
+    rows = [t for t in tables if t.num_rows]
+    if not rows:
+        return COST_SCHEMA.empty_table()
+    db = Database()
+    try:
+        with db.registered("cost_rows", pa.concat_tables(rows)):
+            merged = db.run_arrow("cost/merge_rows", device=device)
+    finally:
+        db.close()
+    return merged.cast(COST_SCHEMA)
+
+
+def warn_skipped(skipped: Iterable[Skipped], category: type[Warning] = CostStoreWarning) -> None:
+    """One warning per skipped file, naming it."""
+    for s in skipped:
+        warnings.warn(f"skipping unreadable cost file {s.path}: {s.reason}", category, stacklevel=3)
+
+
+def _cost_rows(table: pa.Table, path: str) -> pa.Table:
+    """``table`` with exactly :data:`COST_SCHEMA`'s columns and types, or a
+    :class:`CostStoreError` naming ``path``."""
+    missing = [n for n in COST_SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise CostStoreError(f"not a cost table: it lacks the columns {missing}", path=path)
+    try:
+        return table.select(COST_SCHEMA.names).cast(COST_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise CostStoreError(f"not a cost table: {_first_line(exc)}", path=path) from None
+
+
+def _same_path(path: str | os.PathLike[str]) -> str:
+    return os.path.normpath(os.path.abspath(os.fspath(path)))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]

@@ -1,0 +1,202 @@
+"""The shared cost store: writers' own files, merging by DuckDB, identities kept apart, corrupt
+files named and skipped, and ``relsat costs`` export / import / merge.
+
+Small shapes only; no assertion compares two timings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from relsat.cli import EXIT_ERROR, main
+from relsat.cost import OpSignature, OrtModel, OrtTiming
+from relsat.cost.ort import PROTOCOL, CostCacheWarning, cache_dir
+from relsat.cost.store import CostStore, CostStoreError, merge_rows, read_sources
+from relsat.cost.table import COST_SCHEMA
+from relsat.onnx.runtime import OrtSettings
+
+FAST = OrtTiming(warmup=1, min_runs=3, max_runs=8, budget_s=0.02)
+SIGS = [
+    OpSignature("relu", (), "", ((4, 16),), (4, 16)),
+    OpSignature("ewadd", (), "", ((2, 8), (2, 8)), (2, 8)),
+    OpSignature("transpose", (1,), "1_0", ((4, 16),), (16, 4)),
+    OpSignature("matmul", (0,), "", ((4, 8), (8, 16)), (4, 16), (False, True)),
+    OpSignature("concat", (1, 2), "", ((4, 8), (4, 8)), (4, 16)),
+    OpSignature("poolavg", (2, 2, 2, 2, 1, 0), "", ((1, 8, 8, 8),), (1, 8, 4, 4)),
+]
+
+
+@pytest.fixture(autouse=True)
+def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own cache directory: never the user's."""
+    monkeypatch.setenv("RELSAT_CACHE_DIR", str(tmp_path / "cache"))
+    yield tmp_path / "cache"
+
+
+def model(**kw: object) -> OrtModel:
+    return OrtModel(**{"timing": FAST, "progress": False, "cache": False, **kw})  # type: ignore[arg-type]
+
+
+def rows(device: str, ms: dict[str, float]) -> pa.Table:
+    """Cost rows of ``device`` with the given key → ms (other columns filler)."""
+    n = len(ms)
+    return pa.table(
+        {
+            "device": [device] * n,
+            "key": list(ms),
+            "op": ["relu"] * n,
+            **{f"p{i}": [-1] * n for i in range(6)},
+            "s": [""] * n,
+            "inputs": ["[[1]]"] * n,
+            "output": ["[1]"] * n,
+            "ms": list(ms.values()),
+            "source": ["test"] * n,
+        },
+        schema=COST_SCHEMA,
+    )
+
+
+def test_each_writer_owns_a_file_and_no_row_is_lost(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    one, two = model(store=store), model(store=store)
+    one.costs(SIGS[:3])
+    two.costs(SIGS[2:])  # SIGS[2] measured by both: two files, one merged row
+    files = CostStore(store).files()
+    assert len(files) == 2
+    found = CostStore(store).read(one.device)
+    assert found.files == 2 and not found.skipped
+    assert sorted(found.rows["key"].to_pylist()) == sorted({one.canonical(s).key for s in SIGS})
+
+
+def test_merging_two_stores_prices_everything_without_measuring(tmp_path: Path) -> None:
+    a, b = model(store=tmp_path / "a"), model(store=tmp_path / "b")
+    ms_a, ms_b = a.costs(SIGS[:3]), b.costs(SIGS[3:])
+    assert a.measured == 3 and b.measured == 3
+    merged = tmp_path / "merged.parquet"
+    assert (
+        main(["costs", "merge", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(merged)]) == 0
+    )
+    assert pq.read_table(merged).num_rows == 6
+    # a third machine of the same identity, pointed at a store holding only the merged file
+    store = tmp_path / "shared"
+    assert main(["costs", "import", str(merged), "--store", str(store)]) == 0
+    c = model(store=store)
+    assert c.shared == 6
+    assert c.costs(SIGS).tolist() == [*ms_a.tolist(), *ms_b.tolist()]
+    assert c.measured == 0
+
+
+def test_an_imported_file_prices_from_the_local_cache(tmp_path: Path, cache_root: Path) -> None:
+    first = model(store=tmp_path / "s")
+    ms = first.costs(SIGS)
+    exported = tmp_path / "costs.parquet"
+    assert main(["costs", "export", str(exported), "--store", str(tmp_path / "s")]) == 0
+    assert main(["costs", "import", str(exported)]) == 0  # into this machine's cache
+    assert any(p.name.startswith("costs-") for p in (cache_root / "costs").iterdir())
+    cached = OrtModel(timing=FAST, progress=False)  # the default: the cache folder
+    assert cached.costs(SIGS).tolist() == ms.tolist() and cached.measured == 0
+
+
+def test_rows_of_another_identity_are_never_used(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    one = model(settings=OrtSettings(threads=1), store=store)
+    one.costs(SIGS[:2])
+    two = model(settings=OrtSettings(threads=2), store=store)
+    assert two.device != one.device and two.shared == 0
+    two.costs(SIGS[:2])
+    assert two.measured == 2
+    found = CostStore(store).read()
+    assert found.identities() == {one.device: 2, two.device: 2}  # kept apart, never merged
+    assert CostStore(store).read(one.device).rows.num_rows == 2
+
+
+def test_a_corrupt_file_is_named_and_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    good = model(store=store)
+    good.costs(SIGS[:2])
+    bad = store / "bad.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    found = CostStore(store).read()
+    assert [Path(s.path).name for s in found.skipped] == ["bad.parquet"]
+    assert found.rows.num_rows == 2  # nothing else lost
+    with pytest.warns(CostCacheWarning, match="bad.parquet"):
+        again = model(store=store)
+    assert again.shared == 2
+    again.costs(SIGS[:2])
+    assert again.measured == 0
+    # a store argument: skipped and named; a file argument: refused, nothing written
+    out = tmp_path / "out.parquet"
+    assert main(["costs", "merge", str(store), "-o", str(out)]) == 0
+    assert "bad.parquet" in capsys.readouterr().err and pq.read_table(out).num_rows == 2
+    out.unlink()
+    assert main(["costs", "merge", str(bad), str(store), "-o", str(out)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("relsat: error:") and "bad.parquet" in err and not out.exists()
+    assert main(["costs", "import", str(bad), "--store", str(tmp_path / "other")]) == EXIT_ERROR
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_file_with_other_columns_is_not_a_cost_table(tmp_path: Path) -> None:
+    path = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1]}), path)
+    with pytest.raises(CostStoreError, match="lacks the columns"):
+        read_sources([path])
+
+
+def test_duplicates_merge_to_their_median_in_any_order() -> None:
+    a = rows("m1", {"k": 1.0, "j": 5.0})
+    b = rows("m1", {"k": 3.0})
+    c = rows("m1", {"k": 2.0})
+    other = rows("m2", {"k": 100.0})
+    for tables in ([a, b, c, other], [other, c, b, a]):
+        merged = merge_rows(tables)
+        got = {
+            (d, k): ms
+            for d, k, ms in zip(
+                *(merged[n].to_pylist() for n in ("device", "key", "ms")), strict=True
+            )
+        }
+        assert got == {("m1", "j"): 5.0, ("m1", "k"): 2.0, ("m2", "k"): 100.0}
+    assert merge_rows([a, other], "m2")["ms"].to_pylist() == [100.0]
+
+
+def test_show_marks_this_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = model(settings=OrtSettings(threads=1), store=tmp_path / "s")
+    m.costs(SIGS[:1])
+    assert main(["costs", "show", "--store", str(tmp_path / "s"), "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"{m.device}  (this machine)" in out and "1 files, 1 rows" in out
+
+
+def test_the_cache_folder_is_a_store(cache_root: Path) -> None:
+    m = OrtModel(timing=FAST, progress=False)
+    m.costs(SIGS[:2])
+    assert m.path is not None and m.path.parent == cache_dir() / "costs"
+    assert CostStore(cache_root / "costs").read(m.device).rows.num_rows == 2
+
+
+def test_optimize_writes_its_measurements_to_the_store(tmp_path: Path) -> None:
+    encoder = Path(__file__).resolve().parent.parent / "relsat" / "models" / "data" / "encoder.onnx"
+    store = tmp_path / "store"
+    argv = ["optimize", str(encoder), "-o", str(tmp_path / "out.onnx"), "--no-timing"]
+    assert main([*argv, "--threads", "1", "--cost-store", str(store)]) == 0
+    found = CostStore(store).read()
+    assert found.rows.num_rows > 0 and list(found.identities()) == [
+        f"{OrtSettings(threads=1).machine()}|protocol{PROTOCOL}"
+    ]
+    assert main([*argv, "--cost-model", "t4", "--cost-store", str(store)]) == 2  # usage
+
+
+def test_a_miss_reads_the_store_again_before_measuring(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    early, late = model(store=store), model(store=store)  # both started before any measuring
+    early.costs(SIGS)
+    assert late.shared == 0
+    late.costs(SIGS)
+    assert late.measured == 0 and late.shared == len(SIGS)
