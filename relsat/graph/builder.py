@@ -474,6 +474,11 @@ class GraphBuilder:
         """``x`` with NaN replaced by 0 (ONNX ``Where(IsNaN(x), 0, x)``)."""
         return self._one("nanzero", [x], name)
 
+    def finite(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``x`` itself, marked as proved finite (the importer's mask analysis,
+        :mod:`relsat.onnx.masks`): a rule may require the mark; exported as nothing."""
+        return self._one("finite", [x], name)
+
     def attention(
         self,
         q: Tensor,

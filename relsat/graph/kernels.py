@@ -411,6 +411,7 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "gelu_tanh": _unary(_gelu_tanh),
     "biasgelu": lambda n, a: (_gelu(a[0] + a[1]),),
     "nanzero": _unary(_nanzero),
+    "finite": _unary(lambda x: x),
     "attention": _attention,
     "reciprocal": _unary(np.reciprocal),
     "neg": _unary(np.negative),

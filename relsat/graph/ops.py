@@ -686,6 +686,14 @@ OPS: dict[str, OpSpec] = {
             "softmax of a masked attention, for rows masked entirely)",
         ),
         _spec(
+            "finite",
+            1,
+            "",
+            _unary,
+            "x, which the importer proved finite (no inf, no NaN: a mask built from finite "
+            "constants); no computation, exported as nothing: a rule may require it",
+        ),
+        _spec(
             "attention",
             4,
             "scale",

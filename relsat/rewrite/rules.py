@@ -108,6 +108,7 @@ OPERATORS: dict[str, OpSignature] = {
     "gelu_tanh": _sig("x"),
     "biasgelu": _sig("x bias"),
     "nanzero": _sig("x"),
+    "finite": _sig("x"),
     "attention": _sig("scale:int q kt v bias"),
     # LLM decoder operators: RMS normalization, rotary embedding and their spelled-out pieces.
     "reciprocal": _sig("x"),

@@ -117,6 +117,7 @@ _UNARY = (
     "softmax",
     "gelu",
     "nanzero",
+    "finite",
     "reciprocal",
     "neg",
 )

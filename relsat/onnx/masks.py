@@ -1,0 +1,144 @@
+"""Attention masks the importer can prove finite: the value range of an ONNX tensor, read back
+through the nodes that built it.
+
+An eager attention (``softmax(q @ kt * s + mask) @ v``, no NaN guard) equals ONNX Attention only
+where no row of the scores is -inf throughout (NaN unfused, 0 fused): it is, when every value
+of the mask is finite. :func:`value_range` bounds a tensor's values (float64 interval, or None
+when nothing is known) from constants, ``Cast`` from bool (0 or 1) and from integer types (the
+type's range), comparisons and logic ops (0 or 1), ``Where`` (the union of its two branches:
+the condition is never needed), the arithmetic of Add/Sub/Mul/Neg, and the data-movement ops
+that keep values (Reshape, Expand, Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat,
+Identity, Flatten, Tile). :func:`is_finite` holds when the range lies within float32's.
+
+So ``Where(mask, 0, -1e9)`` and ``(1 - Cast(bool)) * -10000`` pass; ``Where(mask, 0, -inf)``
+(torch's SDPA export) and a float graph input do not; nor does ``(1 - Cast(int64 mask)) *
+finfo.min``: a mask value of -1 or 3 overflows to infinity, and nothing in the graph says the
+integer mask holds 0 and 1 only; nor does transformers 5's ``Where(mask, 0, finfo.min)`` (see
+:data:`LIMIT`: onnxruntime's Attention zeroes a row masked entirely by finfo.min).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+from onnx import TensorProto
+
+__all__ = ["is_finite", "value_range"]
+
+Range = tuple[float, float]
+
+#: float32's largest finite value.
+FLT_MAX = float(np.finfo(np.float32).max)
+#: The bound :func:`is_finite` asks for. Not float32's own: onnxruntime's Attention (1.32,
+#: CPU) gives 0 for a row whose masked scores all reach float32's lowest (a mask of finfo.min,
+#: transformers' fill, plus a score <= 0 rounds to it), where the softmax it replaces gives the
+#: mean of v; a mask of at least -FLT_MAX / 2 cannot reach it.
+LIMIT = FLT_MAX / 2
+#: How deep :func:`value_range` reads back (a mask is a handful of nodes from its source).
+DEPTH = 32
+
+_BOOLEAN_OPS = frozenset(
+    {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "And", "Or", "Not", "Xor"}
+    | {"IsNaN", "IsInf"}
+)
+_SAME_VALUES = {  # op → the input whose values the output keeps
+    "Reshape": 0,
+    "Expand": 0,
+    "Unsqueeze": 0,
+    "Squeeze": 0,
+    "Transpose": 0,
+    "Slice": 0,
+    "Gather": 0,
+    "GatherElements": 0,
+    "Identity": 0,
+    "Flatten": 0,
+    "Tile": 0,
+}
+_INTEGER_RANGES: dict[int, Range] = {
+    TensorProto.BOOL: (0.0, 1.0),
+    TensorProto.UINT8: (0.0, 255.0),
+    TensorProto.INT8: (-128.0, 127.0),
+    TensorProto.UINT16: (0.0, 65535.0),
+    TensorProto.INT16: (-32768.0, 32767.0),
+    TensorProto.UINT32: (0.0, 2.0**32),
+    TensorProto.INT32: (-(2.0**31), 2.0**31),
+    TensorProto.UINT64: (0.0, 2.0**64),
+    TensorProto.INT64: (-(2.0**63), 2.0**63),
+}
+
+
+class Graph(Protocol):
+    """What the analysis reads (:class:`relsat.onnx.importer.Importer` provides it)."""
+
+    def const(self, name: str) -> np.ndarray | None: ...
+
+    def producer(self, name: str) -> object | None: ...
+
+    def dtype(self, name: str) -> int: ...
+
+
+def is_finite(g: Graph, name: str) -> bool:
+    """Whether every value of tensor ``name`` is provably a float32 within half of float32's
+    range (:data:`LIMIT`)."""
+    r = value_range(g, name)
+    return r is not None and -LIMIT <= r[0] and r[1] <= LIMIT
+
+
+def value_range(g: Graph, name: str, depth: int = DEPTH) -> Range | None:
+    """``(low, high)`` bounding every value of ``name`` (NaN excluded), or None."""
+    value = g.const(name)
+    if value is not None:
+        v = np.asarray(value, dtype=np.float64)
+        if v.size == 0 or np.isnan(v).any():
+            return None
+        return float(v.min()), float(v.max())
+    node = g.producer(name)
+    if node is None or depth == 0 or getattr(node, "domain", "") not in ("", "ai.onnx"):
+        return None
+    op, ins = node.op_type, [i for i in node.input]  # type: ignore[attr-defined]
+
+    def of(i: int) -> Range | None:
+        return value_range(g, ins[i], depth - 1) if len(ins) > i and ins[i] else None
+
+    if op in _BOOLEAN_OPS:
+        return 0.0, 1.0
+    if op in _SAME_VALUES:
+        return of(_SAME_VALUES[op])
+    if op == "Cast":
+        source = g.dtype(ins[0])
+        if source in _INTEGER_RANGES:
+            return _INTEGER_RANGES[source]
+        return of(0)
+    if op == "Where":
+        return _union(of(1), of(2))
+    if op == "Concat":
+        parts = [value_range(g, i, depth - 1) for i in ins]
+        return _union(*parts) if parts else None
+    if op == "Neg":
+        r = of(0)
+        return None if r is None else (-r[1], -r[0])
+    if op in ("Add", "Sub", "Mul") and len(ins) == 2:
+        a, b = of(0), of(1)
+        if a is None or b is None:
+            return None
+        if op == "Add":
+            return _checked(a[0] + b[0], a[1] + b[1])
+        if op == "Sub":
+            return _checked(a[0] - b[1], a[1] - b[0])
+        products = [x * y for x in a for y in b]
+        return _checked(min(products), max(products))
+    return None
+
+
+def _union(*parts: Range | None) -> Range | None:
+    if any(p is None for p in parts):
+        return None
+    return min(p[0] for p in parts), max(p[1] for p in parts)  # type: ignore[index]
+
+
+def _checked(low: float, high: float) -> Range | None:
+    """A computed range, or None where an intermediate may overflow float32 (inf - inf)."""
+    if not (-FLT_MAX <= low and high <= FLT_MAX):
+        return None
+    return low, high
