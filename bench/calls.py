@@ -1,8 +1,9 @@
 """The bench's calls into relsat, all in one place: the API (:func:`optimize`) and the CLI
 (:func:`cli`).
 
-Every bench script that optimizes goes through one of these two functions, so a change of
-``relsat.optimize``'s signature or of the CLI's options is mended here and nowhere else.
+Every bench script that optimizes goes through one of these functions (:func:`optimize_many`
+for many models at once), so a change of ``relsat.optimize``'s signature or of the CLI's options
+is mended here and nowhere else.
 
 :func:`cli` runs ``python -m relsat optimize SOURCE -o TARGET OPTIONS`` in a subprocess, as a user
 runs ``relsat optimize``, with a timeout: a crash or a hang is a row of the table, not the end of
@@ -37,6 +38,20 @@ def optimize(graph: Any, **settings: Any) -> Any:
     return relsat.optimize(graph, relsat.Options(**settings))
 
 
+def optimize_many(
+    models: Sequence[str | Path], out_dir: Path, fleet: dict[str, Any], **settings: Any
+) -> Any:
+    """``relsat.fleet.optimize_many(models, relsat.Options(**settings), out_dir,
+    relsat.fleet.Fleet(**fleet))``: the bench's one call into the many-models API (its
+    :class:`relsat.fleet.Summary`)."""
+    from relsat.fleet import Fleet
+    from relsat.fleet import optimize_many as many
+
+    if "ilp_time_limit" in settings:
+        settings["ilp"] = relsat.IlpOptions(time_limit=settings.pop("ilp_time_limit"))
+    return many(models, relsat.Options(**settings), out_dir, Fleet(**fleet))
+
+
 @dataclass
 class CliRun:
     """One ``relsat optimize`` call and what its output says (None: it did not say)."""
@@ -54,6 +69,8 @@ class CliRun:
     kept: str | None = None  # what the CLI handed back: "optimized (faster)", ...
     timing: str | None = None  # the CLI's own latency comparison, when it timed
     verified: str | None = None  # the "verified" row, or "no: ..." when outputs differed
+    shapes: str | None = None  # what became of dynamic dims: "batch, sequence kept symbolic; ..."
+    checked_at: str | None = None  # the dim values onnxruntime checked at: "batch=1, ... | ..."
     stdout: str = ""
 
     @property
@@ -128,6 +145,12 @@ def parse(run: CliRun, stdout: str, stderr: str) -> None:
             run.verified = line.removeprefix("verified ").strip()
         elif line.startswith("onnxruntime CPU") and run.timing is None:
             run.timing = line
+        elif line.startswith("at ") and ": onnxruntime CPU" in line and run.timing is None:
+            run.timing = line  # symbolic dims: "at batch=1, sequence=128: onnxruntime CPU ..."
+        elif line.startswith("shapes: ") and run.shapes is None:
+            run.shapes = line.removeprefix("shapes: ")
+        elif line.startswith("verified in onnxruntime: outputs match the original at "):
+            run.checked_at = line.split(" original at ", 1)[1]
         elif line.startswith("kept ") or line == "kept":
             run.kept = line.removeprefix("kept").strip(" :")
         elif run.kept is None and re.search(r"\bkept\b|\bslower\b|\bkeeps?\b", line):

@@ -53,16 +53,20 @@ class Entry:
 
 
 def _torch(
-    name: str, build: Callable[[], tuple[Any, ...]], exporter: str, names: list[str] | None = None
+    name: str,
+    build: Callable[[], tuple[Any, ...]],
+    exporter: str,
+    names: list[str] | None = None,
+    dynamic: dict[str, dict[int, str]] | None = None,
 ) -> Callable[[Path], Export]:
     """``make`` for a torch builder: ``build()`` is ``(module, example)`` (names ``names``) or
-    ``(module, example, names)``."""
+    ``(module, example, names)``; ``dynamic``: the dynamic axes to export with."""
 
     def built() -> tuple[Any, Any, list[str]]:
         out = build()
         return out if len(out) == 3 else (*out, names or ["input"])
 
-    return lambda directory: export(name, built, directory, exporter)
+    return lambda directory: export(name, built, directory, exporter, dynamic)
 
 
 def _tensat(model: str) -> Callable[[Path], Export]:
@@ -199,6 +203,32 @@ def today() -> dict[str, Entry]:
     return {e.name: e for e in entries}
 
 
+#: The dynamic axes bench/dynamic.py exports each model with (by its first input's name).
+DYNAMIC_AXES: dict[str, dict[str, dict[int, str]]] = {
+    "input_ids": {
+        "input_ids": {0: "batch", 1: "sequence"},
+        "attention_mask": {0: "batch", 1: "sequence"},
+    },
+    "pixel_values": {"pixel_values": {0: "batch"}},
+}
+
+
+def dynamic() -> dict[str, Entry]:
+    """bench/dynamic.py's corpus (issue 27): today's tiny HF models exported with dynamic axes
+    (batch and sequence; batch for ViT) through both exporters (``<model>.<exporter>.dyn``)."""
+    entries: list[Entry] = []
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    for model, (module, function, kwargs) in TODAY_HF.items():
+        build = _builder(module, function, kwargs)
+        axes = DYNAMIC_AXES["pixel_values" if model.startswith("vit") else "input_ids"]
+        for exporter in ("dynamo", "legacy"):
+            name = f"{model}.{exporter}.dyn"
+            make = _torch(name, build, exporter, dynamic=axes)
+            entries.append(Entry(name, "hf", exporter, make))
+    return {e.name: e for e in entries}
+
+
 def select(corpus: dict[str, Entry], names: Iterable[str] | None) -> list[Entry]:
     """The entries ``names`` asks for, in corpus order: a name, a model without its exporter
     (``bert-tiny``: both), or a family (``hf``, ``onnx-zoo``); all when ``names`` is empty.
@@ -208,7 +238,7 @@ def select(corpus: dict[str, Entry], names: Iterable[str] | None) -> list[Entry]
         return list(corpus.values())
 
     def matches(want: str, e: Entry) -> bool:
-        return want in (e.name, e.family, e.name.rsplit(".", 1)[0])
+        return want in (e.name, e.family, e.name.rsplit(".", 1)[0], e.name.split(".", 1)[0])
 
     unknown = [w for w in wanted if not any(matches(w, e) for e in corpus.values())]
     if unknown:

@@ -8,7 +8,10 @@ Two exporters (``EXPORTERS``):
   onnxscript's optimizer), at its default opset; weights inside the file (``external_data=False``)
   so that a cached export is one file.
 
-Both in eval mode, static shapes, batch 1. :func:`export` writes ``<directory>/<name>.onnx`` with
+Both in eval mode, batch 1; static shapes unless ``dynamic`` names dynamic axes (legacy:
+``dynamic_axes``, the output getting the first input's; dynamo: ``dynamic_shapes`` with
+``torch.export.Dim.DYNAMIC``, which names the dims itself: ``s21``, ``s35``, ...).
+:func:`export` writes ``<directory>/<name>.onnx`` with
 its example inputs in ``<name>.inputs.npz`` and a ``<name>.json`` that records the exporter and
 the versions (torch, transformers, onnxscript, the opset, a hash of the bench's model sources);
 a later call with the same versions reuses the files. Importing this module does not import
@@ -24,7 +27,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,10 +81,17 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 def torch_export(
-    model: Any, example: Sequence[Any], path: Path, input_names: Sequence[str], exporter: str
+    model: Any,
+    example: Sequence[Any],
+    path: Path,
+    input_names: Sequence[str],
+    exporter: str,
+    dynamic: Mapping[str, Mapping[int, str]] | None = None,
 ) -> str:
-    """Write ``model`` called on ``example`` to ``path`` with ``exporter``; a one-line
-    description of the export."""
+    """Write ``model`` called on ``example`` to ``path`` with ``exporter`` (``dynamic``: input
+    name → {axis: dim name} of its dynamic axes); a one-line description of the export."""
+    import inspect
+
     import torch
 
     if exporter not in EXPORTERS:
@@ -90,9 +100,22 @@ def torch_export(
     if exporter == "legacy":
         options |= {"dynamo": False, "opset_version": LEGACY_OPSET, "do_constant_folding": True}
         what = f"opset {LEGACY_OPSET}"
+        if dynamic:
+            first = dict(dynamic[input_names[0]])
+            options["dynamic_axes"] = {**{k: dict(v) for k, v in dynamic.items()}, "output": first}
     else:
         options |= {"dynamo": True, "external_data": False}
         what = "default opset"
+        if dynamic:
+            shapes = tuple(
+                {axis: torch.export.Dim.DYNAMIC for axis in dynamic.get(name, {})}
+                for name in input_names
+            )
+            params = inspect.signature(model.forward).parameters.values()
+            varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+            options["dynamic_shapes"] = (shapes,) if varargs else shapes
+    if dynamic:
+        what += ", dynamic axes " + ", ".join(f"{k}{sorted(v.items())}" for k, v in dynamic.items())
     with warnings.catch_warnings(), torch.no_grad(), stdout_to_stderr():
         warnings.simplefilter("ignore")  # TorchScript's deprecation, tracer warnings
         torch.onnx.export(model.eval(), tuple(example), str(path), **options)
@@ -104,12 +127,16 @@ def export(
     build: Callable[[], tuple[Any, Sequence[Any], Sequence[str]]],
     directory: Path,
     exporter: str = "legacy",
+    dynamic: Mapping[str, Mapping[int, str]] | None = None,
 ) -> Export:
     """``directory/<name>.onnx``: ``build()``'s ``(module, example inputs, input names)``
-    exported with ``exporter`` (reused from an earlier call with the same :func:`versions`)."""
+    exported with ``exporter`` and ``dynamic`` axes (reused from an earlier call with the same
+    :func:`versions`)."""
     directory.mkdir(parents=True, exist_ok=True)
     path, npz, meta = (directory / f"{name}{ext}" for ext in (".onnx", ".inputs.npz", ".json"))
     wanted = versions(exporter)
+    if dynamic:
+        wanted["dynamic"] = repr(sorted((k, sorted(v.items())) for k, v in dynamic.items()))
     if path.exists() and npz.exists() and meta.exists():
         stored = json.loads(meta.read_text())
         if stored.get("versions") == wanted:
@@ -117,7 +144,7 @@ def export(
                 return Export(path, {k: data[k] for k in data.files}, stored["exporter"])
     model, example, names = build()
     tmp = path.with_name(path.name + ".tmp")
-    described = torch_export(model, example, tmp, names, exporter)
+    described = torch_export(model, example, tmp, names, exporter, dynamic)
     tmp.replace(path)
     inputs = {n: t.numpy() for n, t in zip(names, example, strict=True)}
     np.savez(npz, **inputs)

@@ -400,17 +400,22 @@ def test_token_ids_with_input_shapes_optimize_and_verify(
     _token_model(src, ["batch", "seq"])
     _fake_latency(monkeypatch, None)  # export and verify whatever the rules find
     shapes = ["--input-shape", "input_ids=2,8", "--input-shape", "attention_mask=2,8"]
-    assert main(["optimize", str(src), "-o", str(out), "--no-timing", *shapes]) == 0
-    text = capsys.readouterr().out
-    assert "opaque: 2 of" in text and "Gather 1" in text and "Cast 1" in text
-    assert "verified in onnxruntime" in text
-    written = onnx.load(str(out))
-    assert [(i.name, i.type.tensor_type.elem_type) for i in written.graph.input] == [
-        ("input_ids", onnx.TensorProto.INT64),
-        ("attention_mask", onnx.TensorProto.INT64),
-    ]
-    dims = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in written.graph.input]
-    assert dims == [[2, 8], [2, 8]]
+    # the shapes price the model; its dims stay dynamic (names kept) unless --static
+    for flags, want in (([], [["batch", "seq"]] * 2), (["--static"], [[2, 8]] * 2)):
+        assert main(["optimize", str(src), "-o", str(out), "--no-timing", *shapes, *flags]) == 0
+        text = capsys.readouterr().out
+        assert "opaque: 2 of" in text and "Gather 1" in text and "Cast 1" in text
+        assert "verified in onnxruntime" in text
+        written = onnx.load(str(out))
+        assert [(i.name, i.type.tensor_type.elem_type) for i in written.graph.input] == [
+            ("input_ids", onnx.TensorProto.INT64),
+            ("attention_mask", onnx.TensorProto.INT64),
+        ]
+        dims = [
+            [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in written.graph.input
+        ]
+        assert dims == want, flags
 
 
 def test_input_shape_usage_and_onnx_errors(
@@ -424,9 +429,10 @@ def test_input_shape_usage_and_onnx_errors(
     assert main(["optimize", str(src), "-o", str(out), "--input-shape", "ids=2,8"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown inputs ['ids']" in err and "tokens.onnx" in err
-    assert main(["optimize", str(src), "-o", str(out), "--batch", "1"]) == EXIT_ERROR
+    shape = ["--input-shape", "input_ids=2,8,1"]
+    assert main(["optimize", str(src), "-o", str(out), *shape]) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert "'input_ids': dim 1 (seq) is dynamic" in err
+    assert "'input_ids': input_shapes gives rank 3, the input has rank 2" in err
     assert list(tmp_path.iterdir()) == [src]  # nothing written
 
 

@@ -1,7 +1,10 @@
 """``relsat optimize``: the arguments as one :class:`~relsat.Options`, :func:`relsat.optimize`,
 then progress lines, the rules' gains, the timing verdict and a before/after table, and the kept
 model written (:meth:`relsat.Result.save`). What is optimized, checked, timed and kept is the
-API's; this module parses and prints."""
+API's; this module parses and prints.
+
+The optimization options (:func:`add_options`) and their mapping to :class:`Options`
+(:func:`options`) are shared with ``relsat optimize-many`` (:mod:`relsat.cli.many`)."""
 
 from __future__ import annotations
 
@@ -18,18 +21,18 @@ from relsat.graph.graph import Graph
 from relsat.onnx.latency import Timing
 from relsat.onnx.runtime import OrtSettings
 from relsat.pipeline.options import Options
-from relsat.pipeline.ort import VERDICT_WORDS
 from relsat.pipeline.result import Result
 from relsat.pipeline.run import Stage
 from relsat.pipeline.save import temp_beside
 from relsat.pipeline.verify import VerificationError
 
-__all__ = ["add", "options"]
+__all__ = ["add", "add_options", "options"]
 
 #: The numeric options: the setting a :class:`~relsat.errors.SettingsError` names → the flag
 #: and its valid values, for a one-line usage error naming the flag.
 FLAGS: dict[str, tuple[str, str]] = {
     "k_multi": ("--k-multi", ">= 0"),
+    "k_neutral": ("--k-neutral", ">= 0"),
     "nodes": ("--nodes", ">= 1"),
     "iterations": ("--iterations", ">= 0"),
     "seconds": ("--time-limit", ">= 0"),
@@ -57,17 +60,6 @@ def add(sub: Any) -> None:
         "--output",
         help="where to write the optimized model (ONNX for an ONNX input, relsat JSON for --model)",
     )
-    p.add_argument("--rules", nargs="*", help="rule files or folders (default: rules/)")
-    _number(p, "--k-multi", int, 1, "iterations with multi-pattern rules")
-    _number(p, "--nodes", int, 50_000, "e-node limit")
-    _number(p, "--iterations", int, 15, "iteration limit")
-    _number(p, "--time-limit", float, 3600.0, "exploration seconds")
-    p.add_argument(
-        "--cost-model",
-        help="ort-cpu, analytic, h100 or t4 (default: ort-cpu for an ONNX input, else analytic)",
-    )
-    p.add_argument("--extractor", default="ilp", choices=("ilp", "greedy", "greedy-dag"))
-    _number(p, "--ilp-time-limit", float, 60.0, "ILP extraction seconds")
     p.add_argument("--db", help="keep the e-graph in this DuckDB file for inspection")
     p.add_argument(
         "--resume",
@@ -76,6 +68,38 @@ def add(sub: Any) -> None:
     )
     p.add_argument(
         "--overwrite", action="store_true", help="replace an e-graph already stored in --db"
+    )
+    add_options(p)
+    p.set_defaults(run=run)
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The optimization options ``optimize`` and ``optimize-many`` share (:func:`options` maps
+    them to :class:`Options`)."""
+    p.add_argument("--rules", nargs="*", help="rule files or folders (default: rules/)")
+    _number(p, "--k-multi", int, 1, "iterations with multi-pattern rules")
+    _number(
+        p,
+        "--k-neutral",
+        int,
+        1,
+        "iterations with the neutral rules (element-wise associativity and commutativity, priced "
+        "alike by every cost model)",
+    )
+    _number(p, "--nodes", int, 50_000, "e-node limit")
+    _number(p, "--iterations", int, 15, "iteration limit")
+    _number(p, "--time-limit", float, 3600.0, "exploration seconds")
+    p.add_argument(
+        "--cost-model",
+        help="ort-cpu, analytic, h100 or t4 (default: ort-cpu for an ONNX input, else analytic)",
+    )
+    p.add_argument("--extractor", default="ilp", choices=("ilp", "greedy", "greedy-dag"))
+    _number(
+        p,
+        "--ilp-time-limit",
+        float,
+        None,
+        "ILP extraction seconds; default: 5 s + 1 ms per node of the reduced model, at most 60",
     )
     p.add_argument(
         "--blocks",
@@ -94,12 +118,33 @@ def add(sub: Any) -> None:
         "rule with over 1,000 new matches in an iteration is banned for 5 iterations, both "
         "doubled per ban), so that a rule set that explodes leaves room for the other rules",
     )
-    _number(p, "--batch", int, None, "fix a dynamic batch dimension of an ONNX input")
+    _number(
+        p,
+        "--batch",
+        int,
+        None,
+        "the batch an ONNX input with a dynamic batch dim is priced and timed at (default 1)",
+    )
     p.add_argument(
         "--input-shape",
         action="append",
         metavar="NAME=D,D,...",
-        help="fix the shape of an ONNX input, e.g. input_ids=1,128 (repeatable)",
+        help="the shape an ONNX input is priced and timed at, e.g. input_ids=1,128 (repeatable); "
+        "dynamic dims stay dynamic in the written model unless --static (defaults: batch 1, "
+        "other dynamic dims 128)",
+    )
+    p.add_argument(
+        "--static",
+        action="store_true",
+        help="fix dynamic dims to the --input-shape / --batch values: the written model's "
+        "interface is fixed to them",
+    )
+    p.add_argument(
+        "--timing-shape",
+        action="append",
+        metavar="DIM=V,...",
+        help="also time at these values of the model's dynamic dims, e.g. batch=8,sequence=512 "
+        "(repeatable; dims not named keep their pricing value); the verdict is the worst",
     )
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
     _number(p, "--threads", int, 0, "onnxruntime intra-op threads for timing and ort-cpu costs")
@@ -125,7 +170,12 @@ def add(sub: Any) -> None:
         action="store_true",
         help="TENSAT's unguarded rules (can be unsound; verification catches it)",
     )
-    p.set_defaults(run=run)
+    p.add_argument(
+        "--cost-store",
+        metavar="DIR",
+        help="also read and write ort-cpu prices in this shared cost store (a folder every "
+        "machine can reach; rows of other machine identities are never used): relsat costs",
+    )
 
 
 def _number(p: argparse.ArgumentParser, flag: str, kind: type, default: Any, what: str) -> None:
@@ -146,6 +196,12 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise Usage("give either --resume or --overwrite, not both")
     settings = options(args)
+    if args.cost_store:
+        from relsat.fleet.worker import with_store
+
+        if settings.cost_model not in (None, "ort-cpu") or args.input is None:
+            raise Usage("--cost-store prices with ort-cpu: an ONNX input and no other --cost-model")
+        settings = with_store(settings, args.cost_store)
     model: str | Graph = args.input if args.input is not None else models.load(args.model)
     if args.output:  # refuse an unwritable output before the work, not after
         temp_beside(Path(args.output)).unlink()
@@ -179,6 +235,7 @@ def options(args: argparse.Namespace) -> Options:
             limits=Limits(nodes=args.nodes, iterations=args.iterations, seconds=args.time_limit),
             rules=load_rules(args.rules) if args.rules else None,
             k_multi=args.k_multi,
+            k_neutral=args.k_neutral,
             scheduler=args.scheduler,
             guards=not args.no_guards,
             cost_model=args.cost_model,
@@ -186,10 +243,12 @@ def options(args: argparse.Namespace) -> Options:
             ilp=IlpOptions(time_limit=args.ilp_time_limit),
             blocks=args.blocks,
             verify=not args.no_verify,
-            db=args.db,
-            resume=args.resume,
+            db=getattr(args, "db", None),
+            resume=getattr(args, "resume", False),
             input_shapes=_input_shapes(args) or None,
             batch=args.batch,
+            static=args.static,
+            timing_shapes=_timing_shapes(args),
             ort=OrtSettings(threads=args.threads),
             timing=None if args.no_timing else timing,
             keep_slower=args.keep_slower,
@@ -216,6 +275,20 @@ def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
             raise Usage(f"--input-shape gives {name!r} twice")
         shapes[name] = values
     return shapes
+
+
+def _timing_shapes(args: argparse.Namespace) -> tuple[dict[str, int], ...]:
+    """``--timing-shape DIM=V,...`` (repeatable) as dim values."""
+    out = []
+    for spec in args.timing_shape or []:
+        values: dict[str, int] = {}
+        for part in spec.split(","):
+            name, sep, value = part.strip().partition("=")
+            if not sep or not name or not value.isdigit() or int(value) < 1 or name in values:
+                raise Usage(f"--timing-shape wants DIM=V,... with positive values, got {spec!r}")
+            values[name] = int(value)
+        out.append(values)
+    return tuple(out)
 
 
 def _prepare_db(args: argparse.Namespace) -> None:
@@ -287,19 +360,26 @@ def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
         out.print(f"gains by rule ({result.cost_model}): {result.gains_text()}")
     if result.source is None:
         return
+    if result.shapes is not None:
+        out.print(f"shapes: {result.shapes.note}", soft_wrap=True)
     if result.why == "no rewrite":
         out.print("no rewrite chosen: the input model is kept unchanged")
         return
     if result.ort_check == "passed":
-        out.print("verified in onnxruntime: outputs match the original")
+        at = f" at {' | '.join(result.checked_at)}" if result.checked_at else ""
+        out.print(f"verified in onnxruntime: outputs match the original{at}", soft_wrap=True)
+    elif result.ort_check and result.ort_check.startswith("failed"):
+        out.print(f"{result.why}: the original is kept unchanged", soft_wrap=True)
+        return
     latency = result.latency
     if latency is None:
         out.print("not timed (--no-timing): the optimized model is kept")
         return
-    out.print(latency.report(), soft_wrap=True)
-    why = VERDICT_WORDS[latency.verdict]
-    if latency.verdict == "faster":
+    for label, timed in result.latencies or (("", latency),):
+        out.print((f"at {label}: " if label else "") + timed.report(), soft_wrap=True)
+    if result.kept == "optimized" and result.why == "faster":
         return
+    why = result.why.removesuffix(", keep_slower")
     if result.kept == "optimized":
         out.print(f"the optimized model is {why}; kept anyway (--keep-slower)")
     else:
@@ -322,10 +402,9 @@ def _final_table(result: Result) -> Any:
         f"{result.cost_before:.4f}",
         f"{result.cost_after:.4f} ({100 * result.reduction:.1f} % less)",
     )
-    latency = result.latency
-    if latency is not None:
+    for label, latency in result.latencies or ((("", result.latency),) if result.latency else ()):
         t.add_row(
-            "latency (ms)",
+            "latency (ms)" + (f" at {label}" if label and len(result.latencies) > 1 else ""),
             f"{latency.original_ms:.4g}",
             f"{latency.optimized_ms:.4g} (x{latency.speedup:.2f}, {latency.verdict})",
         )

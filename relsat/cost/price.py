@@ -11,6 +11,9 @@ written to ``enode_cost(enode, ms)`` in one statement and returned. For a model 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -21,7 +24,7 @@ from relsat.cost.table import CostTable, TableModel
 from relsat.engine.db import sql_text
 from relsat.engine.egraph import EGraph
 
-__all__ = ["ENODE_COST_SCHEMA", "enode_signatures", "price_egraph"]
+__all__ = ["ENODE_COST_SCHEMA", "enode_signatures", "price_egraph", "resize_signature"]
 
 ENODE_COST_SCHEMA = pa.schema([("enode", pa.int64()), ("ms", pa.float64())])
 
@@ -61,8 +64,12 @@ def price_egraph(
     precompute_weights: bool = False,
     table: CostTable | None = None,
     cache: bool = True,
+    size: Callable[[int], int] | None = None,
 ) -> pa.Table:
     """Price every e-node with ``model``; writes and returns ``enode_cost(enode, ms)``.
+
+    ``size`` maps the dims of every signature before it is priced (:func:`resize_signature`):
+    an e-graph of a model with symbolic dims holds markers, priced at the pricing shape.
 
     ``concat`` and ``precompute_weights`` are the policies of :class:`Pricing`. ``table`` caches
     signature costs (default: a :class:`TableModel`'s own table, else the e-graph database's
@@ -77,6 +84,8 @@ def price_egraph(
     """
     pricing = Pricing(concat=concat, precompute_weights=precompute_weights)
     rows, sigs = enode_signatures(egraph, constants=model.wants_constants)
+    if size is not None:
+        sigs = [resize_signature(s, size) for s in sigs]
     # distinct signatures may become equal here (flags the model ignores): priced once below
     sigs = [model.canonical(s) for s in sigs]
     sig_ms = _price_signatures(egraph, model, sigs, table, cache)
@@ -92,6 +101,33 @@ def price_egraph(
         egraph.db.run("cost/clear_enode_cost")
         egraph.db.insert_arrow("enode_cost", result)
     return result
+
+
+def resize_signature(sig: OpSignature, size: Callable[[int], int]) -> OpSignature:
+    """``sig`` with its shapes, a reshape's target, a slice's bounds and an opaque node's
+    shape-like constants and output shapes mapped by ``size``
+    (:func:`relsat.graph.specialize.substitute`); float parameters, stored as bits, are left
+    alone."""
+    from relsat.graph.specialize import substitute
+
+    s, params = sig.s, sig.params
+    if sig.op == "reshape" and s:
+        s = "_".join(str(size(int(d))) for d in s.split("_"))
+    elif sig.op == "opaque" and s:
+        kind, rest = s.split("|", 1)
+        attrs, shapes = rest.rsplit("|", 1)
+        resized = (substitute(json.loads(attrs), size), substitute(json.loads(shapes), size))
+        s = f"{kind}|{json.dumps(resized[0], sort_keys=True, separators=(',', ':'))}|"
+        s += json.dumps(resized[1], separators=(",", ":"))
+    elif sig.op == "slice":
+        params = (params[0], size(params[1]), size(params[2]), *params[3:])
+    return replace(
+        sig,
+        params=params,
+        s=s,
+        inputs=tuple(tuple(size(d) for d in shape) for shape in sig.inputs),
+        output=tuple(size(d) for d in sig.output),
+    )
 
 
 def _price_signatures(

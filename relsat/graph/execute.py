@@ -53,7 +53,9 @@ def random_values(graph: Graph, *, seed: int = 0, dtype: Any = np.float64) -> di
 
     Inputs are N(0, 1). Weights of rank >= 2 are N(0, 1) / sqrt(fan-in) so deep nets stay in a
     sane range; rank-1 weights are uniform in [0.5, 1.5) so batchnorm variances are positive.
-    Weights with real data in ``graph.values`` use it.
+    Weights with real data in ``graph.values`` use it. Values are drawn in ``dtype`` itself
+    (float32 or float64; another dtype is drawn as float64, then cast), so a float32 tensor
+    never passes through a float64 copy twice its size.
     """
     out: dict[str, np.ndarray] = {}
     for node in graph.nodes:
@@ -63,17 +65,22 @@ def random_values(graph: Graph, *, seed: int = 0, dtype: Any = np.float64) -> di
         if name in graph.values:
             out[name] = np.array(graph.values[name], dtype=dtype)
         else:
-            out[name] = _draw(name, node.shape, node.op == "weight", seed).astype(dtype)
+            out[name] = _draw(name, node.shape, node.op == "weight", seed, dtype)
     return out
 
 
-def _draw(name: str, shape: tuple[int, ...], weight: bool, seed: int) -> np.ndarray:
+def _draw(name: str, shape: tuple[int, ...], weight: bool, seed: int, dtype: Any) -> np.ndarray:
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    if not weight:
-        return rng.standard_normal(shape)
-    if len(shape) >= 2:
-        return rng.standard_normal(shape) / math.sqrt(math.prod(shape[1:]))
-    return rng.uniform(0.5, 1.5, shape)
+    kind = np.dtype(dtype)
+    native = kind if kind in (np.float32, np.float64) else np.dtype(np.float64)
+    if weight and len(shape) < 2:
+        values = rng.random(shape, dtype=native)
+        values += native.type(0.5)  # uniform in [0.5, 1.5)
+    else:
+        values = rng.standard_normal(shape, dtype=native)
+        if weight:
+            values /= native.type(math.sqrt(math.prod(shape[1:])))
+    return values.astype(kind, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------

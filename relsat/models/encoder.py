@@ -14,6 +14,7 @@ second residual and LayerNormalization. relsat fuses the attention into one ONNX
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def build() -> bytes:
     def weight(name: str, shape: tuple[int, ...], fan_in: int) -> str:
         return const(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
 
-    def op(op_type: str, inputs: list[str], name: str, **attrs: object) -> str:
+    def op(op_type: str, inputs: list[str], name: str, **attrs: Any) -> str:
         nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
         return name
 

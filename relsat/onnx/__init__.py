@@ -2,16 +2,20 @@
 onnxruntime.
 
 The public surface is chosen here. The modules, each importing only those listed before it:
-:mod:`~relsat.onnx.errors` (:class:`OnnxError`, :data:`OPSET`), :mod:`~relsat.onnx.inputs`
+:mod:`~relsat.onnx.errors` (:class:`OnnxError`, :data:`OPSET`), :mod:`~relsat.onnx.symbolic`
+(dynamic dims as markers: :class:`Dims`), :mod:`~relsat.onnx.inputs`
 (input values per dtype), :mod:`~relsat.onnx.data` (external tensor data),
 :mod:`~relsat.onnx.runtime` (onnxruntime session settings), :mod:`~relsat.onnx.context` (what an
 op's handler sees of the importer and the exporter), :mod:`~relsat.onnx.constants` (constant
-subgraphs folded at import), :mod:`~relsat.onnx.exportable` (the e-nodes the exporter can write),
+subgraphs folded at import), :mod:`~relsat.onnx.shapefold` (shape computations folded at two
+marker assignments), :mod:`~relsat.onnx.exportable` (the e-nodes the exporter can write),
 :mod:`~relsat.onnx.opmap`, :mod:`~relsat.onnx.transformer_ops` and
 :mod:`~relsat.onnx.decoder_ops` (one handler per mapped op; LLM decoders' RMSNorm and rotary
 embedding in the last),
-:mod:`~relsat.onnx.importer` (ONNX → graph), :mod:`~relsat.onnx.exporter` (graph → ONNX),
+:mod:`~relsat.onnx.importer` (ONNX → graph), :mod:`~relsat.onnx.symbolize` (an exported model's
+dims made symbolic again), :mod:`~relsat.onnx.exporter` (graph → ONNX),
 :mod:`~relsat.onnx.verification` (onnxruntime sessions, :func:`run_onnx`, :func:`verify`),
+:mod:`~relsat.onnx.marked` (:func:`load_symbolic`: import with symbolic dims),
 :mod:`~relsat.onnx.latency` (timing two models against each other). :func:`load`,
 :func:`to_model` and :func:`save` import the importer and exporter when called, so that ``import
 relsat`` does not import ``onnx``.
@@ -29,8 +33,11 @@ that is neither VALID nor TASO's SAME becomes an opaque ``Pad`` before a VALID c
 and outputs may have any tensor element type: tensors other than float32 (token ids, attention
 masks, shapes, booleans) are read only by opaque nodes (Gather of an embedding, Cast, Where, ...),
 so rewrites never touch them, and the float32 regions between them are rewritten as usual. Every
-graph input is kept, used or not, in its order. Dynamic dims must be fixed with ``input_shapes`` or
-``batch``.
+graph input is kept, used or not, in its order. :func:`load` needs dynamic dims fixed with
+``input_shapes`` or ``batch``; :func:`load_symbolic` keeps them symbolic (each dim a marker, a
+distinct prime: :mod:`relsat.onnx.symbolic`), and :func:`to_model` with its ``dims`` writes them
+back symbolic — Reshape targets with ``0`` / ``-1``, other shape values computed from ``Shape``
+(:mod:`relsat.onnx.symbolize`).
 
 **Export** (:func:`save`, :func:`to_model`) writes opset 17 (``OPSET``) by default — or, when the
 graph holds opaque nodes imported from another opset, that opset, so they keep their meaning — with
@@ -65,15 +72,27 @@ from typing import Any
 
 from relsat.graph.execute import compare_outputs
 from relsat.graph.graph import Graph
-from relsat.onnx.errors import OPSET, DynamicShapeError, OnnxError
+from relsat.onnx.errors import (
+    OPSET,
+    DynamicShapeError,
+    OnnxError,
+    SymbolicDimError,
+    TooLargeError,
+)
+from relsat.onnx.symbolic import Dim, Dims
 from relsat.onnx.verification import random_inputs, run_onnx, verify
 
 __all__ = [
     "OPSET",
+    "Dim",
+    "Dims",
     "DynamicShapeError",
     "OnnxError",
+    "SymbolicDimError",
+    "TooLargeError",
     "compare_outputs",
     "load",
+    "load_symbolic",
     "random_inputs",
     "run_onnx",
     "save",
@@ -102,6 +121,25 @@ def load(
     return load_model(path_or_model, input_shapes=input_shapes, batch=batch)
 
 
+def load_symbolic(
+    path_or_model: str | os.PathLike[str] | Any,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    batch: int | None = None,
+) -> tuple[Graph, Dims | None]:
+    """Read an ONNX model keeping its dynamic dims symbolic: the graph with each dynamic dim
+    given its marker (:mod:`relsat.onnx.symbolic`), shape computations folded where that holds
+    for every value of the dims (:mod:`relsat.onnx.shapefold`), and the :class:`Dims` (None for
+    a model whose inputs are all static: then :func:`load` with ``input_shapes`` and ``batch``).
+    ``input_shapes`` and ``batch`` give the dims' pricing values. Raises
+    :class:`SymbolicDimError` for a dim that cannot stay symbolic, naming it; else as
+    :func:`load`.
+    """
+    from relsat.onnx.marked import load_symbolic as load_dims
+
+    return load_dims(path_or_model, input_shapes=input_shapes, batch=batch)
+
+
 def to_model(
     graph: Graph,
     *,
@@ -109,6 +147,7 @@ def to_model(
     seed: int = 0,
     output_names: Sequence[str] | None = None,
     like: Any = None,
+    dims: Dims | None = None,
 ) -> Any:
     """``graph`` as a checked ``onnx.ModelProto`` (see the module docstring for what is emitted).
 
@@ -116,11 +155,16 @@ def to_model(
     ``output_names``, else as ``like``'s, else after their node's label (as :func:`load` sets
     them), else ``output<i>``. ``like`` (a ModelProto or path, normally the model ``graph`` was
     loaded from) gives the interface to keep: its inputs, unused ones included, and outputs, in
-    its order, with its names and element types (shapes as fixed in ``graph``).
+    its order, with its names and element types (shapes as fixed in ``graph``). With ``dims``
+    (the :class:`Dims` of a graph read by :func:`load_symbolic`; needs ``like``) the model is
+    written with those dims symbolic (:mod:`relsat.onnx.symbolize`;
+    :class:`SymbolicDimError` when a value cannot be).
     """
     from relsat.onnx.exporter import build_model
 
-    return build_model(graph, opset=opset, seed=seed, output_names=output_names, like=like)
+    return build_model(
+        graph, opset=opset, seed=seed, output_names=output_names, like=like, dims=dims
+    )
 
 
 def save(

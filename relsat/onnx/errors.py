@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from relsat.errors import RelsatError
 
-__all__ = ["OPSET", "DynamicShapeError", "OnnxError"]
+__all__ = ["OPSET", "DynamicShapeError", "OnnxError", "SymbolicDimError", "TooLargeError"]
 
 #: The default opset of exported models.
 OPSET = 17
@@ -50,3 +50,23 @@ class OnnxError(RelsatError, ValueError):
 
 class DynamicShapeError(OnnxError):
     """An operator's output shape is computed at run time (ONNX shape inference leaves it open)."""
+
+
+class SymbolicDimError(OnnxError):
+    """A dynamic dim relsat cannot keep symbolic (something computed from it is not a product
+    of dims and a constant, or cannot be written back with the dim symbolic). ``dims`` names
+    the dims concerned; :func:`relsat.optimize` then optimizes at fixed shapes and says why."""
+
+    def __init__(self, message: str, *, dims: tuple[str, ...] = (), **fields: str | None) -> None:
+        self.dims = dims
+        super().__init__(message, **fields)
+
+
+class TooLargeError(OnnxError):
+    """A model too large to verify or time on this machine: ``needed`` bytes (an estimate) of
+    the ``available`` ones."""
+
+    def __init__(self, message: str, *, needed: int, available: int, **fields: str | None) -> None:
+        self.needed = needed
+        self.available = available
+        super().__init__(message, **fields)

@@ -24,6 +24,8 @@ from relsat.graph.ops import same_padding
 from relsat.onnx import decoder_ops, transformer_ops
 from relsat.onnx.errors import OPSET, OnnxError
 from relsat.onnx.exportable import NEVER_FOLDED, SHAPE_ONLY
+from relsat.onnx.symbolic import Dims
+from relsat.onnx.symbolize import symbolize
 
 __all__ = ["Exporter", "build_model", "write_model"]
 
@@ -55,12 +57,26 @@ def build_model(
     seed: int = 0,
     output_names: Sequence[str] | None = None,
     like: Any = None,
+    dims: Dims | None = None,
 ) -> onnx.ModelProto:
     """See :func:`relsat.onnx.to_model`."""
     interface = _interface(like) if like is not None else None
     if interface is not None and output_names is None:
         output_names = [o.name for o in interface.output]
-    return Exporter(graph, opset, seed, output_names, interface).model()
+    model = Exporter(graph, opset, seed, output_names, interface).model()
+    if dims is None:
+        return model
+    if interface is None:
+        raise OnnxError("dims need like=, the model whose interface to keep")
+    model = symbolize(model, dims, interface)
+    try:
+        _check(model)
+    except Exception as exc:
+        raise OnnxError(
+            "the model written with symbolic dims fails onnx.checker: "
+            f"{str(exc).strip().splitlines()[0]}"
+        ) from None
+    return model
 
 
 def _interface(like: Any) -> onnx.GraphProto:
@@ -399,13 +415,17 @@ class Exporter:
         first_output: dict[Ref, str] = {}
         for ref, name in zip(self.outputs, self.output_names, strict=True):
             node = self.graph.node(ref)
-            if ref not in first_output and node.op != "input" and not self.foldable[ref.node]:
+            plain = node.op not in ("input", "finite")
+            if ref not in first_output and plain and not self.foldable[ref.node]:
                 first_output[ref] = name
         for node in self.graph.nodes:
             if node.op == "input":
                 self.tensor_name[Ref(node.id, 0)] = node.name or ""
                 continue
             if node.op == "noop" or self.foldable[node.id] or node.id not in needed:
+                continue
+            if node.op == "finite":  # a mark, no computation: its input's name
+                self.tensor_name[Ref(node.id, 0)] = self.name_of(node.inputs[0], node)
                 continue
             outs = []
             for i in range(len(node.outputs)):

@@ -42,7 +42,7 @@ from relsat.onnx.opmap import HANDLERS
 from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
 
-__all__ = ["Importer", "load_model"]
+__all__ = ["Importer", "load_model", "read_model", "skeleton"]
 
 FLOAT = TensorProto.FLOAT
 MIN_OPSET = 7
@@ -80,6 +80,17 @@ def _dtype_name(elem: int) -> str:
         return str(TensorProto.DataType.Name(elem))
     except ValueError:
         return "UNDEFINED"
+
+
+def read_model(path_or_model: Any) -> tuple[onnx.ModelProto, str | None]:
+    """The model (a path or a ModelProto; external data left outside) and its path, if any;
+    :class:`OnnxError` for an unreadable file or one that is not an ONNX model."""
+    return _read(path_or_model)
+
+
+def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` without the data of its large initializers (see :func:`_skeleton`)."""
+    return _skeleton(model)
 
 
 def _read(path_or_model: Any) -> tuple[onnx.ModelProto, str | None]:
@@ -177,8 +188,10 @@ class Importer:
         input_shapes: Mapping[str, Sequence[int]],
         batch: int | None,
         source: str | None = None,
+        symbolic: frozenset[str] = frozenset(),
     ) -> None:
         self.path = path
+        self.symbolic = symbolic  # constants standing for dims: never folded further here
         self.source = source or path  # the file holding the model (and beside it, its data)
         self.data_dir = os.path.dirname(os.path.abspath(self.source)) if self.source else None
         self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
@@ -398,7 +411,8 @@ class Importer:
         # A graph output stays computed, unless a Constant writes it (as before).
         computed = {o.name for o in graph.output}
         for k, node in enumerate(graph.node):
-            folded = evaluate(node, self.const)
+            reads_dims = any(name in self.symbolic for name in node.input)
+            folded = None if reads_dims else evaluate(node, self.const)
             if folded is None or (node.op_type != "Constant" and node.output[0] in computed):
                 continue
             self.consts[node.output[0]], self.const_types[node.output[0]] = folded

@@ -104,8 +104,10 @@ def draw(
     for name in sorted(specs):
         ort_type, dims = specs[name]
         shape = [int(d) for d in dims]
-        if ort_type in _FLOATS:
-            out[name] = rng.standard_normal(shape).astype(_FLOATS[ort_type])
+        if ort_type in _FLOATS:  # drawn in the input's own type (float16: via float32)
+            kind = np.dtype(_FLOATS[ort_type])
+            native: Any = np.float64 if kind == np.float64 else np.float32
+            out[name] = rng.standard_normal(shape, dtype=native).astype(kind, copy=False)
         elif ort_type == "tensor(bool)":
             out[name] = rng.integers(0, 2, shape).astype(bool)
         elif ort_type in _INTS:

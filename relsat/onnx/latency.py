@@ -30,7 +30,9 @@ wrong with probability at most ``1 - confidence`` however many looks were made. 
   1 % faster) *and* below the lower end of the control's interval (control / original, which only
   noise moves);
 * ``"slower"`` when its lower end is above 1 and above the control's upper end;
-* ``"same"`` when the whole interval lies within ``[1 - min_gain, 1 + min_gain]``.
+* ``"same"`` when the interval's lower end is at least ``1 - min_gain``: the optimized model
+  is, at that confidence, not ``min_gain`` faster, so no later look could show it faster (a
+  futility stop: the question the timing answers is whether to keep the optimized model).
 
 The timing stops at the first look that decides (``stopped == "decided"``); else when at least
 ``min_rounds`` are done and ``max_seconds`` (default 10 s, warm-up included) have passed
@@ -53,6 +55,7 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,15 +194,17 @@ def compare_latency(
     *,
     settings: OrtSettings | None = None,
     timing: Timing | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> LatencyComparison:
     """Time ``optimized`` against ``original`` (ONNX ModelProtos, serialized bytes or paths) in
     onnxruntime on the CPU, both with ``settings`` (default :class:`OrtSettings()`: onnxruntime's
     default threads, all graph optimizations, no spinning), until a look decides or ``timing``
     (default :class:`Timing()`) runs out.
 
-    The models must have the same input names. Raises :class:`~relsat.onnx.OnnxError` naming the
-    model when a session cannot be created or run, or when the inputs differ or have dynamic
-    shapes.
+    The models must have the same input names. ``shapes`` gives inputs' shapes by name (for
+    models with dynamic dims). Raises :class:`~relsat.onnx.OnnxError` naming the model when a
+    session cannot be created or run, or when the inputs differ or have dynamic shapes that
+    ``shapes`` does not give.
     """
     settings = settings or OrtSettings()
     timing = timing or Timing()
@@ -207,7 +212,7 @@ def compare_latency(
     run_a = _runner(original, "original", settings)
     run_b = _runner(optimized, "optimized", settings)
     run_c = _runner(original, "original", settings)  # the A/A control
-    feed = _draw_inputs(run_b.session, run_a.session, timing.seed, (original, optimized))
+    feed = _draw_inputs(run_b.session, run_a.session, timing.seed, (original, optimized), shapes)
     block_s = timing.max_seconds / BLOCKS_PER_BUDGET
     k_a = _block_size(run_a, feed, timing.warmup, block_s)
     k_b = _block_size(run_b, feed, timing.warmup, block_s)
@@ -317,7 +322,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _draw_inputs(
-    session: Any, other: Any, seed: int, models: tuple[Any, ...] = ()
+    session: Any,
+    other: Any,
+    seed: int,
+    models: tuple[Any, ...] = (),
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, np.ndarray]:
     """One set of inputs for both sessions, drawn as :func:`relsat.onnx.random_inputs` draws
     them (what an integer input is — ids, a mask — read off ``models``); dims the first session
@@ -334,6 +343,8 @@ def _draw_inputs(
     for name in sorted(inputs):
         meta, dims = inputs[name], others[name].shape
         shape = [d if _static(d) else o for d, o in zip(meta.shape, dims, strict=False)]
+        if shapes is not None and name in shapes and len(shapes[name]) == len(meta.shape):
+            shape = [int(d) for d in shapes[name]]
         if len(meta.shape) != len(dims) or not all(_static(d) for d in shape):
             raise OnnxError(
                 f"input shapes {meta.shape} and {dims} differ or are dynamic", tensor=name
@@ -372,12 +383,12 @@ def _decision(
     low: float, high: float, min_gain: float, control_low: float = 1.0, control_high: float = 1.0
 ) -> str | None:
     """What an interval ``[low, high]`` of the ratio decides (None: nothing yet): faster or
-    slower only beyond ``min_gain`` and beyond what the A/A control shows; the same when it lies
-    within ``min_gain`` of 1."""
+    slower only beyond ``min_gain`` and beyond what the A/A control shows; the same when it
+    shows the optimized model is not ``min_gain`` faster."""
     if high < min(1.0 - min_gain, control_low):
         return "faster"
     if low > max(1.0, control_high):
         return "slower"
-    if 1.0 - min_gain <= low and high <= 1.0 + min_gain:
+    if 1.0 - min_gain <= low:  # not min_gain faster: what "faster" would need cannot come
         return "same"
     return None

@@ -20,21 +20,23 @@ from relsat.graph.execute import Comparison, compare_outputs
 from relsat.onnx.errors import OnnxError
 from relsat.onnx.runtime import OrtSettings
 
-__all__ = ["random_inputs", "run_onnx", "verify"]
+__all__ = ["random_inputs", "run_onnx", "runs_at", "verify"]
 
 
-def _session(model_or_path: Any) -> Any:
+def _session(model_or_path: Any, *, quiet: bool = False) -> Any:
     import onnx
     import onnxruntime as ort
 
     from relsat.onnx.data import MAX_INLINE_BYTES, save_beside
 
     options = OrtSettings().session_options()  # errors-only logging, no spinning threads
+    if quiet:  # failures expected: not even errors logged
+        options.log_severity_level = 4
     source = model_or_path
     if isinstance(model_or_path, onnx.ModelProto):
         if model_or_path.ByteSize() > MAX_INLINE_BYTES:  # too big to pass as one protobuf
             with tempfile.TemporaryDirectory() as tmp:
-                return _session(save_beside(model_or_path, tmp, "model.onnx"))
+                return _session(save_beside(model_or_path, tmp, "model.onnx"), quiet=quiet)
         source = model_or_path.SerializeToString()
     elif isinstance(model_or_path, os.PathLike):
         source = os.fspath(model_or_path)
@@ -93,15 +95,44 @@ def random_inputs(model_or_path: Any, *, seed: int = 0) -> dict[str, np.ndarray]
     return _draw(_session(model_or_path), None, kinds_of(model_or_path), seed)
 
 
-def _draw(session: Any, other: Any, kinds: Any, seed: int) -> dict[str, np.ndarray]:
-    """Inputs of ``session``; dims it leaves dynamic are taken from ``other`` when given."""
+def runs_at(model_or_path: Any, shapes: Sequence[Mapping[str, Sequence[int]]]) -> list[bool]:
+    """Whether onnxruntime runs the model at each of ``shapes`` (input name → dims; random
+    inputs as :func:`random_inputs` draws them); False for every shape when it cannot load it."""
+    from relsat.onnx.inputs import kinds_of
+
+    try:
+        session = _session(model_or_path, quiet=True)
+    except OnnxError:
+        return [False] * len(shapes)
+    kinds = kinds_of(model_or_path)
+    out = []
+    for one in shapes:
+        try:
+            _run(session, _draw(session, None, kinds, 0, one))
+            out.append(True)
+        except (OnnxError, ValueError):
+            out.append(False)
+    return out
+
+
+def _draw(
+    session: Any,
+    other: Any,
+    kinds: Any,
+    seed: int,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> dict[str, np.ndarray]:
+    """Inputs of ``session``; dims it leaves dynamic are taken from ``other`` when given, the
+    shapes of those ``shapes`` names from there."""
     from relsat.onnx.inputs import DRAWABLE, draw
 
     others = {i.name: i.shape for i in other.get_inputs()} if other is not None else {}
     specs = {}
     for i in session.get_inputs():
         shape, alt = list(i.shape), others.get(i.name, i.shape)
-        if len(alt) == len(shape):
+        if shapes is not None and i.name in shapes:
+            shape = [int(d) for d in shapes[i.name]]
+        elif len(alt) == len(shape):
             shape = [d if _static(d) else o for d, o in zip(shape, alt, strict=True)]
         if not all(_static(d) for d in shape):
             raise OnnxError(f"input has dynamic shape {i.shape}", tensor=i.name)
@@ -122,12 +153,14 @@ def verify(
     seed: int = 0,
     rtol: float = 1e-4,
     atol: float = 1e-5,
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Comparison:
     """Run both models (ModelProto or path) in onnxruntime on the same random inputs and compare.
 
     Inputs are drawn for the optimized model (whose dims are static; dims it leaves dynamic come
-    from the original) as :func:`random_inputs` draws them, what an input is read off both
-    models; the two models must have the same input names. Outputs are compared by position
+    from the original; ``shapes`` gives inputs' shapes by name, for models with dynamic dims)
+    as :func:`random_inputs` draws them, what an input is read off both models; the two models
+    must have the same input names. Outputs are compared by position
     (:func:`relsat.graph.execute.compare_outputs`).
     """
     from relsat.onnx.inputs import kinds_of
@@ -137,5 +170,5 @@ def verify(
     names_opt = sorted(i.name for i in second.get_inputs())
     if names_orig != names_opt:
         raise OnnxError(f"the models' inputs differ: {names_orig} vs {names_opt}")
-    inputs = _draw(second, first, kinds_of(original, optimized), seed)
+    inputs = _draw(second, first, kinds_of(original, optimized), seed, shapes)
     return compare_outputs(_run(first, inputs), _run(second, inputs), rtol=rtol, atol=atol)

@@ -29,6 +29,7 @@ def explore(run: Run) -> Run:
         egraph,
         o.rules,
         k_multi=o.k_multi,
+        k_neutral=o.k_neutral,
         limits=o.limits,
         guards=o.guards,
         cycle_filter=o.cycle_filter,

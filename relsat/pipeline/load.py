@@ -1,14 +1,23 @@
 """Stage ``load``: what :func:`relsat.optimize` was given, as a :class:`~relsat.pipeline.run.Run`.
 
 A :class:`~relsat.graph.graph.Graph` is taken as it is; an ONNX model (a path or an
-``onnx.ModelProto``) is imported with :func:`relsat.onnx.load` (``Options.input_shapes`` and
-``batch`` fix its dynamic dims) and kept as the run's :class:`~relsat.pipeline.run.Source`, for
+``onnx.ModelProto``) is imported and kept as the run's :class:`~relsat.pipeline.run.Source`, for
 the ONNX stages at the end (export with its interface, onnxruntime checks, timing, writing the
 original back unchanged).
+
+An ONNX model with dynamic dims is imported with them symbolic
+(:func:`relsat.onnx.load_symbolic`): the run's :class:`~relsat.pipeline.run.Shapes` holds the
+dims and the pricing shape (``Options.input_shapes`` and ``batch``, else batch 1 and 128 for
+any other dim). With ``Options.static``, or when a dim cannot stay symbolic (the reason goes in
+:attr:`Shapes.note`), the model is imported at the pricing shape instead, as before.
+
+A model too large to verify and time on this machine is refused here, before any work
+(:class:`~relsat.onnx.TooLargeError`, naming the memory it would need).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -16,29 +25,156 @@ from typing import Any
 from relsat.errors import SettingsError
 from relsat.graph.graph import Graph
 from relsat.pipeline.options import Options
-from relsat.pipeline.run import OnPhase, Run, Source
+from relsat.pipeline.run import OnPhase, Run, Shapes, Source
 
-__all__ = ["load"]
+__all__ = ["available_memory", "load", "memory_needed"]
+
+GIB = 1 << 30
 
 
 def load(model: Any, options: Options, on_phase: OnPhase | None = None) -> Run:
     """The run of ``model`` (a Graph, an ONNX path or an ``onnx.ModelProto``) with ``options``;
     anything else raises :class:`~relsat.errors.SettingsError` naming ``model``."""
     if isinstance(model, Graph):
+        _check_memory(model, None, options, onnx=False)
         return Run(options, model, on_phase=on_phase)
     if not isinstance(model, str | os.PathLike) and not _is_proto(model):
         raise SettingsError(
             "model", model, "a relsat.Graph, a path to an ONNX file or an onnx.ModelProto"
         )
-    from relsat import onnx as ronnx
-
-    graph = ronnx.load(model, input_shapes=options.input_shapes, batch=options.batch)
+    graph, shapes = _import(model, options)
     if _is_proto(model):
         source = Source(model, model.SerializeToString())
     else:
         path = Path(model)
         source = Source(os.fspath(model), path.read_bytes(), path)
-    return Run(options, graph, source=source, on_phase=on_phase)
+    _check_memory(graph, shapes, options, onnx=True)
+    return Run(options, graph, source=source, shapes=shapes, on_phase=on_phase)
+
+
+def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
+    """The graph of an ONNX ``model`` and what became of its dynamic dims (None: it has none)."""
+    from relsat import onnx as ronnx
+    from relsat.onnx.symbolic import plan
+
+    given, batch = options.input_shapes, options.batch
+    proto = model if _is_proto(model) else _inputs_only(model)
+    path = None if _is_proto(model) else os.fspath(model)
+    dims = plan(proto, given, batch, path=path) if proto is not None else None
+    if dims is None:  # static inputs (or an unreadable file: load says why)
+        if options.timing_shapes:
+            raise SettingsError("timing_shapes", options.timing_shapes, "() for static inputs")
+        return ronnx.load(model, input_shapes=given, batch=batch), None
+    unknown = sorted({k for one in options.timing_shapes for k in one} - set(dims.names))
+    if unknown:
+        raise SettingsError(
+            "timing_shapes", options.timing_shapes, f"dims of this model ({', '.join(dims.names)})"
+        )
+    pricing = dims.shapes()
+    if options.static:
+        note = f"fixed at {dims.describe()} (static)"
+    else:
+        try:
+            graph, marked = ronnx.load_symbolic(model, input_shapes=given, batch=batch)
+        except ronnx.OnnxError as exc:  # a dim relsat cannot keep symbolic, or a marker out
+            # of a bound the model puts on its dim: never worse than fixed shapes
+            why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
+            if not isinstance(exc, ronnx.SymbolicDimError):
+                markers = ", ".join(f"{d.name}={d.marker}" for d in dims.dims)
+                why += f" (with the dims at markers {markers}: out of a bound of the model?)"
+            note = f"fixed at {dims.describe()}: {why}"
+        else:
+            assert marked is not None
+            note = f"{', '.join(marked.names)} kept symbolic; priced at {marked.describe()}"
+            return graph, Shapes(marked, pricing, True, note)
+    return ronnx.load(model, input_shapes=pricing), Shapes(None, pricing, False, note)
+
+
+def _inputs_only(path: Any) -> Any:
+    """The model at ``path`` read without its external data, or None when it cannot be read
+    (the importer then says why)."""
+    import onnx
+
+    try:
+        return onnx.load(os.fspath(path), load_external_data=False)
+    except Exception:
+        return None
+
+
+def memory_needed(graph: Graph, value: Any = None, *, numpy: bool, onnx: bool) -> int:
+    """An estimate of the bytes verifying and timing ``graph`` takes, its dims mapped by
+    ``value`` (an int → int function: markers to pricing values; None: as they are). NumPy
+    verification (``numpy``) holds both graphs' inputs and weights as float64 and a few
+    intermediate tensors; onnxruntime (``onnx``: the check and the timing) holds three
+    sessions' weights and inputs as float32, and their largest tensors."""
+    size = (lambda d: d) if value is None else value
+    leaves = largest = 0
+    for n in graph.nodes:
+        for t in n.outputs:
+            elements = math.prod(size(d) for d in t.shape)
+            largest = max(largest, elements)
+            if n.op in ("input", "weight"):
+                leaves += elements
+    need_numpy = 8 * (2 * leaves + 4 * largest) if numpy else 0
+    need_ort = 4 * (3 * leaves + 3 * largest) if onnx else 0
+    return max(need_numpy, need_ort)
+
+
+def available_memory() -> int:
+    """Bytes this process can still allocate: the system's available memory, or the cgroup's
+    limit less its use when that is lower."""
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return 1 << 62  # unknown: do not refuse
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            available = min(available, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def _check_memory(graph: Graph, shapes: Shapes | None, options: Options, *, onnx: bool) -> None:
+    """Refuse, before any work, a model whose verification and timing would not fit in memory."""
+    numpy = options.verify
+    timed = onnx and (options.verify or options.timing is not None)
+    if not numpy and not timed:
+        return
+    dims = shapes.dims if shapes is not None else None
+    value = dims.value if dims is not None else None
+    need = memory_needed(graph, value, numpy=numpy, onnx=timed)
+    have = available_memory()
+    if need <= have:
+        return
+    from relsat.onnx import TooLargeError
+
+    size = (lambda d: d) if value is None else value
+    big = max(graph.inputs, key=lambda n: math.prod(size(d) for d in n.shape), default=None)
+    what = ""
+    if big is not None:
+        dims_text = "x".join(str(size(d)) for d in big.shape)
+        gib = 4 * math.prod(size(d) for d in big.shape) / GIB
+        what = f"input {big.name!r} is {dims_text} ({gib:.1f} GiB as float32); "
+    raise TooLargeError(
+        f"{what}verifying and timing the model needs about {need / GIB:.1f} GiB, "
+        f"{have / GIB:.1f} GiB are available: refused before optimizing (a smaller shape, "
+        "input_shapes / --input-shape, would fit)",
+        needed=need,
+        available=have,
+        tensor=big.name if big is not None else None,
+    )
 
 
 def _is_proto(model: object) -> bool:

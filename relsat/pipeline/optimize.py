@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -39,8 +40,16 @@ STAGES: tuple[tuple[str, Callable[[Run], Run]], ...] = (
 )
 
 
+#: Called with a stage's name, it gives the context that stage runs in (a lock, a span).
+Guard = Callable[[str], AbstractContextManager[Any]]
+
+
 def optimize(
-    model: Any, options: Options | None = None, *, on_phase: OnPhase | None = None
+    model: Any,
+    options: Options | None = None,
+    *,
+    on_phase: OnPhase | None = None,
+    guard: Guard | None = None,
 ) -> Result:
     """Optimize ``model`` — a :class:`~relsat.graph.graph.Graph`, or an ONNX model (a path to an
     ``.onnx`` file or an ``onnx.ModelProto``) — with ``options`` (:class:`Options`; None: the
@@ -57,20 +66,28 @@ def optimize(
     :class:`~relsat.engine.explore.IterationStats` and, after each stage that worked
     (``load``, then :data:`STAGES`), with a :class:`~relsat.pipeline.run.Stage` (progress
     display). Hitting an exploration limit is not an error: it is :attr:`Result.stop`.
+
+    ``guard`` (called with a stage's name: ``"load"``, then those of :data:`STAGES`) gives the
+    context each stage runs in: :mod:`relsat.fleet` holds a per-machine lock there, so that the
+    stages that measure never share the cores with another model's work.
     """
     options = options if options is not None else Options()
     if not isinstance(options, Options):
         from relsat.errors import SettingsError
 
         raise SettingsError("options", options, "a relsat.Options or None")
-    started = time.perf_counter()
-    run = load(model, options, on_phase)
-    run = _done(run, "load", time.perf_counter() - started)
-    for name, stage in STAGES:
+    held = guard if guard is not None else (lambda name: nullcontext())
+    with held("load"):
         started = time.perf_counter()
-        after = stage(run)
+        run = load(model, options, on_phase)
+        run = _done(run, "load", time.perf_counter() - started)
+    for name, stage in STAGES:
+        with held(name):
+            started = time.perf_counter()
+            after = stage(run)
+            seconds = time.perf_counter() - started
         if after is not run:
-            run = _done(after, name, time.perf_counter() - started)
+            run = _done(after, name, seconds)
     return result(run)
 
 

@@ -45,7 +45,10 @@ class Options:
     Exploration (:func:`relsat.engine.explore.explore`): ``limits`` (:class:`Limits`: e-nodes,
     iterations, seconds), ``rules`` (None: the shipped ``rules/*.rules``; any iterable of
     :class:`~relsat.rewrite.rules.Rule`, kept as a tuple or :class:`RuleSet`), ``k_multi``
-    (iterations with multi-pattern rules, an integer >= 0), ``scheduler`` (``"simple"``: every
+    (iterations with multi-pattern rules, an integer >= 0), ``k_neutral`` (iterations with
+    the *neutral* rules — element-wise associativity and commutativity, which every cost model
+    prices alike and which explode on long sums: :mod:`relsat.engine.relevance`; None: every
+    iteration, TENSAT's schedule), ``scheduler`` (``"simple"``: every
     match applied; ``"backoff"`` or a :class:`~relsat.engine.phase.Backoff`: egg's backoff
     scheduler, as TENSAT ran), ``guards`` (False: TENSAT's unguarded rules, unsound in places;
     verification catches it), ``cycle_filter`` (``"efficient"``, ``"vanilla"`` or ``"off"``).
@@ -66,17 +69,24 @@ class Options:
     input also onnxruntime). ``db``: keep the e-graph in this DuckDB file; ``resume``: explore
     the e-graph of the same graph stored there further (needs ``db``).
 
-    ONNX input: ``input_shapes`` (input name → dims) and ``batch`` fix dynamic dims;
-    ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`: threads, optimization level) runs the
-    timing and the ``ort-cpu`` prices; ``timing`` (:class:`~relsat.onnx.latency.Timing`: time
-    budget, rounds, confidence) is how the optimized model is timed against the input (None:
-    not timed, the optimized model is kept); ``keep_slower`` keeps the optimized model even when
-    it is not measurably faster.
+    ONNX input: a model with dynamic dims (a ``dim_param`` such as ``batch`` or ``sequence``)
+    is optimized with them symbolic and written back with them (:mod:`relsat.onnx.symbolic`);
+    ``input_shapes`` (input name → dims) and ``batch`` give the *pricing shape* its prices and
+    timing use (defaults: batch 1, any other dynamic dim 128), ``timing_shapes`` (each a
+    mapping of dim name → value; dims not named keep their pricing value) further shapes to
+    time at (the verdict is the worst). ``static`` fixes the dims to the pricing shape instead
+    (the written model's interface is fixed too), as relsat did before; a dim that cannot stay
+    symbolic does the same, and says why. ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`:
+    threads, optimization level) runs the timing and the ``ort-cpu`` prices; ``timing``
+    (:class:`~relsat.onnx.latency.Timing`: time budget, rounds, confidence) is how the
+    optimized model is timed against the input (None: not timed, the optimized model is kept);
+    ``keep_slower`` keeps the optimized model even when it is not measurably faster.
     """
 
     limits: Limits = field(default_factory=Limits)
     rules: Iterable[Rule] | None = None
     k_multi: int = 1
+    k_neutral: int | None = 1
     scheduler: str | Backoff = "simple"
     guards: bool = True
     cycle_filter: str = "efficient"
@@ -91,6 +101,8 @@ class Options:
     resume: bool = False
     input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
     batch: int | None = None
+    static: bool = False
+    timing_shapes: Sequence[Mapping[str, int]] = field(default=(), hash=False)
     ort: OrtSettings = field(default_factory=OrtSettings)
     timing: Timing | None = field(default_factory=Timing)
     keep_slower: bool = False
@@ -100,8 +112,10 @@ class Options:
         if self.rules is not None and not isinstance(self.rules, RuleSet):
             object.__setattr__(self, "rules", _rules(self.rules))
         check_int("k_multi", self.k_multi, 0)
+        if self.k_neutral is not None:
+            check_int("k_neutral", self.k_neutral, 0)
         backoff_for(self.scheduler)
-        for name in ("guards", "verify", "resume", "keep_slower"):
+        for name in ("guards", "verify", "resume", "keep_slower", "static"):
             check_choice(name, getattr(self, name), (False, True))
         check_choice("cycle_filter", self.cycle_filter, MODES)
         _check_cost_model(self.cost_model)
@@ -118,6 +132,7 @@ class Options:
             object.__setattr__(self, "input_shapes", _shapes(self.input_shapes))
         if self.batch is not None:
             check_int("batch", self.batch, 1)
+        object.__setattr__(self, "timing_shapes", _timing_shapes(self.timing_shapes))
         _typed("ort", self.ort, OrtSettings, "a relsat.OrtSettings")
         if self.timing is not None:
             _typed("timing", self.timing, Timing, "a relsat.Timing or None")
@@ -175,6 +190,23 @@ def _shapes(shapes: object) -> dict[str, tuple[int, ...]]:
             raise SettingsError("input_shapes", shapes, wanted)
         fixed[name] = tuple(dims)
     return fixed
+
+
+def _timing_shapes(shapes: object) -> tuple[Mapping[str, int], ...]:
+    """``timing_shapes`` as a tuple of ``{dim name: positive int}``."""
+    wanted = "a sequence of mappings of dim name to a positive integer"
+    if isinstance(shapes, str | bytes | Mapping) or not isinstance(shapes, Iterable):
+        raise SettingsError("timing_shapes", shapes, wanted)
+    out = []
+    for one in shapes:
+        if (
+            not isinstance(one, Mapping)
+            or not one
+            or not all(isinstance(k, str) and type(v) is int and v > 0 for k, v in one.items())
+        ):
+            raise SettingsError("timing_shapes", shapes, wanted)
+        out.append(dict(one))
+    return tuple(out)
 
 
 def _default(f: Field[Any]) -> Any:

@@ -7,6 +7,13 @@ timed. Otherwise the optimized model is timed against the input with
 :func:`relsat.onnx.latency.compare_latency` (``Options.ort``, ``Options.timing``) and kept only
 when it is faster beyond noise, or when ``Options.keep_slower`` says so (or ``timing`` is None:
 not timed).
+
+With symbolic dims (:class:`~relsat.pipeline.run.Shapes`) the optimized model is written with
+them symbolic (when a value cannot be, it is written at the pricing shape and
+:attr:`Shapes.note` says why), checked in onnxruntime at three shapes
+(:meth:`~relsat.onnx.symbolic.Dims.check_shapes`: any difference, or a shape it cannot run at,
+and the original is kept), and timed at the pricing shape and at ``Options.timing_shapes``;
+the verdict is the worst of them.
 """
 
 from __future__ import annotations
@@ -17,10 +24,22 @@ from typing import Any
 import numpy as np
 
 from relsat.graph.graph import Graph
+from relsat.graph.specialize import specialize
 from relsat.pipeline.run import Run
 from relsat.pipeline.verify import VerificationError
 
-__all__ = ["VERDICT_WORDS", "check", "choose", "export", "same_graph", "time", "unchanged"]
+__all__ = [
+    "VERDICT_WORDS",
+    "at_shapes",
+    "check",
+    "choose",
+    "export",
+    "is_rejected",
+    "same_graph",
+    "symbolic",
+    "time",
+    "unchanged",
+]
 
 #: A latency verdict in words, as :attr:`relsat.Result.why` gives it.
 VERDICT_WORDS = {"faster": "faster", "slower": "slower", "same": "not faster beyond noise"}
@@ -37,51 +56,119 @@ def export(run: Run) -> Run:
     from relsat import onnx as ronnx
 
     assert run.optimized is not None, "export runs after decode"
-    model = ronnx.to_model(run.optimized, like=run.source.proto())
+    like = run.source.proto()
+    shapes = run.shapes
+    if shapes is None or shapes.dims is None:
+        return replace(run, exported=ronnx.to_model(run.optimized, like=like))
+    dims = shapes.dims
+    try:
+        model = ronnx.to_model(run.optimized, like=like, dims=dims)
+    except ronnx.SymbolicDimError as exc:  # said, never silent: the model at the pricing shape
+        fixed = specialize(run.optimized, dims.value)
+        why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
+        note = f"written at {dims.describe()} (fixed): {why}"
+        return replace(
+            run,
+            exported=ronnx.to_model(fixed, like=like),
+            shapes=replace(shapes, symbolic=False, note=note),
+        )
     return replace(run, exported=model)
 
 
 def check(run: Run) -> Run:
-    """Run both models in onnxruntime on the same random inputs (:func:`relsat.onnx.verify`);
-    :class:`~relsat.pipeline.verify.VerificationError` when their outputs differ."""
+    """Run both models in onnxruntime on the same random inputs (:func:`relsat.onnx.verify`):
+    at the pricing shape, and for a model written with symbolic dims at two more
+    (:meth:`~relsat.onnx.symbolic.Dims.check_shapes`). A difference raises
+    :class:`~relsat.pipeline.verify.VerificationError`, except for symbolic dims, where any
+    difference, or a shape onnxruntime cannot run the optimized model at, keeps the original."""
     if run.source is None or run.exported is None:
         return run
     if not run.options.verify:
         return replace(run, ort_check="skipped")
     from relsat import onnx as ronnx
 
-    comparison = ronnx.verify(run.source.given, run.exported)
-    if not comparison.ok:
-        raise VerificationError(comparison, check="onnxruntime")
-    return replace(run, ort_check="passed")
+    checked = []
+    for label, shapes in at_shapes(run, checking=True):
+        try:
+            comparison = ronnx.verify(run.source.given, run.exported, shapes=shapes)
+        except ronnx.OnnxError as exc:
+            if not symbolic(run):
+                raise
+            return rejected(run, f"onnxruntime fails at {label}: {exc.reason}")
+        if not comparison.ok:
+            if not symbolic(run):
+                raise VerificationError(comparison, check="onnxruntime")
+            first = comparison.report().splitlines()[0]
+            return rejected(run, f"onnxruntime outputs differ at {label}: {first}")
+        checked.append(label)
+    return replace(run, ort_check="passed", checked_at=tuple(x for x in checked if x))
 
 
 def time(run: Run) -> Run:
-    """Time the optimized model against the input (unless ``Options.timing`` is None)."""
+    """Time the optimized model against the input (unless ``Options.timing`` is None): at the
+    pricing shape, and for symbolic dims at each of ``Options.timing_shapes``."""
     o = run.options
-    if run.source is None or run.exported is None or o.timing is None:
+    if run.source is None or run.exported is None or o.timing is None or is_rejected(run):
         return run
     from relsat.onnx import latency
 
-    comparison = latency.compare_latency(
-        run.source.given, run.exported, settings=o.ort, timing=o.timing
+    timed = tuple(
+        (
+            label,
+            latency.compare_latency(
+                run.source.given, run.exported, settings=o.ort, timing=o.timing, shapes=shapes
+            ),
+        )
+        for label, shapes in at_shapes(run, checking=False)
     )
-    return replace(run, latency=comparison)
+    return replace(run, latency=timed[0][1], latencies=timed)
 
 
 def choose(run: Run) -> Run:
-    """Keep the optimized model when it is faster beyond noise, or untimed, or
-    ``Options.keep_slower``; else the input."""
-    if run.source is None or run.exported is None:
+    """Keep the optimized model when it is faster beyond noise at every shape timed, or
+    untimed, or ``Options.keep_slower``; else the input."""
+    if run.source is None or run.exported is None or is_rejected(run):
         return run
     if run.latency is None:
         return replace(run, kept="optimized", why="not timed")
-    why = VERDICT_WORDS[run.latency.verdict]
-    if run.latency.verdict == "faster":
+    verdicts = [c.verdict for _, c in run.latencies] or [run.latency.verdict]
+    worst = "slower" if "slower" in verdicts else "same" if "same" in verdicts else "faster"
+    why = VERDICT_WORDS[worst]
+    if len(run.latencies) > 1 and worst != "faster":
+        why += " at " + "; ".join(at for at, c in run.latencies if c.verdict == worst)
+    if worst == "faster":
         return replace(run, kept="optimized", why=why)
     if run.options.keep_slower:
         return replace(run, kept="optimized", why=f"{why}, keep_slower")
     return replace(run, kept="original", why=why)
+
+
+def symbolic(run: Run) -> bool:
+    """Was the optimized model written with the input's dims symbolic?"""
+    return run.shapes is not None and run.shapes.symbolic
+
+
+def at_shapes(run: Run, *, checking: bool) -> list[tuple[str, dict[str, tuple[int, ...]] | None]]:
+    """The shapes to check (``checking``) or time at, each with its label in words: None and
+    ``""`` for a model without dynamic dims; the pricing shape only for one written at fixed
+    shapes; else the check's three shapes, or the pricing shape and ``Options.timing_shapes``."""
+    shapes = run.shapes
+    if shapes is None:
+        return [("", None)]
+    if not symbolic(run) or shapes.dims is None:
+        return [(", ".join(f"{k}={list(v)}" for k, v in shapes.pricing.items()), shapes.pricing)]
+    dims = shapes.dims
+    values = dims.check_shapes() if checking else (dims.pricing(), *run.options.timing_shapes)
+    return [(dims.describe(v), dims.shapes(v)) for v in values]
+
+
+def rejected(run: Run, why: str) -> Run:
+    """``run`` keeping the original: the optimized model failed its onnxruntime check."""
+    return replace(run, kept="original", why=why, ort_check=f"failed: {why}")
+
+
+def is_rejected(run: Run) -> bool:
+    return bool(run.ort_check and run.ort_check.startswith("failed"))
 
 
 def unchanged(run: Run) -> bool:

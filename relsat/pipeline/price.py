@@ -3,7 +3,9 @@ problem, with the tie-breaks extraction sees.
 
 The cost model is ``Options.cost_model`` (:func:`cost_model`). With folded blocks, each copy's
 prices count once per occurrence, so the problem's costs are the whole graph's, and e-nodes that
-mix copies are forbidden (:meth:`~relsat.pipeline.blocks.Folding.restrict`).
+mix copies are forbidden (:meth:`~relsat.pipeline.blocks.Folding.restrict`). An e-graph with
+symbolic dims is priced at the pricing shape (every marker replaced by its dim's value in the
+signatures the cost model sees: :func:`~relsat.cost.price.resize_signature`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def price(run: Run) -> Run:
         precompute_weights=(
             model.precomputes_weights if o.precompute_weights is None else o.precompute_weights
         ),
+        size=run.shapes.dims.value if run.shapes and run.shapes.dims else None,
     )
     problem, enode_ids, class_ids = egraph_problem(egraph)
     if run.folding:  # a copy's prices count once per occurrence: costs are the whole graph's

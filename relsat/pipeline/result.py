@@ -21,7 +21,7 @@ from relsat.graph.serial import to_json
 from relsat.onnx.latency import LatencyComparison
 from relsat.pipeline.options import Options
 from relsat.pipeline.price import enode_column
-from relsat.pipeline.run import Priced, Run, Source
+from relsat.pipeline.run import Priced, Run, Shapes, Source
 from relsat.pipeline.save import has_external_data, write_atomic
 from relsat.pipeline.verify import VerificationError
 
@@ -45,6 +45,11 @@ class Result:
     ``"slower"``, ``"not faster beyond noise"``, ``"no rewrite"``, ``"not timed"``, or a verdict
     with ``", keep_slower"``). A Graph input keeps the optimized graph (``why``:
     ``"a Graph input"``). :meth:`save` writes the kept model.
+
+    For an ONNX input with dynamic dims, ``shapes`` says what became of them
+    (:class:`~relsat.pipeline.run.Shapes`: kept symbolic or fixed, and why; the pricing shape
+    the rewrites were chosen for), ``checked_at`` the dim values onnxruntime checked at, and
+    ``latencies`` each timing with its shape (``latency`` is the pricing shape's).
     """
 
     original: Graph
@@ -64,7 +69,10 @@ class Result:
     kept: str = "optimized"
     why: str = "a Graph input"
     latency: LatencyComparison | None = None
+    latencies: tuple[tuple[str, LatencyComparison], ...] = ()
     ort_check: str | None = None
+    checked_at: tuple[str, ...] = ()
+    shapes: Shapes | None = None
     exported: Any = field(default=None, repr=False)
     egraph: EGraph = field(repr=False)
     choice: Mapping[int, int] = field(default_factory=dict, repr=False)
@@ -110,7 +118,8 @@ class Result:
             return {}
         p, o = self.priced, self.options
         rules = enode_column(self.egraph, p.enode_ids, "rule")
-        ilp = replace(o.ilp, time_limit=min(time_limit, o.ilp.time_limit))
+        budget = o.ilp.time_limit
+        ilp = replace(o.ilp, time_limit=time_limit if budget is None else min(time_limit, budget))
         gains: dict[str, float] = {}
         penalty = 10.0 * max(self.cost_before, 1e-9)  # dearer than the whole input graph
         for rule in list(self.rewrites())[:limit]:
@@ -143,12 +152,14 @@ class Result:
         ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
         changed = sorted(set(ops_before) | set(ops_after))
         lines = [
+            *([f"shapes   {self.shapes.note}"] if self.shapes else []),
             self._cost_line(),
             self._explore_line(),
             self._extract_line(),
             f"verify   {self.verification}"
-            + (f"; onnxruntime {self.ort_check}" if self.ort_check else ""),
-            *([f"latency  {self.latency.report()}"] if self.latency else []),
+            + (f"; onnxruntime {self.ort_check}" if self.ort_check else "")
+            + (f" at {' | '.join(self.checked_at)}" if self.checked_at else ""),
+            *self._latency_lines(),
             *([f"kept     {self.kept} ({self.why})"] if self.source else []),
             "rewrites "
             + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6]) or "none"),
@@ -162,6 +173,11 @@ class Result:
             f"options  {self.options.describe()}",
         ]
         return "\n".join(lines)
+
+    def _latency_lines(self) -> list[str]:
+        if len(self.latencies) > 1 or (self.latencies and self.latencies[0][0]):
+            return [f"latency  at {label}: {c.report()}" for label, c in self.latencies]
+        return [f"latency  {self.latency.report()}"] if self.latency else []
 
     def _cost_line(self) -> str:
         fallbacks = (
@@ -255,7 +271,10 @@ def result(run: Run) -> Result:
         kept=run.kept,
         why=run.why,
         latency=run.latency,
+        latencies=run.latencies,
         ort_check=run.ort_check,
+        checked_at=run.checked_at,
+        shapes=run.shapes,
         exported=run.exported,
         egraph=egraph,
         choice=run.choice,

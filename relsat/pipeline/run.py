@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
     from relsat.cost import CostModel
     from relsat.onnx.latency import LatencyComparison
+    from relsat.onnx.symbolic import Dims
 
-__all__ = ["Priced", "Run", "Source", "Stage"]
+__all__ = ["Priced", "Run", "Shapes", "Source", "Stage"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,24 @@ class Source:
         import onnx
 
         return onnx.load_from_string(self.data)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What became of an ONNX input's dynamic dims. ``dims``: the dims the e-graph holds as
+    markers (None: imported at fixed shapes); ``pricing``: each input's shape at the pricing
+    values, what prices, NumPy verification and timing use; ``symbolic``: the written model
+    keeps the dims symbolic; ``note``: one line, in words (the dims kept, or why they were
+    fixed)."""
+
+    dims: Dims | None
+    pricing: dict[str, tuple[int, ...]]
+    symbolic: bool
+    note: str
+
+    def describe_pricing(self) -> str:
+        """``input_ids=[1, 128], attention_mask=[1, 128]``."""
+        return ", ".join(f"{k}={list(v)}" for k, v in self.pricing.items())
 
 
 @dataclass(frozen=True)
@@ -81,6 +100,7 @@ class Run:
     options: Options
     graph: Graph  # load: the input graph
     source: Source | None = None  # load: the ONNX input, if any
+    shapes: Shapes | None = None  # load: an ONNX input's dynamic dims (None: all static)
     on_phase: OnPhase | None = field(default=None, repr=False, compare=False)
     seconds: tuple[tuple[str, float], ...] = ()  # the driver: per stage that worked
     # fold
@@ -105,7 +125,9 @@ class Run:
     # ONNX: export, check in onnxruntime, time, choose
     exported: Any = field(default=None, repr=False)  # the optimized onnx.ModelProto
     ort_check: str | None = None  # "passed", "skipped" or "not needed (unchanged)"
-    latency: LatencyComparison | None = None
+    checked_at: tuple[str, ...] = ()  # the dim values onnxruntime checked at, in words
+    latency: LatencyComparison | None = None  # at the pricing shape
+    latencies: tuple[tuple[str, LatencyComparison], ...] = ()  # every shape timed, in words
     kept: str = "optimized"
     why: str = "a Graph input"
 

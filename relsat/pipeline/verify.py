@@ -2,8 +2,10 @@
 
 Relsat's NumPy executor runs both graphs on the same random values (:func:`relsat.compare`)
 unless ``Options.verify`` is False or an opaque op has no NumPy kernel (onnxruntime checks an
-ONNX input's models later, :mod:`relsat.pipeline.ort`). Whatever ``verify`` says, a graph whose
-interface (inputs, their order and shapes; output shapes) differs from the input's is refused.
+ONNX input's models later, :mod:`relsat.pipeline.ort`). Graphs with symbolic dims run at the
+pricing shape (:func:`relsat.graph.specialize.specialize`), never at marker sizes. Whatever
+``verify`` says, a graph whose interface (inputs, their order and shapes; output shapes) differs
+from the input's is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from relsat.errors import RelsatError
 from relsat.graph.execute import Comparison, compare
 from relsat.graph.graph import Graph
 from relsat.graph.kernels import has_kernel
+from relsat.graph.specialize import specialize
 from relsat.pipeline.run import Run
 
 __all__ = ["CHECKS", "VerificationError", "interface_mismatch", "verify"]
@@ -54,7 +57,11 @@ def verify(run: Run) -> Run:
         note = f"skipped: no NumPy kernel for {', '.join(unrunnable)} (check in onnxruntime)"
         done = replace(run, verification=note)
     elif run.options.verify:
-        comparison = compare(graph, optimized)
+        left, right = graph, optimized
+        dims = run.shapes.dims if run.shapes is not None else None
+        if dims is not None:  # at the pricing shape, not at the markers
+            left, right = specialize(graph, dims.value), specialize(optimized, dims.value)
+        comparison = compare(left, right)
         if not comparison.ok:
             raise VerificationError(comparison)
         done = replace(run, verified=True, verification="passed")

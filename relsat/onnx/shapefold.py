@@ -1,0 +1,325 @@
+"""Shape computations folded at two marker assignments, for a model with symbolic dims.
+
+Exporters compute shapes at run time: ``Shape → Gather → Unsqueeze → Concat → Reshape``. With
+the dynamic dims given markers (:mod:`relsat.onnx.symbolic`) such a computation has a value, and
+relsat's operators need it as a constant (a Reshape target). :func:`fold` evaluates them with
+the ONNX reference evaluator twice, at the markers and at a second set of markers, and folds a
+node into a ``Constant`` only when that is sound for every value of the dims:
+
+* its outputs have the same shape at both assignments (a tensor whose size follows a dim — a
+  mask ``[batch, sequence]``, position ids — stays an operator, whatever its inputs);
+* values that differ are integer shape-like values (:data:`~relsat.onnx.symbolic.SHAPE_LIKE`
+  elements at most) each the same product of dims and a constant at both assignments (written
+  back computed from ``Shape`` on export: :mod:`relsat.onnx.symbolize`); anything else computed
+  from a dim (``sequence + 1``, a float) stays an operator.
+
+Then every tensor's dims are checked at both assignments: a dim that differs must be such a
+product (convolution arithmetic on an image side is not: :class:`SymbolicDimError`, naming
+the dims it is computed from), and a static dim must not be divisible by a marker
+(:class:`MarkerClash`: the import tries other markers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from relsat.onnx.errors import SymbolicDimError
+from relsat.onnx.symbolic import SHAPE_LIKE, Dims
+
+__all__ = ["FOLD_LIMIT", "Folded", "MarkerClash", "fold"]
+
+#: Nodes whose inputs hold more elements than this are not evaluated (weights' own arithmetic
+#: is the importer's).
+FOLD_LIMIT = 1 << 16
+#: Rounds of shape inference and folding (each round's constants sharpen the next inference).
+ROUNDS = 4
+#: Ops never evaluated at import: random, or holding subgraphs.
+_NEVER = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+    | {"Bernoulli", "Dropout", "If", "Loop", "Scan", "SequenceMap"}
+)
+_FLOAT_KINDS = "fc"
+
+Shapes = dict[str, tuple[int | None, ...]]
+
+
+@dataclass(frozen=True)
+class Folded:
+    """``model`` with its inputs at the first markers and its shape computations folded;
+    ``symbolic`` the folded tensors whose values stand for dims."""
+
+    model: onnx.ModelProto
+    symbolic: frozenset[str]
+
+
+class MarkerClash(Exception):
+    """A static number of the model is divisible by ``marker``: choose others."""
+
+    def __init__(self, marker: int) -> None:
+        self.marker = marker
+        super().__init__(marker)
+
+
+def fold(
+    model: onnx.ModelProto,
+    dims: Dims,
+    other: Dims,
+    *,
+    skeleton: Callable[[onnx.ModelProto], onnx.ModelProto],
+    const: Callable[[str], np.ndarray | None],
+) -> Folded:
+    """Fold ``model``'s shape computations (see the module docstring). ``dims`` and ``other``
+    are the two marker assignments, ``skeleton`` makes a model shape inference can take
+    cheaply, ``const`` reads an initializer's value."""
+    opset = {(o.domain or ""): o.version for o in model.opset_import}
+    opset.setdefault("", opset.get("ai.onnx", 0))
+    state = _State(dims, other, const, opset[""])
+    nodes_a = list(model.graph.node)  # folded nodes become Constants of their first values,
+    nodes_b = list(model.graph.node)  # and here of their second (for the second inference)
+    for _ in range(ROUNDS):
+        shapes_a = _infer(model, nodes_a, dims.marked(), skeleton)
+        shapes_b = _infer(model, nodes_b, other.marked(), skeleton)
+        new_a: list[onnx.NodeProto] = []
+        new_b: list[onnx.NodeProto] = []
+        changed = False
+        for node_a, node_b in zip(nodes_a, nodes_b, strict=True):
+            pair = state.fold(node_a, shapes_a, shapes_b)
+            changed |= pair is not None
+            new_a.extend(pair[0] if pair is not None else [node_a])
+            new_b.extend(pair[1] if pair is not None else [node_b])
+        nodes_a, nodes_b = new_a, new_b
+        if not changed:
+            break
+    shapes_a = _infer(model, nodes_a, dims.marked(), skeleton)
+    shapes_b = _infer(model, nodes_b, other.marked(), skeleton)
+    _check_dims(nodes_a, shapes_a, shapes_b, dims, other)
+    return Folded(_rebuilt(model, nodes_a, dims.marked()), frozenset(state.symbolic))
+
+
+class _State:
+    """The values known so far at both assignments, and which are dims' products."""
+
+    def __init__(
+        self, a: Dims, b: Dims, const: Callable[[str], np.ndarray | None], opset: int
+    ) -> None:
+        self.a, self.b, self.const, self.opset = a, b, const, opset
+        self.known_a: dict[str, np.ndarray] = {}
+        self.known_b: dict[str, np.ndarray] = {}
+        self.derived: set[str] = set()  # computed from a Shape or Size
+        self.symbolic: set[str] = set()
+        self.tried: set[str] = set()  # evaluated once and not foldable
+
+    def value(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        if name in self.known_a:
+            return self.known_a[name], self.known_b[name]
+        value = self.const(name)
+        return None if value is None else (value, value)
+
+    def fold(
+        self, node: onnx.NodeProto, shapes_a: Shapes, shapes_b: Shapes
+    ) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto]] | None:
+        """The Constant nodes replacing ``node`` at each assignment, or None to keep it."""
+        outs = [o for o in node.output if o]
+        if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER or not outs:
+            return None
+        if node.op_type == "Constant":
+            if outs[0] not in self.known_a:
+                self._constant(node)
+            return None
+        if outs[0] in self.known_a or outs[0] in self.tried:
+            return None
+        values = self._evaluate(node, shapes_a, shapes_b)
+        if values is None:
+            return None
+        derived = node.op_type in ("Shape", "Size") or any(i in self.derived for i in node.input)
+        kept = []
+        for name, (va, vb) in zip(outs, values, strict=True):
+            if not self._foldable(va, vb):
+                self.tried.add(outs[0])
+                return None
+            kept.append((name, va, vb))
+        for name, va, vb in kept:
+            self.known_a[name], self.known_b[name] = va, vb
+            if derived:
+                self.derived.add(name)
+            if not np.array_equal(va, vb):
+                self.symbolic.add(name)
+        return (
+            [_constant_node(name, va, node) for name, va, _ in kept],
+            [_constant_node(name, vb, node) for name, _, vb in kept],
+        )
+
+    def _constant(self, node: onnx.NodeProto) -> None:
+        """Remember a Constant node's value (the same at both assignments)."""
+        from relsat.onnx.constants import evaluate
+
+        folded = evaluate(node, lambda _: None)
+        if folded is not None:
+            self.known_a[node.output[0]] = self.known_b[node.output[0]] = folded[0]
+
+    def _evaluate(
+        self, node: onnx.NodeProto, shapes_a: Shapes, shapes_b: Shapes
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        if node.op_type in ("Shape", "Size"):
+            sa, sb = shapes_a.get(node.input[0]), shapes_b.get(node.input[0])
+            if sa is None or sb is None or None in sa or None in sb:
+                return None
+            return [(_shape_value(node, sa), _shape_value(node, sb))]  # type: ignore[arg-type]
+        feeds_a: dict[str, np.ndarray] = {}
+        feeds_b: dict[str, np.ndarray] = {}
+        for name in node.input:
+            v = self.value(name) if name else None
+            if name and (v is None or v[0].size > FOLD_LIMIT):
+                return None
+            if name and v is not None:
+                feeds_a[name], feeds_b[name] = v
+        if not feeds_a:
+            return None
+        try:
+            got_a = _run(node, feeds_a, self.opset)
+            got_b = _run(node, feeds_b, self.opset)
+        except Exception:  # an op the reference evaluator lacks, or a value it refuses
+            self.tried.add(node.output[0])
+            return None
+        return list(zip(got_a, got_b, strict=True))
+
+    def _foldable(self, va: np.ndarray, vb: np.ndarray) -> bool:
+        if va.shape != vb.shape or va.dtype != vb.dtype:
+            return False  # its size follows a dim: an operator
+        if va.dtype.kind in _FLOAT_KINDS:  # a float computed from a dim stays an operator
+            return bool(np.array_equal(va, vb, equal_nan=True))
+        if va.dtype.kind not in "iub":
+            return False
+        if np.array_equal(va, vb):
+            if va.size <= SHAPE_LIKE:  # a static shape-like value must not look symbolic
+                for v in va.reshape(-1).tolist():
+                    _clash(self.a, int(v))
+            return True
+        if va.ndim > 1 or va.size > SHAPE_LIKE:
+            return False
+        return all(
+            x == y or _same_product(self.a, self.b, int(x), int(y))
+            for x, y in zip(va.reshape(-1).tolist(), vb.reshape(-1).tolist(), strict=True)
+        )
+
+
+def _clash(dims: Dims, v: int) -> None:
+    f = dims.factor(v)
+    if f is not None:
+        raise MarkerClash(dims.dim(f[1][0][0]).marker)
+
+
+def _same_product(a: Dims, b: Dims, x: int, y: int) -> bool:
+    fa, fb = a.factor(x), b.factor(y)
+    return fa is not None and fa == fb
+
+
+def _shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
+    full = np.array(shape, dtype=np.int64)
+    if node.op_type == "Size":
+        return np.array(int(np.prod(full)), dtype=np.int64)
+    attrs = {a.name: a.i for a in node.attribute}
+    start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+    return full[start:end]
+
+
+def _run(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(node, opsets={"": opset})
+    outs = evaluator.run(None, feeds)
+    return [np.asarray(o) for o, name in zip(outs, node.output, strict=False) if name]
+
+
+def _constant_node(name: str, value: np.ndarray, node: onnx.NodeProto) -> onnx.NodeProto:
+    tensor = numpy_helper.from_array(np.asarray(value), name)
+    label = f"{node.name or node.op_type}_folded" + ("" if name == node.output[0] else f"_{name}")
+    return helper.make_node("Constant", [], [name], name=label, value=tensor)
+
+
+def _rebuilt(
+    model: onnx.ModelProto, nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, ...]]
+) -> onnx.ModelProto:
+    """``model`` with ``nodes``, its inputs fixed to ``inputs`` and no value_info (exporters'
+    intermediate shapes were written for their example, not for the markers)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    del out.graph.value_info[:]
+    for vi in out.graph.input:
+        if vi.name in inputs:
+            for d, v in zip(vi.type.tensor_type.shape.dim, inputs[vi.name], strict=True):
+                d.Clear()
+                d.dim_value = int(v)
+    return out
+
+
+def _infer(
+    model: onnx.ModelProto,
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, tuple[int, ...]],
+    skeleton: Callable[[onnx.ModelProto], onnx.ModelProto],
+) -> Shapes:
+    """Every tensor's inferred dims (None where left open) with the inputs at ``inputs``."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            skeleton(_rebuilt(model, nodes, inputs)), data_prop=True
+        )
+    except Exception:
+        return {}
+    shapes: Shapes = {}
+    g = inferred.graph
+    for vi in [*g.input, *g.value_info, *g.output]:
+        tt = vi.type.tensor_type
+        if vi.type.WhichOneof("value") == "tensor_type" and tt.HasField("shape"):
+            shapes[vi.name] = tuple(
+                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                for d in tt.shape.dim
+            )
+    return shapes
+
+
+def _check_dims(
+    nodes: list[onnx.NodeProto], shapes_a: Shapes, shapes_b: Shapes, a: Dims, b: Dims
+) -> None:
+    """Every tensor's dims: a product of dims (the same at both assignments) or static (and then
+    not divisible by a marker); else :class:`SymbolicDimError` naming the dims it comes from."""
+    producer = {o: n for n in nodes for o in n.output if o}
+    for name, sa in shapes_a.items():
+        sb = shapes_b.get(name)
+        if sb is None or len(sa) != len(sb):
+            continue
+        for axis, (x, y) in enumerate(zip(sa, sb, strict=True)):
+            if x is None or y is None:
+                continue
+            if x == y:
+                _clash(a, x)
+            elif not _same_product(a, b, x, y):
+                node = producer.get(name)
+                source = _dims_of(node, shapes_a, a) if node is not None else a.names
+                made = f" ({node.op_type})" if node is not None else ""
+                raise SymbolicDimError(
+                    f"tensor {name!r}{made} has dim {axis} = {x} at one marker and {y} at "
+                    "another: not a product of the dims it is computed from "
+                    f"({', '.join(a.where(d) for d in source)})",
+                    dims=tuple(source),
+                    tensor=name,
+                )
+
+
+def _dims_of(node: onnx.NodeProto, shapes: Shapes, dims: Dims) -> tuple[str, ...]:
+    """The dims whose markers occur in ``node``'s input shapes (all dims when none does)."""
+    found: list[str] = []
+    for name in node.input:
+        for d in shapes.get(name, ()):
+            f = dims.factor(d) if d else None
+            for dim, _ in f[1] if f else ():
+                if dim not in found:
+                    found.append(dim)
+    return tuple(found) or dims.names

@@ -1,0 +1,335 @@
+"""Symbolic dims: a model's dynamic axes kept dynamic through optimization.
+
+The e-graph engine works on concrete shapes. A dynamic dim (an input's ``dim_param`` such as
+``batch`` or ``sequence``, or an unnamed dynamic dim) is therefore given a *marker*: a distinct
+prime, the same for every occurrence of one name. Everything shape-like the model computes from
+it — a Reshape target, a Slice bound, an intermediate tensor's dims — comes out as a product of
+markers and a constant (the affine forms exporters produce), which :meth:`Dims.factor` reads
+back. Markers are chosen so that no static number of the model is divisible by one, so a rule
+that needs a dim to be 1, or to equal another dim, cannot match a marker by accident: what the
+e-graph rewrites holds for every value of the dim.
+
+Nothing runs at marker sizes. Each dim also has a *pricing value* (``input_shapes`` and
+``batch`` as given, else :data:`PRICING_BATCH` for a leading dim and :data:`PRICING_OTHER` for
+any other): prices, NumPy verification and timing substitute it (:meth:`Dims.value`), and the
+onnxruntime check runs at :meth:`Dims.check_shapes` (the pricing shape and two others).
+
+>>> batch, seq = Dim("batch", 61, 1, (("x", 0),)), Dim("seq", 113, 128, (("x", 1),))
+>>> dims = Dims((batch, seq), {"x": ("batch", "seq", 64)})
+>>> dims.factor(61 * 113 * 4), dims.value(61 * 113 * 4), dims.spell(61 * 113 * 4)
+((4, (('batch', 1), ('seq', 1))), 512, '4*batch*seq')
+>>> dims.shapes()
+{'x': (1, 128, 64)}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Any
+
+from relsat.graph.specialize import SHAPE_LIKE
+from relsat.onnx.errors import OnnxError
+
+__all__ = [
+    "PRICING_BATCH",
+    "PRICING_OTHER",
+    "SHAPE_LIKE",
+    "Dim",
+    "Dims",
+    "plan",
+    "static_numbers",
+]
+
+#: The pricing value of a dynamic leading dim (batch) when none is given.
+PRICING_BATCH = 1
+#: The pricing value of any other dynamic dim (a sequence length, an image side) when none is
+#: given.
+PRICING_OTHER = 128
+#: Markers are primes at least this large (small primes divide too many static sizes) and at
+#: most the dim's pricing value, or this floor when the pricing value is smaller, so that a
+#: marker stays within a bound the model puts on its dim (a sequence at most the position
+#: table's length) whenever the pricing value does.
+SMALLEST_MARKER = 23
+MARKER_FLOOR = 61
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dynamic dim: its ``name`` (the ``dim_param``, or ``input[axis]`` for an unnamed one),
+    its ``marker`` prime, its pricing ``value`` and the ``(input, axis)`` places it occurs."""
+
+    name: str
+    marker: int
+    value: int
+    axes: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The dynamic dims of one model and each input's dims (an int, or a dim's name)."""
+
+    dims: tuple[Dim, ...]
+    inputs: Mapping[str, tuple[int | str, ...]] = field(hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", {k: tuple(v) for k, v in self.inputs.items()})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.dims)
+
+    def dim(self, name: str) -> Dim:
+        return next(d for d in self.dims if d.name == name)
+
+    def pricing(self) -> dict[str, int]:
+        """Dim name → pricing value."""
+        return {d.name: d.value for d in self.dims}
+
+    def factor(self, v: int) -> tuple[int, tuple[tuple[str, int], ...]] | None:
+        """``v`` as ``(coefficient, ((dim, exponent), ...))`` when a marker divides it, else None
+        (a static number)."""
+        if v == 0:
+            return None
+        rest, powers = int(v), []
+        for d in self.dims:
+            e = 0
+            while rest % d.marker == 0:
+                rest, e = rest // d.marker, e + 1
+            if e:
+                powers.append((d.name, e))
+        return (rest, tuple(powers)) if powers else None
+
+    def is_symbolic(self, v: int) -> bool:
+        return self.factor(v) is not None
+
+    def value(self, v: int, values: Mapping[str, int] | None = None) -> int:
+        """``v`` with every marker replaced by its dim's value in ``values`` (missing ones, or
+        all when None: the pricing values)."""
+        f = self.factor(v)
+        if f is None:
+            return int(v)
+        want = {**self.pricing(), **(values or {})}
+        coef, powers = f
+        return coef * math.prod(want[n] ** e for n, e in powers)
+
+    def spell(self, v: int) -> str:
+        """``v`` in words: ``4*batch*sequence``, or the number."""
+        f = self.factor(v)
+        if f is None:
+            return str(v)
+        coef, powers = f
+        parts = [] if coef == 1 else [str(coef)]
+        parts += [n if e == 1 else f"{n}^{e}" for n, e in powers]
+        return "*".join(parts)
+
+    def marked(self) -> dict[str, tuple[int, ...]]:
+        """Each input's shape with markers for its dynamic dims."""
+        markers = {d.name: d.marker for d in self.dims}
+        return {
+            k: tuple(markers[d] if isinstance(d, str) else d for d in v)
+            for k, v in self.inputs.items()
+        }
+
+    def shapes(self, values: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+        """Each input's shape at ``values`` (dim name → value; missing ones: pricing)."""
+        want = {**self.pricing(), **(values or {})}
+        return {
+            k: tuple(want[d] if isinstance(d, str) else d for d in v)
+            for k, v in self.inputs.items()
+        }
+
+    def with_markers(self, markers: Sequence[int]) -> Dims:
+        """The same dims with other markers (the second assignment the import checks with)."""
+        return replace(
+            self, dims=tuple(replace(d, marker=m) for d, m in zip(self.dims, markers, strict=True))
+        )
+
+    def describe(self, values: Mapping[str, int] | None = None) -> str:
+        """``batch=1, sequence=128``."""
+        want = {**self.pricing(), **(values or {})}
+        return ", ".join(f"{d.name}={want[d.name]}" for d in self.dims)
+
+    def describe_shapes(self, values: Mapping[str, int] | None = None) -> str:
+        """``input_ids=[1, 128], attention_mask=[1, 128]``."""
+        return ", ".join(f"{k}={list(v)}" for k, v in self.shapes(values).items())
+
+    def check_shapes(self) -> tuple[dict[str, int], ...]:
+        """The dim values the onnxruntime check runs at: the pricing values; leading (batch)
+        dims one larger; the other dims at about half (or two larger when tiny). Where the model
+        has only one kind, the third varies that kind again."""
+        price = self.pricing()
+        batch = [d.name for d in self.dims if any(axis == 0 for _, axis in d.axes)]
+        other = [d.name for d in self.dims if d.name not in batch]
+        second = {n: price[n] + 1 for n in (batch or other)}
+        third = (
+            {n: price[n] // 2 + 1 if price[n] > 2 else price[n] + 2 for n in other}
+            if other and batch
+            else {n: price[n] + 2 for n in (batch or other)}
+        )
+        return ({**price}, {**price, **second}, {**price, **third})
+
+    def where(self, name: str) -> str:
+        """Where dim ``name`` occurs first, in words: ``input_ids dim 1 (sequence)``."""
+        d = self.dim(name)
+        tensor, axis = d.axes[0]
+        return f"{tensor} dim {axis} ({name})"
+
+
+def plan(
+    model: Any,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    batch: int | None = None,
+    *,
+    avoid: Iterable[int] = (),
+    path: str | None = None,
+    same: Mapping[str, str] | None = None,
+) -> Dims | None:
+    """The dynamic dims of ``model`` (an ``onnx.ModelProto``) with markers and pricing values,
+    or None when every input dim is static. ``input_shapes`` gives pricing values by input and
+    axis, ``batch`` those of dynamic leading dims; :class:`OnnxError` for unknown inputs, a wrong
+    rank, a static dim given another value, or one dim given two values. ``avoid``: primes not
+    to use (beside those dividing a static number of the model); ``path`` names the file in
+    errors; ``same`` maps a dim's name to the name of a dim it is one with (the model ties
+    them: :func:`relsat.onnx.marked.tied_dims`)."""
+    given = dict(input_shapes or {})
+    alias = dict(same or {})
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    unknown = sorted(set(given) - {vi.name for vi in inputs})
+    if unknown:
+        raise OnnxError(
+            f"input_shapes names unknown inputs {unknown}; inputs are {[vi.name for vi in inputs]}",
+            path=path,
+        )
+    layout: dict[str, tuple[int | str, ...]] = {}
+    axes: dict[str, list[tuple[str, int]]] = {}
+    values: dict[str, int] = {}
+    for vi in inputs:  # the values given, checked against the model and each other
+        dims = vi.type.tensor_type.shape.dim
+        shape = given.get(vi.name)
+        if shape is not None and len(shape) != len(dims):
+            raise OnnxError(
+                f"input_shapes gives rank {len(shape)}, the input has rank {len(dims)}",
+                tensor=vi.name,
+                path=path,
+            )
+        for i, d in enumerate(dims):
+            static = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            if static is not None and shape is not None and shape[i] != static:
+                raise OnnxError(
+                    f"input_shapes gives dim {i} = {shape[i]}, the model fixes it to {static}",
+                    tensor=vi.name,
+                    path=path,
+                )
+            name = d.dim_param or f"{vi.name}[{i}]"
+            name = alias.get(name, name)
+            if static is None and shape is not None:
+                if values.get(name, shape[i]) != shape[i]:
+                    first = axes[name][0]
+                    raise OnnxError(
+                        f"input_shapes gives dim {name!r} = {shape[i]} here and {values[name]} "
+                        f"for {first[0]} dim {first[1]}",
+                        tensor=vi.name,
+                        path=path,
+                    )
+                values[name] = int(shape[i])
+                axes.setdefault(name, []).append((vi.name, i))
+    for vi in inputs:  # every dim: static, or a name with a value (given, or a default)
+        row: list[int | str] = []
+        for i, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                row.append(int(d.dim_value))
+                continue
+            name = d.dim_param or f"{vi.name}[{i}]"
+            name = alias.get(name, name)
+            if name not in values:
+                values[name] = (
+                    batch
+                    if i == 0 and batch is not None
+                    else (PRICING_BATCH if i == 0 else PRICING_OTHER)
+                )
+            if (vi.name, i) not in axes.setdefault(name, []):
+                axes[name].append((vi.name, i))
+            row.append(name)
+        layout[vi.name] = tuple(row)
+    if not values:
+        return None
+    markers = choose_markers(list(values.values()), set(avoid), static_numbers(model))
+    dims = tuple(
+        Dim(name, m, values[name], tuple(axes[name]))
+        for name, m in zip(values, markers, strict=True)
+    )
+    return Dims(dims, layout)
+
+
+def choose_markers(
+    values: Sequence[int], avoid: set[int], static: Iterable[int], *, taken: Iterable[int] = ()
+) -> list[int]:
+    """One prime per pricing value: the largest in ``[SMALLEST_MARKER, max(value,
+    MARKER_FLOOR)]`` that is not in ``avoid`` or ``taken``, divides no number of ``static``,
+    and is not yet chosen. :class:`OnnxError` when none is left."""
+    numbers = {abs(int(n)) for n in static if n}
+    used = set(avoid) | set(taken)
+    out = []
+    for value in values:
+        top = max(int(value), MARKER_FLOOR)
+        pick = next(
+            (
+                p
+                for p in reversed(_primes(top))
+                if p >= SMALLEST_MARKER and p not in used and all(n % p for n in numbers)
+            ),
+            None,
+        )
+        if pick is None:
+            raise OnnxError(f"no prime up to {top} is free to stand for a dynamic dim")
+        used.add(pick)
+        out.append(pick)
+    return out
+
+
+@cache
+def _primes(top: int) -> tuple[int, ...]:
+    """The primes up to ``top``."""
+    sieve = bytearray([1]) * (top + 1)
+    sieve[:2] = b"\x00\x00"
+    for p in range(2, math.isqrt(top) + 1):
+        if sieve[p]:
+            sieve[p * p :: p] = bytearray(len(sieve[p * p :: p]))
+    return tuple(i for i, flag in enumerate(sieve) if flag)
+
+
+def static_numbers(model: Any) -> set[int]:
+    """The static numbers a marker must not divide: every initializer's and declared tensor's
+    dims, small integer constants (initializers, Constant nodes, :data:`SHAPE_LIKE` or fewer
+    elements) and integer attributes."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    out: set[int] = set()
+    graph = model.graph
+    ints = {getattr(onnx.TensorProto, t) for t in ("INT8", "INT16", "INT32", "INT64", "UINT8")}
+    ints |= {onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+
+    def tensor(t: onnx.TensorProto) -> None:
+        out.update(int(d) for d in t.dims)
+        if t.data_type in ints and math.prod(t.dims) <= SHAPE_LIKE and t.data_location == 0:
+            out.update(int(v) for v in np.asarray(numpy_helper.to_array(t)).reshape(-1))
+
+    for t in graph.initializer:
+        tensor(t)
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        out.update(d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value"))
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.INT:
+                out.add(int(a.i))
+            elif a.type == onnx.AttributeProto.INTS:
+                out.update(int(v) for v in a.ints)
+            elif a.type == onnx.AttributeProto.TENSOR:
+                tensor(a.t)
+    return {n for n in out if n}

@@ -1,0 +1,475 @@
+"""Dynamic dims (issue 27): a model with a dynamic batch or sequence is optimized with its dims
+symbolic (markers in the e-graph), written back with them, and checked in onnxruntime at three
+shapes; ``static`` fixes them; a rewrite valid only at one value is left out; a model too large
+to verify is refused up front. Models built with ``onnx.helper``; no torch."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from relsat import GraphBuilder, Options, optimize
+from relsat import onnx as ronnx
+from relsat.graph.execute import random_values
+from relsat.graph.specialize import specialize, substitute
+from relsat.onnx.inputs import draw
+from relsat.onnx.latency import Timing
+from relsat.onnx.symbolic import plan, static_numbers
+from relsat.rewrite.rulefile import RULES_DIR, load_rules
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng(0)
+ANALYTIC = Options(cost_model="analytic", timing=None)  # no timing: quick and deterministic
+H, D = 4, 8
+HIDDEN = H * D
+
+
+def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "dyn", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _f32(name: str, shape: tuple[int, ...], scale: float = 1.0) -> onnx.TensorProto:
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _i64(name: str, values: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+
+def _conv_net(dims: list[int | str] | None = None) -> onnx.ModelProto:
+    """A dynamic-batch conv net: two convs sharing the input (relsat merges them), ReLUs, a
+    global pool, the flatten as exporters write it (Reshape to [batch, -1] via Shape), Gemm."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        n("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Relu", ["c2"], ["r2"]),
+        n("Add", ["r1", "r2"], ["s"]),
+        n("GlobalAveragePool", ["s"], ["p"]),
+        n("Shape", ["p"], ["p_shape"]),
+        n("Gather", ["p_shape", "zero"], ["batch"], axis=0),
+        n("Unsqueeze", ["batch", "axes0"], ["batch1"]),
+        n("Concat", ["batch1", "minus1"], ["flat_shape"], axis=0),
+        n("Reshape", ["p", "flat_shape"], ["flat"]),
+        n("Gemm", ["flat", "wf", "bf"], ["y"], transB=1),
+    ]
+    inits = [
+        _f32("w1", (8, 3, 3, 3), 0.3),
+        _f32("b1", (8,)),
+        _f32("w2", (8, 3, 3, 3), 0.3),
+        _f32("b2", (8,)),
+        _f32("wf", (10, 8)),
+        _f32("bf", (10,)),
+        numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+        _i64("axes0", [0]),
+        _i64("minus1", [-1]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims or ["N", 3, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [(dims or ["N"])[0], 10])
+    return _model(nodes, [x], [y], inits)
+
+
+def _attention_block() -> onnx.ModelProto:
+    """torch's legacy SDPA spelling (as tests/test_attention.py's ``_sdpa_model``) with a
+    dynamic batch and sequence: the head split's target computed from ``Shape`` as exporters
+    write it, the merge's with ``0``s, an additive ``[1, 1, seq, seq]`` mask."""
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["x_shape"]),
+        n("Gather", ["x_shape", "zero"], ["b"], axis=0),
+        n("Gather", ["x_shape", "one"], ["s"], axis=0),
+        n("Unsqueeze", ["b", "axes0"], ["b1"]),
+        n("Unsqueeze", ["s", "axes0"], ["s1"]),
+        n("Concat", ["b1", "s1", "hd"], ["heads"], axis=0),
+    ]
+    for v in "qkv":
+        perm = [0, 2, 3, 1] if v == "k" else [0, 2, 1, 3]
+        nodes += [
+            n("MatMul", ["x", f"w{v}"], [f"{v}_proj"]),
+            n("Reshape", [f"{v}_proj", "heads"], [f"{v}_split"]),
+            n("Transpose", [f"{v}_split"], [f"{v}_t"], perm=perm),
+        ]
+    nodes += [
+        n("Mul", ["q_t", "root_scale"], ["q_s"]),
+        n("Mul", ["k_t", "root_scale"], ["k_s"]),
+        n("MatMul", ["q_s", "k_s"], ["scores"]),
+        n("Add", ["scores", "mask"], ["masked"]),
+        n("Softmax", ["masked"], ["probs"], axis=-1),
+        n("IsNaN", ["probs"], ["nan"]),
+        n("Where", ["nan", "zero_f", "probs"], ["guarded"]),
+        n("MatMul", ["guarded", "v_t"], ["ctx"]),
+        n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["ctx_t", "merged"], ["y"]),
+    ]
+    root = float(np.float32(math.sqrt(1 / math.sqrt(D))))
+    inits = [_f32(f"w{v}", (HIDDEN, HIDDEN), 0.2) for v in "qkv"]
+    inits += [
+        numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
+        _i64("axes0", [0]),
+        _i64("hd", [H, D]),
+        _i64("merged", [0, 0, HIDDEN]),
+        numpy_helper.from_array(np.array(root, np.float32), "root_scale"),
+        numpy_helper.from_array(np.array([0.0], np.float32), "zero_f"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
+        helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, "seq", "seq"]),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN])
+    return _model(nodes, inputs, [y], inits)
+
+
+def _dims_of(value_infos) -> list[list[int | str]]:
+    return [
+        [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in value_infos
+    ]
+
+
+def _same_at(original: onnx.ModelProto, written: onnx.ModelProto, shapes) -> None:
+    """Both models run in onnxruntime at ``shapes`` (input → dims) and agree."""
+    feeds = draw({k: ("tensor(float)", v) for k, v in shapes.items()}, {}, seed=1)
+    sessions = [ort.InferenceSession(m.SerializeToString()) for m in (original, written)]
+    want, got = (s.run(None, feeds) for s in sessions)
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+
+
+# --- dynamic in, dynamic out -----------------------------------------------------------------
+
+
+def test_dynamic_batch_conv_net_keeps_its_batch_and_runs_at_three_batches() -> None:
+    model = _conv_net()
+    result = optimize(model, ANALYTIC)
+    assert result.shapes is not None and result.shapes.symbolic
+    assert result.shapes.note == "N kept symbolic; priced at N=1"
+    assert result.kept == "optimized" and result.rewrites()
+    written = result.model
+    assert _dims_of(written.graph.input) == [["N", 3, 16, 16]]
+    assert _dims_of(written.graph.output) == [["N", 10]]
+    assert result.checked_at == ("N=1", "N=2", "N=3")  # the check's three shapes
+    for batch in (1, 2, 5):
+        _same_at(model, written, {"x": (batch, 3, 16, 16)})
+    assert "shapes   N kept symbolic; priced at N=1" in result.report()
+
+
+def test_dynamic_sequence_attention_block_fuses_and_keeps_batch_and_sequence() -> None:
+    model = _attention_block()
+    result = optimize(model, ANALYTIC)
+    assert result.shapes is not None and result.shapes.symbolic
+    assert result.graph.op_counts()["attention"] == 1
+    written = result.model
+    assert "Attention" in {node.op_type for node in written.graph.node}
+    assert _dims_of(written.graph.input) == [["batch", "seq", HIDDEN], [1, 1, "seq", "seq"]]
+    assert _dims_of(written.graph.output) == [["batch", "seq", HIDDEN]]
+    for b, s in ((1, 128), (2, 128), (1, 65), (3, 7)):
+        _same_at(model, written, {"x": (b, s, HIDDEN), "mask": (1, 1, s, s)})
+
+
+def test_static_fixes_the_interface_to_the_pricing_shape() -> None:
+    model = _attention_block()
+    shapes = {"x": [2, 16, HIDDEN], "mask": [1, 1, 16, 16]}
+    result = optimize(model, Options(cost_model="analytic", timing=None, input_shapes=shapes))
+    assert result.shapes is not None and result.shapes.note.startswith("batch, seq kept symbolic")
+    assert result.shapes.note.endswith("priced at batch=2, seq=16")
+    fixed = optimize(
+        model, Options(cost_model="analytic", timing=None, static=True, input_shapes=shapes)
+    )
+    assert fixed.shapes is not None and not fixed.shapes.symbolic
+    assert fixed.shapes.note == "fixed at batch=2, seq=16 (static)"
+    assert _dims_of(fixed.model.graph.input) == [[2, 16, HIDDEN], [1, 1, 16, 16]]
+    assert fixed.graph.op_counts()["attention"] == 1
+
+
+def test_pricing_substitutes_the_markers() -> None:
+    """The e-graph holds markers; prices are those of the pricing shape: the same cost as the
+    graph imported at that shape."""
+    model = _conv_net()
+    symbolic = optimize(model, Options(cost_model="analytic", timing=None, batch=4))
+    fixed = optimize(model, Options(cost_model="analytic", timing=None, batch=4, static=True))
+    marker = symbolic.shapes.dims.dim("N").marker  # type: ignore[union-attr]
+    assert symbolic.original.inputs[0].shape == (marker, 3, 16, 16)
+    assert fixed.original.inputs[0].shape == (4, 3, 16, 16)
+    assert symbolic.cost_before == pytest.approx(fixed.cost_before, rel=1e-9)
+    assert symbolic.cost_after == pytest.approx(fixed.cost_after, rel=1e-9)
+
+
+def test_a_rewrite_valid_only_at_batch_one_is_left_out() -> None:
+    """concat(x + w, w + z) on the batch axis becomes (concat(x, w) + concat(w, z)) only when
+    x, w, z have equal shapes (no broadcasting): true at batch 1, where w is [1, ...], false for
+    a symbolic batch."""
+    n = helper.make_node
+    nodes = [
+        n("Add", ["x", "w"], ["a"]),
+        n("Add", ["w", "z"], ["b"]),
+        n("Concat", ["a", "b"], ["y"], axis=0),
+    ]
+    shape = ["N", 4, 8, 8]
+    inputs = [helper.make_tensor_value_info(v, TensorProto.FLOAT, shape) for v in "xz"]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["2*N", 4, 8, 8])
+    model = _model(nodes, inputs, [out], [_f32("w", (1, 4, 8, 8))])
+    rules = load_rules(RULES_DIR / "concat.rules")
+    rule = "concat-batch-of-ewadds-to-ab-bc"
+
+    def fired(result) -> int:
+        return result.db.execute("SELECT count(*) FROM enode WHERE rule = $r", {"r": rule})[0][0]
+
+    fixed = optimize(model, Options(cost_model="analytic", timing=None, rules=rules, static=True))
+    assert fired(fixed) >= 1  # at batch 1 the rewrite is sound
+    symbolic = optimize(model, Options(cost_model="analytic", timing=None, rules=rules))
+    assert symbolic.shapes is not None and symbolic.shapes.symbolic
+    assert fired(symbolic) == 0  # for every batch it is not
+
+
+def test_a_dim_that_cannot_stay_symbolic_is_fixed_and_said() -> None:
+    """A stride-2 convolution on a dynamic image side: the output side is not a product of
+    dims; the model is optimized at the pricing shape, the note names the input and dim."""
+    model = _conv_net([1, 3, "H", "W"])
+    model.graph.node[0].attribute.append(helper.make_attribute("strides", [2, 2]))
+    model.graph.node[1].attribute.append(helper.make_attribute("strides", [2, 2]))
+    result = optimize(model, Options(cost_model="analytic", timing=None, batch=1))
+    assert result.shapes is not None and not result.shapes.symbolic
+    note = result.shapes.note
+    assert note.startswith("fixed at H=128, W=128: ") and "x dim 2 (H)" in note
+    assert "\n" not in note
+    assert _dims_of(result.model.graph.input) == [[1, 3, 128, 128]]
+
+
+def test_timing_at_the_pricing_shape_and_the_timing_shapes() -> None:
+    timing = Timing(max_seconds=0.2, min_rounds=3, max_rounds=3, warmup=1)
+    options = Options(cost_model="analytic", timing=timing, timing_shapes=[{"N": 4}])
+    result = optimize(_conv_net(), options)
+    assert [label for label, _ in result.latencies] == ["N=1", "N=4"]
+    assert result.latency is result.latencies[0][1]
+    verdicts = {c.verdict for _, c in result.latencies}
+    assert result.kept == ("optimized" if verdicts == {"faster"} else "original")
+    with pytest.raises(Exception, match="timing_shapes"):
+        optimize(_conv_net(), Options(cost_model="analytic", timing_shapes=[{"T": 4}]))
+
+
+def test_onnxruntime_difference_at_another_shape_keeps_the_original(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relsat.pipeline import ort as stages
+
+    real = ronnx.verify
+
+    def verify_wrong_at_batch_two(original, optimized, **kwargs):
+        comparison = real(original, optimized, **kwargs)
+        if kwargs.get("shapes", {}).get("x", (1,))[0] == 2:
+            from dataclasses import replace
+
+            return replace(comparison, ok=False)
+        return comparison
+
+    monkeypatch.setattr(ronnx, "verify", verify_wrong_at_batch_two)
+    result = optimize(_conv_net(), ANALYTIC)
+    assert result.kept == "original" and "N=2" in result.why
+    assert stages.is_rejected(result)  # type: ignore[arg-type]
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_a_model_too_large_to_verify_is_refused_up_front_naming_the_memory() -> None:
+    n = helper.make_node
+    big = helper.make_tensor_value_info("x", TensorProto.FLOAT, [100000, 100000])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [100000, 100000])
+    model = _model([n("Relu", ["x"], ["r"]), n("Relu", ["r"], ["y"])], [big], [y], [])
+    with pytest.raises(ronnx.TooLargeError) as info:
+        optimize(model, ANALYTIC)
+    text = str(info.value)
+    assert (
+        "input 'x' is 100000x100000 (37.3 GiB as float32)" in text and "GiB are available" in text
+    )
+    assert "\n" not in text and info.value.needed > info.value.available
+    # with the same dims symbolic it is verified at its pricing shape instead
+    sym = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 100000])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 100000])
+    small = _model([n("Relu", ["x"], ["r"]), n("Relu", ["r"], ["y"])], [sym], [out], [])
+    result = optimize(small, ANALYTIC)
+    assert result.shapes is not None and result.shapes.note.endswith("priced at n=1")
+
+
+def test_cli_prints_the_shapes_and_refuses_an_oversized_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relsat.cli import main
+
+    src, out = tmp_path / "conv.onnx", tmp_path / "out.onnx"
+    onnx.save(_conv_net(), str(src))
+    args = ["optimize", str(src), "-o", str(out), "--cost-model", "analytic", "--no-timing"]
+    assert main([*args, "--timing-shape", "N=4"]) == 0
+    text = capsys.readouterr().out
+    assert "shapes: N kept symbolic; priced at N=1" in text
+    assert "outputs match the original at N=1 | N=2 | N=3" in text
+    assert _dims_of(onnx.load(str(out)).graph.input) == [["N", 3, 16, 16]]
+    assert main([*args, "--static", "--batch", "2"]) == 0
+    assert _dims_of(onnx.load(str(out)).graph.input) == [[2, 3, 16, 16]]
+    capsys.readouterr()
+    for bad in ("N", "N=0", "N=2,N=3"):
+        assert main([*args, "--timing-shape", bad]) == 2
+        assert "--timing-shape wants DIM=V" in capsys.readouterr().err
+    big = helper.make_tensor_value_info("x", TensorProto.FLOAT, [100000, 100000])
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [100000, 100000])
+    onnx.save(_model([relu], [big], [y], []), str(src))
+    assert main(["optimize", str(src), "-o", str(out), "--no-timing"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs about" in err and "GiB" in err
+
+
+def test_random_values_are_drawn_in_the_tensors_own_dtype() -> None:
+    b = GraphBuilder()
+    x = b.input([3, 5], name="x")
+    g = b.build(b.relu(b.matmul(x, b.weight([5, 4], name="w"))))
+    for dtype in (np.float32, np.float64):
+        values = random_values(g, dtype=dtype)
+        assert {v.dtype for v in values.values()} == {np.dtype(dtype)}
+    wide, narrow = random_values(g), random_values(g, dtype=np.float32)
+    rng = np.random.default_rng([0, zlib.crc32(b"x")])  # float64 draws are what they were
+    assert np.array_equal(wide["x"], rng.standard_normal((3, 5)))
+    assert narrow["x"].shape == (3, 5) and np.isfinite(narrow["w"]).all()
+    drawn = draw({"a": ("tensor(float)", [2, 3]), "h": ("tensor(float16)", [2])}, {}, seed=0)
+    assert drawn["a"].dtype == np.float32 and drawn["h"].dtype == np.float16
+
+
+# --- the pieces ------------------------------------------------------------------------------
+
+
+def test_plan_markers_are_distinct_primes_dividing_no_static_number() -> None:
+    model = _attention_block()
+    dims = plan(model)
+    assert dims is not None and dims.names == ("batch", "seq")
+    assert dims.pricing() == {"batch": 1, "seq": 128}
+    markers = [d.marker for d in dims.dims]
+    assert len(set(markers)) == 2
+    assert all(m >= 23 and all(m % p for p in range(2, m)) for m in markers)
+    assert all(n % m for n in static_numbers(model) for m in markers)
+    assert dims.marked() == {
+        "x": (markers[0], markers[1], HIDDEN),
+        "mask": (1, 1, markers[1], markers[1]),
+    }
+    assert dims.check_shapes() == (
+        {"batch": 1, "seq": 128},
+        {"batch": 2, "seq": 128},
+        {"batch": 1, "seq": 65},
+    )
+    given = plan(model, {"x": [2, 64, HIDDEN]})
+    assert given is not None and given.pricing() == {"batch": 2, "seq": 64}
+    with pytest.raises(ronnx.OnnxError, match="gives dim 'seq' = 32 here and 64"):
+        plan(model, {"x": [2, 64, HIDDEN], "mask": [1, 1, 32, 32]})
+    with pytest.raises(ronnx.OnnxError, match="the model fixes it to 32"):
+        plan(model, {"x": [2, 64, 31]})
+    assert (
+        plan(
+            _model(
+                [helper.make_node("Relu", ["x"], ["y"])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                [],
+            )
+        )
+        is None
+    )
+
+
+def test_exported_shape_values_are_written_the_way_exporters_write_them() -> None:
+    model = _attention_block()
+    graph, dims = ronnx.load_symbolic(model)
+    assert dims is not None
+    written = ronnx.to_model(graph, like=model, dims=dims)
+    targets = {
+        tuple(numpy_helper.to_array(t).tolist())
+        for t in written.graph.initializer
+        if (t.data_type == TensorProto.INT64 and t.dims == [4]) or t.dims == [3]
+    }
+    assert (0, 0, H, D) in targets  # the head split copies batch and seq
+    assert {n.op_type for n in written.graph.node} >= {"Shape", "Gather"}  # the merge computes
+    for b, s in ((1, 5), (4, 9)):
+        _same_at(model, written, {"x": (b, s, HIDDEN), "mask": (1, 1, s, s)})
+
+
+def test_specialize_rebuilds_a_graph_at_other_sizes() -> None:
+    b = GraphBuilder()
+    x = b.input([61, 113, 8], name="x")
+    y = b.reshape(b.relu(x), [61 * 113, 8])
+    g = b.build(y)
+    size = {61: 2, 113: 5}
+    at = specialize(g, lambda d: math.prod(size.get(f, f) for f in _factors(d)))
+    assert [n.shape for n in at.nodes] == [(2, 5, 8), (2, 5, 8), (10, 8)]
+    table = {"dtype": "INT64", "dims": [1, 9], "data": list(range(61, 70))}
+    assert substitute({"t": table, "s": [61, True, 0.5]}, lambda d: 7 if d == 61 else d) == {
+        "t": table,
+        "s": [7, True, 0.5],
+    }
+
+
+def _factors(d: int) -> list[int]:
+    out = []
+    for p in (61, 113):
+        while d % p == 0:
+            out.append(p)
+            d //= p
+    return [*out, d] if d != 1 or not out else out
+
+
+def test_a_value_that_cannot_be_written_symbolically_writes_the_pricing_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relsat.onnx import exporter
+
+    def refuse(model, dims, interface):
+        raise ronnx.SymbolicDimError("attribute 'split' of Split holds 2*N", dims=("N",))
+
+    monkeypatch.setattr(exporter, "symbolize", refuse)
+    result = optimize(_conv_net(), Options(cost_model="analytic", timing=None, batch=2))
+    assert result.shapes is not None and not result.shapes.symbolic
+    assert result.shapes.note == ("written at N=2 (fixed): attribute 'split' of Split holds 2*N")
+    assert _dims_of(result.model.graph.input) == [[2, 3, 16, 16]]
+    assert result.checked_at == ("x=[2, 3, 16, 16]",) and result.kept == "optimized"
+
+
+def test_bad_timing_shapes_are_refused() -> None:
+    for bad in ({"N": 2}, [{"N": 0}], [{}], "N=2", [{"N": 2.0}]):
+        with pytest.raises(ValueError, match="timing_shapes"):
+            Options(timing_shapes=bad)  # type: ignore[arg-type]
+    assert Options(timing_shapes=[{"N": 2}]).timing_shapes == ({"N": 2},)
+
+
+def test_a_sequence_bounded_by_a_position_table_below_the_markers_is_fixed() -> None:
+    """Positions sliced from a 32-row table: a marker above 32 breaks the import (the slice
+    clamps); relsat then optimizes at the pricing shape and says why, never worse than that."""
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["shape"]),
+        n("Gather", ["shape", "one"], ["s"], axis=0),
+        n("Unsqueeze", ["s", "axes0"], ["end"]),
+        n("Slice", ["pos", "start", "end", "axes0"], ["table"]),
+        n("Add", ["x", "table"], ["y"]),
+    ]
+    inits = [
+        _f32("pos", (32, 8)),
+        numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
+        _i64("axes0", [0]),
+        _i64("start", [0]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "S", 8])
+    model = _model(nodes, [x], [y], inits)
+    result = optimize(
+        model, Options(cost_model="analytic", timing=None, input_shapes={"x": [1, 16, 8]})
+    )
+    assert result.shapes is not None and not result.shapes.symbolic
+    assert result.shapes.note.startswith("fixed at S=16: ")
+    assert "\n" not in result.shapes.note
