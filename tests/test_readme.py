@@ -51,7 +51,7 @@ def test_readme_commands_run(tmp_path: Path) -> None:
     cli = [sys.executable, "-c", "import sys; from relsat.cli import main; sys.exit(main())"]
     for command in commands:
         args = shlex.split(command)[1:]
-        if args[0] == "optimize" and "--threads" not in args:
+        if args[0] in ("optimize", "optimize-many") and "--threads" not in args:
             args += ["--threads", "1"]  # a test machine's cores are shared: no spinning pools
         done = subprocess.run(cli + args, cwd=tmp_path, capture_output=True, text=True)
         if done.returncode != 0:
