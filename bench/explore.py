@@ -20,13 +20,13 @@ from common import TENSAT_ENODES, TENSAT_EXPLORE, append_csv, markdown
 
 from relsat import models
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Exploration, Limits, explore
+from relsat.engine.explore import Exploration, Limits, Schedule, explore
 from relsat.rewrite.rulefile import load_rules
 
 
 def run(name: str, k_multi: int, guards: bool) -> Exploration:
     eg = EGraph.from_graph(models.load(name))
-    return explore(eg, k_multi=k_multi, guards=guards, limits=Limits())
+    return explore(eg, limits=Limits(), schedule=Schedule(k_multi=k_multi, guards=guards))
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from common import append_csv, markdown
 from relsat import models
 from relsat.cost import CostTable, OpSignature, enode_signatures
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Limits, explore
+from relsat.engine.explore import Limits, Schedule, explore
 from relsat.errors import GpuUnavailableError
 from relsat.gpu.measure import BACKENDS, MeasuredModel, measure_signatures
 
@@ -44,7 +44,7 @@ def signatures(names: list[str], k_multis: list[int]) -> tuple[list[OpSignature]
         for k in k_multis:
             t = time.perf_counter()
             eg = EGraph.from_graph(models.load(name))
-            ex = explore(eg, k_multi=k, limits=Limits())
+            ex = explore(eg, limits=Limits(), schedule=Schedule(k_multi=k))
             _, sigs = enode_signatures(eg)
             new = [s for s in sigs if s not in seen]
             seen.update(dict.fromkeys(sigs))

@@ -23,7 +23,7 @@ from common import TENSAT_ENODES, append_csv, markdown
 
 from relsat import models
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Exploration, Limits, explore
+from relsat.engine.explore import Exploration, Limits, Schedule, explore
 from relsat.graph.graph import Graph
 
 SCHEDULERS = ("simple", "backoff")
@@ -53,7 +53,7 @@ def main() -> None:
             for scheduler in SCHEDULERS:
                 eg = EGraph.from_graph(graph)
                 runs.setdefault((name, scheduler), []).append(
-                    explore(eg, limits=Limits(), scheduler=scheduler)
+                    explore(eg, limits=Limits(), schedule=Schedule(scheduler=scheduler))
                 )
                 eg.close()
     headers = [

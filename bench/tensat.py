@@ -27,7 +27,7 @@ from common import TENSAT_EXPLORE, TENSAT_EXTRACT, TENSAT_REDUCTION, append_csv,
 from relsat import models
 from relsat.cost import AnalyticModel, price_egraph
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Exploration, Limits, explore
+from relsat.engine.explore import Exploration, Limits, Schedule, explore
 from relsat.engine.problem import egraph_problem
 from relsat.errors import RelsatError
 from relsat.extract import IlpOptions, dag_cost, extract
@@ -40,7 +40,12 @@ RULES = load_rules()
 
 def explored(name: str, k_multi: int, mode: str, limit: float) -> tuple[EGraph, Exploration]:
     eg = EGraph.from_graph(models.load(name))
-    result = explore(eg, RULES, k_multi=k_multi, cycle_filter=mode, limits=Limits(seconds=limit))
+    result = explore(
+        eg,
+        RULES,
+        limits=Limits(seconds=limit),
+        schedule=Schedule(k_multi=k_multi, cycle_filter=mode),
+    )
     return eg, result
 
 

@@ -8,7 +8,7 @@ from relsat import GraphBuilder, models
 from relsat.engine.compile import compile_rules
 from relsat.engine.cycles import _cycle_nodes, prefilter, ranks, remove_cycles
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Limits, explore
+from relsat.engine.explore import Limits, Schedule, explore
 from relsat.engine.phase import Phases
 from relsat.rewrite.rulefile import load_rules
 
@@ -35,7 +35,9 @@ def cycles_left(eg: EGraph) -> set[int]:
 @pytest.mark.parametrize("k_multi", [1, 2])
 def test_efficient_filtering_leaves_no_cycle(k_multi: int) -> None:
     eg = EGraph.from_graph(models.load("nasrnn"))
-    result = explore(eg, RULES, k_multi=k_multi, limits=Limits(iterations=4), audit=True)
+    result = explore(
+        eg, RULES, limits=Limits(iterations=4), audit=True, schedule=Schedule(k_multi=k_multi)
+    )
     assert not cycles_left(eg)
     multi = [s for s in result.iterations if s.phase == "multi"]
     assert multi[0].rejected_cycle > 0  # ReLU pairs across time steps would close cycles
@@ -46,7 +48,7 @@ def test_efficient_filtering_leaves_no_cycle(k_multi: int) -> None:
 
 def test_without_filtering_cycles_appear() -> None:
     eg = EGraph.from_graph(models.load("nasrnn"))
-    explore(eg, RULES, cycle_filter="off", limits=Limits(iterations=2))
+    explore(eg, RULES, limits=Limits(iterations=2), schedule=Schedule(cycle_filter="off"))
     assert cycles_left(eg)
 
 
@@ -153,7 +155,7 @@ def test_the_incremental_post_pass_filters_what_the_full_one_does(
         if not incremental:
             monkeypatch.setattr(ex, "remove_cycles", lambda db, epoch=None: remove_cycles(db))
         eg = EGraph.from_graph(models.load("nasrnn"))
-        explore(eg, RULES, k_multi=2, limits=Limits(iterations=3))
+        explore(eg, RULES, limits=Limits(iterations=3), schedule=Schedule(k_multi=2))
         assert not cycles_left(eg)
         tables.append(eg.sql("SELECT id, class, filtered FROM enode ORDER BY id"))
     assert tables[0].equals(tables[1])

@@ -10,7 +10,7 @@ import pytest
 from relsat import GraphBuilder, compare, models
 from relsat.engine.decode import decode, random_choice
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Limits, StopReason, explore
+from relsat.engine.explore import Limits, Schedule, StopReason, explore
 from relsat.errors import AuditError, DatabaseError
 from relsat.rewrite.rulefile import load_rules, parse_rules
 
@@ -117,7 +117,9 @@ def test_saturation_and_semi_naive_search() -> None:
     last = result.iterations[-1]
     assert (last.matches, last.new_enodes, last.unions) == (0, 0, 0)
     before = eg.counts()
-    again = explore(eg, RULES, k_multi=0)  # everything is found again, nothing is new
+    again = explore(
+        eg, RULES, schedule=Schedule(k_multi=0)
+    )  # everything is found again, nothing is new
     assert again.stop is StopReason.SATURATED and eg.counts() == before
 
 
@@ -276,7 +278,7 @@ def _researched(eg: EGraph) -> tuple[int, int]:
     """The e-graph's counts after searching it all again (single-pattern rules, no semi-naive
     start): unchanged if the exploration that claimed saturation had found every match."""
     eg.db.execute("DELETE FROM iteration_stats")
-    explore(eg, RULES, k_multi=0)
+    explore(eg, RULES, schedule=Schedule(k_multi=0))
     return eg.counts()
 
 
@@ -293,12 +295,12 @@ def test_a_run_continued_after_capped_phases_is_saturated(
     Inception-v3's multi-pattern phase capped three times searched its own additions each time
     and saturated at 35,897 e-nodes instead of 4,193."""
     whole = EGraph.from_graph(models.load(name))
-    assert explore(whole, RULES, k_multi=k_multi).stop is StopReason.SATURATED
+    assert explore(whole, RULES, schedule=Schedule(k_multi=k_multi)).stop is StopReason.SATURATED
     eg = EGraph.from_graph(models.load(name))
     for limit in limits:
-        result = explore(eg, RULES, k_multi=k_multi, limits=Limits(nodes=limit))
+        result = explore(eg, RULES, limits=Limits(nodes=limit), schedule=Schedule(k_multi=k_multi))
         assert result.stop is StopReason.NODE_LIMIT
-    assert explore(eg, RULES, k_multi=k_multi).stop is StopReason.SATURATED
+    assert explore(eg, RULES, schedule=Schedule(k_multi=k_multi)).stop is StopReason.SATURATED
     counts = eg.counts()
     assert counts == whole.counts()
     assert _researched(eg) == counts
@@ -452,7 +454,7 @@ def test_a_phase_applied_in_chunks_adds_what_it_adds_in_one_go(
     for chunk in (None, 777):
         seen = _chunked(monkeypatch, chunk) if chunk else []
         eg = EGraph.from_graph(models.load("nasrnn"))
-        result = explore(eg, RULES, k_multi=2, audit=True)
+        result = explore(eg, RULES, audit=True, schedule=Schedule(k_multi=2))
         stats = [(*(getattr(s, f) for f in PHASE_FIELDS), s.new_enodes) for s in result.iterations]
         ops = eg.sql("SELECT op, count(*) AS n FROM enode GROUP BY op ORDER BY op").to_pylist()
         runs.append((result.stop, result.enodes, result.eclasses, stats, ops))
@@ -470,10 +472,10 @@ def test_a_chunked_phase_stops_instantiating_at_the_node_limit(
     it are capped unseen. The e-nodes added are those of the unchunked run."""
     limit = 12_000  # reached in the second iteration's multi phase (6,740 matches)
     whole = EGraph.from_graph(models.load("nasrnn"))
-    expected = explore(whole, RULES, k_multi=2, limits=Limits(nodes=limit))
+    expected = explore(whole, RULES, limits=Limits(nodes=limit), schedule=Schedule(k_multi=2))
     seen = _chunked(monkeypatch, 1000)
     eg = EGraph.from_graph(models.load("nasrnn"))
-    result = explore(eg, RULES, k_multi=2, limits=Limits(nodes=limit))
+    result = explore(eg, RULES, limits=Limits(nodes=limit), schedule=Schedule(k_multi=2))
     assert result.stop is expected.stop is StopReason.NODE_LIMIT
     assert result.enodes == expected.enodes <= limit
     last, last_whole = result.iterations[-1], expected.iterations[-1]
@@ -513,7 +515,7 @@ def test_a_new_match_is_found_whatever_its_one_new_enode(first: str, second: str
     graph = b.build(b.relu(b.add(x, y)))
     eg = EGraph.from_graph(graph)
     rules = list(parse_rules(f"# name: one\n{first}\n\n# name: two\n{second}\n"))
-    result = explore(eg, rules, k_multi=0, limits=Limits(iterations=2))
+    result = explore(eg, rules, limits=Limits(iterations=2), schedule=Schedule(k_multi=0))
     assert [s.matches for s in result.iterations] == [1, 1]
     assert eg.db.execute("SELECT iteration, rule, matches FROM rule_stats ORDER BY ALL") == [
         (0, "one", 1),
@@ -544,13 +546,13 @@ def test_rules_new_to_an_explored_egraph_search_all_of_it() -> None:
     known = EGraph.from_graph(models.load("nasrnn"))
     explore(known, RULES)
     assert explore(known, RULES).iterations[0].matches == 0
-    assert explore(known, RULES, guards=False).iterations[0].matches > 0
+    assert explore(known, RULES, schedule=Schedule(guards=False)).iterations[0].matches > 0
     renamed = [replace(r, name=f"{r.name}-again") for r in RULES]
     assert explore(known, renamed).iterations[0].matches > 0
     # new multi-pattern rules search all of it once, then semi-naively too
     late = EGraph.from_graph(models.load("nasrnn"))
-    explore(late, single, k_multi=2, limits=Limits(iterations=1))
-    explore(late, RULES, k_multi=2, limits=Limits(iterations=2))
+    explore(late, single, limits=Limits(iterations=1), schedule=Schedule(k_multi=2))
+    explore(late, RULES, limits=Limits(iterations=2), schedule=Schedule(k_multi=2))
     assert late.db.scalar("SELECT count(*) FROM rule_sched WHERE since IS NOT NULL") == 0
 
 

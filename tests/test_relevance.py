@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from test_explore import EXPLODING, sum_chain
 
-from relsat import GraphBuilder
+from relsat import GraphBuilder, Options
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Backoff, Limits, StopReason, explore
+from relsat.engine.explore import Backoff, Limits, Schedule, StopReason, explore
 from relsat.engine.relevance import neutral, neutral_rules
 from relsat.errors import SettingsError
 from relsat.rewrite.rulefile import RULES_DIR, load_rules, parse_rules
@@ -72,7 +72,9 @@ def test_a_long_sum_stays_small_with_the_neutral_window() -> None:
     counts = {}
     for k in (0, 1, 2, 3):
         eg = sum_chain(24)
-        result = explore(eg, list(EXPLODING), limits=Limits(iterations=1000), k_neutral=k)
+        result = explore(
+            eg, list(EXPLODING), limits=Limits(iterations=1000), schedule=Schedule(k_neutral=k)
+        )
         assert result.stop is StopReason.SATURATED
         assert len({s.iteration for s in result.iterations}) == k + 1
         counts[k] = result.enodes
@@ -85,7 +87,7 @@ def test_a_long_sum_stays_small_with_the_neutral_window() -> None:
 
 def test_the_other_rules_run_on_past_the_window() -> None:
     eg = residual_stream()
-    bounded = explore(eg, RULES, limits=Limits(nodes=5000), k_neutral=1)
+    bounded = explore(eg, RULES, limits=Limits(nodes=5000), schedule=Schedule(k_neutral=1))
     assert bounded.stop is StopReason.SATURATED and bounded.enodes < 500
     late = eg.db.execute(
         "SELECT DISTINCT rule FROM rule_stats WHERE iteration >= 1 AND matches > 0"
@@ -97,11 +99,15 @@ def test_the_other_rules_run_on_past_the_window() -> None:
 
 def test_a_continued_exploration_keeps_the_window() -> None:
     whole = sum_chain(24)
-    explore(whole, list(EXPLODING), limits=Limits(iterations=1000), k_neutral=2)
+    explore(whole, list(EXPLODING), limits=Limits(iterations=1000), schedule=Schedule(k_neutral=2))
     eg = sum_chain(24)
-    first = explore(eg, list(EXPLODING), limits=Limits(iterations=1), k_neutral=2)
+    first = explore(
+        eg, list(EXPLODING), limits=Limits(iterations=1), schedule=Schedule(k_neutral=2)
+    )
     assert first.stop is StopReason.ITERATION_LIMIT
-    rest = explore(eg, list(EXPLODING), limits=Limits(iterations=1000), k_neutral=2)
+    rest = explore(
+        eg, list(EXPLODING), limits=Limits(iterations=1000), schedule=Schedule(k_neutral=2)
+    )
     assert rest.stop is StopReason.SATURATED
     assert eg.counts() == whole.counts() == (181, 114)
     (settings,) = eg.db.execute("SELECT settings FROM run ORDER BY started DESC LIMIT 1")
@@ -116,8 +122,7 @@ def test_the_window_holds_under_the_backoff_scheduler() -> None:
         eg,
         list(EXPLODING),
         limits=Limits(iterations=1000),
-        k_neutral=2,
-        scheduler=Backoff(match_limit=10, ban_length=1),
+        schedule=Schedule(k_neutral=2, scheduler=Backoff(match_limit=10, ban_length=1)),
     )
     assert result.stop is StopReason.SATURATED
     assert sum(s.banned for s in result.iterations) > 0
@@ -133,5 +138,5 @@ def test_neutral_rule_ids_are_program_positions() -> None:
 @pytest.mark.parametrize("k", [-1, 1.5, "1", True])
 def test_a_bad_k_neutral_is_refused(k: object) -> None:
     with pytest.raises(SettingsError) as err:
-        explore(sum_chain(4), list(EXPLODING), k_neutral=k)  # type: ignore[arg-type]
+        Options(k_neutral=k)  # type: ignore[arg-type]  # checked once, where the value is built
     assert err.value.option == "k_neutral"

@@ -9,7 +9,7 @@ from test_explore import EXPLODING, sum_chain
 from relsat import Options, models, optimize
 from relsat.cli import main
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Backoff, Limits, StopReason, explore
+from relsat.engine.explore import Backoff, Limits, Schedule, StopReason, explore
 from relsat.errors import SettingsError
 from relsat.rewrite.rulefile import load_rules
 
@@ -35,7 +35,7 @@ def test_backoff_bans_busy_rules_and_still_reaches_the_saturated_egraph() -> Non
     simple = EGraph.from_graph(models.load("bert"))
     plain = explore(simple, RULES)
     eg = EGraph.from_graph(models.load("bert"))
-    result = explore(eg, RULES, scheduler="backoff")
+    result = explore(eg, RULES, schedule=Schedule(scheduler="backoff"))
     assert result.stop is StopReason.SATURATED
     banned = sum(s.banned for s in result.iterations)
     assert banned > 0
@@ -57,7 +57,7 @@ def test_a_banned_rule_is_not_searched_until_its_ban_ends_or_is_lifted() -> None
     its ban (5 iterations, doubled per earlier ban) ends, or earlier only right after an
     iteration that changed nothing (egg moves the bans forward instead of stopping there)."""
     eg = EGraph.from_graph(models.load("bert"))
-    result = explore(eg, RULES, scheduler="backoff")
+    result = explore(eg, RULES, schedule=Schedule(scheduler="backoff"))
     idle = {
         it
         for it in {s.iteration for s in result.iterations}
@@ -83,7 +83,12 @@ def test_discarded_matches_are_found_again(ban_length: int) -> None:
     whole = EGraph.from_graph(models.load("nasrnn"))
     explore(whole, RULES)
     eg = EGraph.from_graph(models.load("nasrnn"))
-    result = explore(eg, RULES, limits=Limits(iterations=200), scheduler=Backoff(1, ban_length))
+    result = explore(
+        eg,
+        RULES,
+        limits=Limits(iterations=200),
+        schedule=Schedule(scheduler=Backoff(1, ban_length)),
+    )
     assert result.stop is StopReason.SATURATED
     assert sum(s.banned for s in result.iterations) > 0
     assert eg.counts() == whole.counts()
@@ -94,12 +99,12 @@ def test_a_continued_exploration_keeps_the_bans() -> None:
     """Stopped by the iteration limit while a rule is banned, then continued: the same phases
     and e-graph as one run (the stored ban and the rule's own semi-naive start hold)."""
     one = EGraph.from_graph(models.load("bert"))
-    explore(one, RULES, scheduler="backoff")
+    explore(one, RULES, schedule=Schedule(scheduler="backoff"))
     eg = EGraph.from_graph(models.load("bert"))
-    first = explore(eg, RULES, limits=Limits(iterations=3), scheduler="backoff")
+    first = explore(eg, RULES, limits=Limits(iterations=3), schedule=Schedule(scheduler="backoff"))
     assert first.stop is StopReason.ITERATION_LIMIT
     assert any(until > 3 and since is not None for since, until, _ in _bans(eg).values())
-    again = explore(eg, RULES, scheduler="backoff")
+    again = explore(eg, RULES, schedule=Schedule(scheduler="backoff"))
     assert again.stop is StopReason.SATURATED
     cols = "iteration, phase, matches, applied, banned, new_enodes, merged, enodes"
     assert eg.sql(f"SELECT {cols} FROM iteration_stats ORDER BY epoch").equals(
@@ -110,7 +115,7 @@ def test_a_continued_exploration_keeps_the_bans() -> None:
 
 def test_continuing_without_the_scheduler_still_finds_the_discarded_matches() -> None:
     eg = EGraph.from_graph(models.load("bert"))
-    explore(eg, RULES, limits=Limits(iterations=4), scheduler="backoff")
+    explore(eg, RULES, limits=Limits(iterations=4), schedule=Schedule(scheduler="backoff"))
     assert any(since is not None for since, _, _ in _bans(eg).values())
     explore(eg, RULES, limits=Limits(iterations=100))
     whole = EGraph.from_graph(models.load("bert"))
@@ -121,7 +126,10 @@ def test_continuing_without_the_scheduler_still_finds_the_discarded_matches() ->
 def test_an_exploding_rule_set_under_backoff_holds_the_node_limit() -> None:
     eg = sum_chain(12)
     result = explore(
-        eg, list(EXPLODING), limits=Limits(nodes=3000, iterations=1000), scheduler="backoff"
+        eg,
+        list(EXPLODING),
+        limits=Limits(nodes=3000, iterations=1000),
+        schedule=Schedule(scheduler="backoff"),
     )
     assert result.stop is StopReason.NODE_LIMIT
     assert result.enodes <= 3000
@@ -144,7 +152,7 @@ def test_the_time_limit_passing_at_the_saturation_check_is_a_stop_reason(
 
     monkeypatch.setattr(ph.Phases, "lift_bans", late)
     eg = EGraph.from_graph(models.load("nasrnn"))
-    result = explore(eg, RULES, scheduler="backoff", limits=Limits(seconds=600))
+    result = explore(eg, RULES, limits=Limits(seconds=600), schedule=Schedule(scheduler="backoff"))
     assert result.stop is StopReason.TIME_LIMIT
     assert not any(eg.audit().values())
 
@@ -156,7 +164,7 @@ def test_the_time_limit_passing_at_the_saturation_check_is_a_stop_reason(
 def test_a_bad_scheduler_is_refused(scheduler: object) -> None:
     eg = EGraph.from_graph(models.load("vgg19"))
     with pytest.raises(SettingsError, match="scheduler"):
-        explore(eg, RULES, scheduler=scheduler)  # type: ignore[arg-type]
+        explore(eg, RULES, schedule=Schedule(scheduler=scheduler))  # type: ignore[arg-type]
     with pytest.raises(SettingsError, match="scheduler"):
         optimize(models.load("vgg19"), Options(scheduler=scheduler))  # type: ignore[arg-type]
     assert eg.db.scalar("SELECT count(*) FROM iteration_stats") == 0

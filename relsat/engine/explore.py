@@ -56,6 +56,7 @@ __all__ = [
     "Exploration",
     "IterationStats",
     "Limits",
+    "Schedule",
     "StopReason",
     "explore",
     "find_matches",
@@ -142,129 +143,164 @@ class Exploration:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """Which rules run when: ``k_multi`` (an integer >= 0) iterations run the multi-pattern
+    rules; ``k_neutral`` (an integer >= 0, or None: every iteration, as TENSAT) iterations run
+    the *neutral* rules (:mod:`relsat.engine.relevance`: element-wise associativity and
+    commutativity, priced alike on both sides by every cost model), which then cannot fill the
+    e-graph — both counted from the e-graph's first iteration; ``guards=False`` ignores the
+    rules' ``where`` guards, as TENSAT does (some rules are then unsound for grouped
+    convolutions and broadcasting; ``reference/SEMANTICS.md`` §7); ``cycle_filter``:
+    ``"efficient"`` (TENSAT's Algorithm 2: rank-pruned pre-filter of multi-pattern matches, then
+    a post-pass after every phase that filters the newest e-node of each remaining cycle),
+    ``"vanilla"`` (per-match descendant sets, no post-pass: the paper's Table 6 ablation) or
+    ``"off"``; ``scheduler``: ``"simple"`` applies every match, ``"backoff"`` (or a
+    :class:`Backoff`) is egg's backoff scheduler, which TENSAT ran with
+    (:mod:`relsat.engine.phase`): a single-pattern rule that matches too often is banned for a
+    few iterations, so that a rule set that explodes spends the e-node budget on the other rules
+    too.
+
+    The values are taken as valid (:class:`relsat.Options` checks them once); a bad
+    ``scheduler`` raises :class:`~relsat.errors.SettingsError` when explored.
+    """
+
+    k_multi: int = 1
+    k_neutral: int | None = None
+    guards: bool = True
+    cycle_filter: str = "efficient"
+    scheduler: str | Backoff = "simple"
+
+
 def explore(
     egraph: EGraph,
     rules: Iterable[Rule] | None = None,
-    *,
-    k_multi: int = 1,
     limits: Limits | None = None,
-    guards: bool = True,
-    cycle_filter: str = "efficient",
-    audit: bool = False,
+    schedule: Schedule | None = None,
+    *,
     on_phase: Callable[[IterationStats], None] | None = None,
-    scheduler: str | Backoff = "simple",
-    k_neutral: int | None = None,
+    audit: bool = False,
 ) -> Exploration:
-    """Saturate ``egraph`` with ``rules`` (default: the shipped rule set).
+    """Saturate ``egraph`` with ``rules`` (default: the shipped rule set) within ``limits``
+    (default :class:`Limits`), the rules run as ``schedule`` says (default :class:`Schedule`).
 
-    ``guards=False`` ignores the rules' ``where`` guards, as TENSAT does (some rules are then
-    unsound for grouped convolutions and broadcasting; ``reference/SEMANTICS.md`` §7).
-    ``cycle_filter``: ``"efficient"`` (TENSAT's Algorithm 2: rank-pruned pre-filter of
-    multi-pattern matches, then a post-pass after every phase that filters the newest e-node of
-    each remaining cycle), ``"vanilla"`` (per-match descendant sets, no post-pass: the paper's
-    Table 6 ablation) or ``"off"``. ``k_multi`` (an integer >= 0) is the number of iterations
-    that run the multi-pattern rules. The settings are taken as valid: :class:`relsat.Options`
-    checks them once (a bad ``scheduler`` still raises :class:`~relsat.errors.SettingsError`).
-    ``audit=True`` runs the invariant checks (:meth:`EGraph.audit`) after every phase and raises
-    :class:`~relsat.errors.AuditError` (rolling the phase back) when one fails.
     An e-graph explored before is continued (see the module docstring and :class:`Limits`).
     ``on_phase`` is called with each phase's :class:`IterationStats` (progress display).
-    ``scheduler``: ``"simple"`` applies every match; ``"backoff"`` (or a :class:`Backoff`) is
-    egg's backoff scheduler, which TENSAT ran with (:mod:`relsat.engine.phase`): a single-pattern
-    rule
-    that matches too often is banned for a few iterations, so that a rule set that explodes (add
-    associativity on a residual stream) spends the e-node budget on the other rules too.
-    ``k_neutral`` (an integer >= 0, or None: every iteration, as TENSAT): the iterations that run
-    the *neutral* rules (:mod:`relsat.engine.relevance`: element-wise associativity and
-    commutativity, priced alike on both sides by every cost model), which then cannot fill the
-    e-graph; counted like ``k_multi``, from the e-graph's first iteration.
+    ``audit=True`` runs the invariant checks (:meth:`EGraph.audit`) after every phase and raises
+    :class:`~relsat.errors.AuditError` (rolling the phase back) when one fails.
     """
     start = time.perf_counter()
     limits = limits or Limits()
-    backoff = backoff_for(scheduler)
-    program = program_for(default_rules() if rules is None else rules, guards=guards)
-    if k_neutral is not None:
-        check_int("k_neutral", k_neutral, 0)
-    runner = Phases(egraph, program, k_multi, cycle_filter, backoff=backoff, k_neutral=k_neutral)
-    db = egraph.db
-    first = iteration = runner.next_iteration
-    stats: list[IterationStats] = []
-    stop = StopReason.ITERATION_LIMIT
-    enodes = egraph.counts()[0]
-    with db.deadline(limits.seconds - (time.perf_counter() - start)):
-        while iteration < limits.iterations:
-            if db.expired or time.perf_counter() - start >= limits.seconds:
-                stop = StopReason.TIME_LIMIT
-                break
-            if enodes >= limits.nodes:
-                stop = StopReason.NODE_LIMIT
-                break
-            done: list[IterationStats] = []
-            phases = runner.phases(iteration)
-            while phases and stop is StopReason.ITERATION_LIMIT:
-                multi = phases[0]
-                try:
-                    db.fit_threads(enodes)
-                    with db.transaction():
-                        s = runner.phase(iteration, multi=multi, budget=limits.nodes - enodes)
-                        violations = egraph.audit() if audit else {}
-                        if any(violations.values()):
-                            raise AuditError(
-                                violations,
-                                where=f"after iteration {iteration} "
-                                f"({'multi' if multi else 'single'})",
-                            )
-                except DeadlinePassed:  # the phase in progress was rolled back
-                    stop = StopReason.TIME_LIMIT
-                    break
-                done.append(s)
-                enodes = s.enodes
-                if on_phase is not None:
-                    on_phase(s)
-                if not s.capped:
-                    phases.pop(0)
-                elif not (s.merged and s.new_enodes and enodes < limits.nodes):
-                    stop = StopReason.NODE_LIMIT
-                # else: capped, but merging made room: the phase runs again (see the module doc)
-            stats.extend(done)
-            if stop is not StopReason.ITERATION_LIMIT:
-                break
-            if not any(s.changed for s in done) and iteration >= k_multi - 1:
-                try:
-                    lifted = runner.lift_bans(iteration)  # banned rules: not saturated yet
-                except DeadlinePassed:  # one statement, refused or interrupted: nothing changed
-                    stop = StopReason.TIME_LIMIT
-                    break
-                if not lifted:
-                    stop = StopReason.SATURATED
-                    break
-            iteration += 1
+    schedule = schedule or Schedule()
+    backoff = backoff_for(schedule.scheduler)
+    program = program_for(default_rules() if rules is None else rules, guards=schedule.guards)
+    runner = Phases(
+        egraph,
+        program,
+        schedule.k_multi,
+        schedule.cycle_filter,
+        backoff=backoff,
+        k_neutral=schedule.k_neutral,
+    )
+    first = runner.next_iteration
+    loop = _Loop(egraph, runner, limits, start, on_phase, audit)
+    with egraph.db.deadline(limits.seconds - (time.perf_counter() - start)):
+        stop = loop.run(first, schedule.k_multi)
     seconds = time.perf_counter() - start
     enodes, eclasses = egraph.counts()
+    db = egraph.db
     busiest = tuple(
         (str(r[0]), int(r[1]), int(r[2])) for r in db.run("stats/busiest_rules", first=first)
     )
-    db.execute(
-        "INSERT INTO run VALUES ($started, $iterations, $stop, $seconds, $settings)",
-        {
-            "started": datetime.now(),
-            "iterations": len({s.iteration for s in stats}),
-            "stop": stop.value,
-            "seconds": seconds,
-            "settings": json.dumps(
-                {
-                    "k_multi": k_multi,
-                    "k_neutral": k_neutral,
-                    "guards": guards,
-                    "scheduler": asdict(backoff) if backoff else "simple",
-                    **asdict(limits),
-                    "rules": len(program.rules),
-                    "first_iteration": first,
-                }
-            ),
-        },
+    settings = {
+        "k_multi": schedule.k_multi,
+        "k_neutral": schedule.k_neutral,
+        "guards": schedule.guards,
+        "scheduler": asdict(backoff) if backoff else "simple",
+        **asdict(limits),
+        "rules": len(program.rules),
+        "first_iteration": first,
+    }
+    db.run(
+        "stats/record_run",
+        started=datetime.now(),
+        iterations=len({s.iteration for s in loop.stats}),
+        stop=stop.value,
+        seconds=seconds,
+        settings=json.dumps(settings),
     )
-    return Exploration(stop, tuple(stats), seconds, enodes, eclasses, busiest)
+    return Exploration(stop, tuple(loop.stats), seconds, enodes, eclasses, busiest)
+
+
+class _Loop:
+    """The iterations of one :func:`explore` call: phases until saturated or a limit."""
+
+    def __init__(  # the call's pieces, kept together for its few steps
+        self,
+        egraph: EGraph,
+        runner: Phases,
+        limits: Limits,
+        start: float,
+        on_phase: Callable[[IterationStats], None] | None,
+        audit: bool,
+    ) -> None:
+        self.egraph, self.runner, self.limits = egraph, runner, limits
+        self.start, self.on_phase, self.audit = start, on_phase, audit
+        self.stats: list[IterationStats] = []
+        self.enodes = egraph.counts()[0]
+
+    def run(self, iteration: int, k_multi: int) -> StopReason:
+        """Iterate from ``iteration``; why it stopped."""
+        db, limits = self.egraph.db, self.limits
+        while iteration < limits.iterations:
+            if db.expired or time.perf_counter() - self.start >= limits.seconds:
+                return StopReason.TIME_LIMIT
+            if self.enodes >= limits.nodes:
+                return StopReason.NODE_LIMIT
+            done: list[IterationStats] = []
+            stop = self.iteration(iteration, done)
+            self.stats.extend(done)
+            if stop is not None:
+                return stop
+            if not any(s.changed for s in done) and iteration >= k_multi - 1:
+                try:
+                    lifted = self.runner.lift_bans(iteration)  # banned rules: not saturated yet
+                except DeadlinePassed:  # one statement, refused or interrupted: nothing changed
+                    return StopReason.TIME_LIMIT
+                if not lifted:
+                    return StopReason.SATURATED
+            iteration += 1
+        return StopReason.ITERATION_LIMIT
+
+    def iteration(self, iteration: int, done: list[IterationStats]) -> StopReason | None:
+        """Run one iteration's phases, appending their stats to ``done``; a limit that stopped
+        it, or None."""
+        db, limits = self.egraph.db, self.limits
+        phases = self.runner.phases(iteration)
+        while phases:
+            multi = phases[0]
+            try:
+                db.fit_threads(self.enodes)
+                with db.transaction():
+                    s = self.runner.phase(iteration, multi=multi, budget=limits.nodes - self.enodes)
+                    violations = self.egraph.audit() if self.audit else {}
+                    if any(violations.values()):
+                        raise AuditError(
+                            violations,
+                            where=f"after iteration {iteration} ({'multi' if multi else 'single'})",
+                        )
+            except DeadlinePassed:  # the phase in progress was rolled back
+                return StopReason.TIME_LIMIT
+            done.append(s)
+            self.enodes = s.enodes
+            if self.on_phase is not None:
+                self.on_phase(s)
+            if not s.capped:
+                phases.pop(0)
+            elif not (s.merged and s.new_enodes and self.enodes < limits.nodes):
+                return StopReason.NODE_LIMIT
+            # else: capped, but merging made room: the phase runs again (see the module doc)
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

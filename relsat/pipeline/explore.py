@@ -28,13 +28,15 @@ def explore(run: Run) -> Run:
     exploration = engine.explore(
         egraph,
         o.rules,
-        k_multi=o.k_multi,
-        k_neutral=o.k_neutral,
         limits=o.limits,
-        guards=o.guards,
-        cycle_filter=o.cycle_filter,
         on_phase=run.on_phase,
-        scheduler=o.scheduler,
+        schedule=engine.Schedule(
+            k_multi=o.k_multi,
+            k_neutral=o.k_neutral,
+            guards=o.guards,
+            cycle_filter=o.cycle_filter,
+            scheduler=o.scheduler,
+        ),
     )
     return replace(run, egraph=egraph, exploration=exploration)
 
