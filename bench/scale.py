@@ -43,12 +43,12 @@ _CHILD = r"""
 import json, resource, sys, time
 from relsat import models
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Limits, explore
+from relsat.engine.explore import Limits, Schedule, explore
 name, k, nodes, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 eg = EGraph.from_graph(models.load(name))
 start = eg.counts()[0]
 t = time.perf_counter()
-r = explore(eg, k_multi=k, limits=Limits(nodes=nodes, seconds=seconds))
+r = explore(eg, limits=Limits(nodes=nodes, seconds=seconds), schedule=Schedule(k_multi=k))
 dt = time.perf_counter() - t
 print(json.dumps({"enodes": r.enodes, "start": start, "seconds": dt, "stop": r.stop.value,
                   "iterations": len({s.iteration for s in r.iterations}),

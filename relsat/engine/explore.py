@@ -62,7 +62,7 @@ __all__ = [
     "find_matches",
 ]
 
-#: ``explore(scheduler=...)``: every match applied, or egg's backoff scheduler with its defaults
+#: ``Schedule(scheduler=...)``: every match applied, or egg's backoff scheduler with its defaults
 #: (a :class:`Backoff` gives other settings).
 SCHEDULERS = ("simple", "backoff")
 
