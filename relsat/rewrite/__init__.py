@@ -38,8 +38,9 @@ constraint solver of :mod:`relsat.rewrite.shapes` draws shapes that pass the sha
 convs included, and both sides run in the NumPy executor), and dropping all of a guarded rule's
 guards gives a counterexample for every one of them. A rule whose right-hand side computes
 another type than the class it matched is refused each time it fires and counted as rejected in
-``rule_stats``, so no e-class ever mixes shapes. ``Schedule(guards=False)`` (``--no-guards``) reproduces TENSAT's unguarded
-behaviour (and its wrong rewrites on grouped convolutions), which verification catches.
+``rule_stats``, so no e-class ever mixes shapes. ``Schedule(guards=False)`` (``--no-guards``)
+reproduces TENSAT's unguarded behaviour (and its wrong rewrites on grouped convolutions), which
+verification catches.
 
 **Checking a rule file.** ``relsat rules check FILE…`` (:func:`~relsat.rewrite.check.check_rule`)
 instantiates each rule on random shapes its guards allow and prints one line per rule:
