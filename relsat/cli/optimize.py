@@ -75,7 +75,8 @@ def add(sub: Any) -> None:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """The optimization options ``optimize`` and ``optimize-many`` share (:func:`options` maps
-    them to :class:`Options`)."""
+    them to :class:`Options`). (Long: one declaration per option, in the order ``--help``
+    lists them.)"""
     p.add_argument("--rules", nargs="*", help="rule files or folders (default: rules/)")
     _number(p, "--k-multi", int, 1, "iterations with multi-pattern rules")
     _number(

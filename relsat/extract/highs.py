@@ -75,6 +75,9 @@ def run_model(
     each run); ``offer(choice)`` receives every acyclic solution HiGHS finds. Without ``order``
     and with ``cyclic``, acyclicity is enforced by cuts: static cuts for the class cycles of at
     most ``cycle_len`` classes, and lazily for every cycle of a cyclic incumbent.
+
+    (Long: HiGHS's callback and the re-solve loop share the run's state — pending cuts, the
+    deadline, the stall clock — as closures over one HiGHS instance.)
     """
     lp, _, _ = _build(p, order)
     h = highspy.Highs()

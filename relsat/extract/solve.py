@@ -105,6 +105,9 @@ def ilp(
     reaches the incumbent (``optimal``; ``input_optimal`` when the incumbent is ``start``: nothing
     in the e-graph beats the input graph). ``time_limit=None`` gives a budget that grows with the
     reduced model (:func:`~relsat.extract.budget.time_budget`).
+
+    (Long: one driver that threads one deadline and one incumbent through reduction, the greedy
+    starts, the order search and the HiGHS runs; each step is its own module.)
     """
     o = options or IlpOptions()
     mip_gap, order, search = o.mip_gap, o.order, o.search

@@ -193,7 +193,8 @@ def plan(
     rank, a static dim given another value, or one dim given two values. ``avoid``: primes not
     to use (beside those dividing a static number of the model); ``path`` names the file in
     errors; ``same`` maps a dim's name to the name of a dim it is one with (the model ties
-    them: :func:`relsat.onnx.marked.tied_dims`)."""
+    them: :func:`relsat.onnx.marked.tied_dims`). (Seven parameters: the model, the two ways a
+    user gives pricing values, and what the importer knows of the model.)"""
     given = dict(input_shapes or {})
     alias = dict(same or {})
     inits = {i.name for i in model.graph.initializer}

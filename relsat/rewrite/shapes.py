@@ -287,6 +287,9 @@ class _Solver:
         return out
 
     def _op(self, p: Pattern, kids: list[Any]) -> Any:
+        """The symbolic output dims of ``p`` from its children's, with the constraints its op's
+        shape rule adds. (Long: one branch per operator, as ``relsat.graph.ops`` has one shape
+        rule per operator.)"""
         d, ints, op = self.dims, [a for a in p.args if isinstance(a, int)], p.op
         if op not in ("split_0", "split_1") and any(isinstance(k, _SplitDims) for k in kids):
             raise Unsolvable(f"a split pair is an argument of {op}")
