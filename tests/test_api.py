@@ -35,7 +35,7 @@ def test_an_onnx_path_is_optimized_verified_timed_and_saved(tmp_path: Path) -> N
     result = relsat.optimize(
         PATH, QUICK, on_phase=lambda e: stages.append(e.name) if isinstance(e, Stage) else None
     )
-    assert result.verified and result.verification == "passed"
+    assert result.verified and result.verification in ("passed", "not needed (unchanged)")
     assert result.cost_model == "ort-cpu"  # measured prices: the default for an ONNX input
     assert result.kept in ("original", "optimized") and result.why
     if result.why == "no rewrite":

@@ -343,7 +343,7 @@ def test_the_default_cost_model_follows_the_input() -> None:
 
 def test_same_graph_ignores_node_order_and_inner_labels() -> None:
     from relsat import GraphBuilder
-    from relsat.pipeline.ort import same_graph
+    from relsat.graph.graph import same_computation as same_graph
 
     def graph(order: str, label: str | None) -> Graph:
         b = GraphBuilder()

@@ -12,13 +12,14 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
 from relsat.errors import GraphError
 from relsat.graph.ops import Params, TensorType
 
-__all__ = ["Graph", "Node", "Ref"]
+__all__ = ["Graph", "Node", "Ref", "same_computation"]
 
 
 @dataclass(frozen=True, order=True)
@@ -176,3 +177,25 @@ class Graph:
     def __repr__(self) -> str:
         ops = ", ".join(f"{op} {k}" for op, k in sorted(self.op_counts().items()))
         return f"<Graph {len(self.nodes)} nodes ({ops}); outputs {self.output_shapes}>"
+
+
+def same_computation(a: Graph, b: Graph) -> bool:
+    """Do ``a`` and ``b`` apply the same operators to the same tensors? Node order and the
+    labels of inner nodes (which decoding drops) do not count; a merged duplicate does."""
+    a, b = a.reachable(), b.reachable()
+    if len(a) != len(b) or a.values.keys() != b.values.keys():
+        return False
+    if not all(np.array_equal(v, b.values[k]) for k, v in a.values.items()):
+        return False
+    ids: dict[tuple[Any, ...], int] = {}  # one structural key per distinct computation
+
+    def outputs(g: Graph) -> list[tuple[int, int]]:
+        node_ids: list[int] = []
+        for n in g.nodes:
+            label = n.name if n.op in ("input", "weight") else None
+            inputs = tuple((node_ids[r.node], r.index) for r in n.inputs)
+            key = (n.op, n.params, n.outputs, label, inputs)
+            node_ids.append(ids.setdefault(key, len(ids)))
+        return [(node_ids[r.node], r.index) for r in g.outputs]
+
+    return outputs(a) == outputs(b)

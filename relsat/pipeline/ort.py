@@ -19,11 +19,8 @@ the verdict is the worst of them.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-import numpy as np
-
-from relsat.graph.graph import Graph
+from relsat.graph.graph import same_computation
 from relsat.graph.specialize import specialize
 from relsat.pipeline.run import Run
 from relsat.pipeline.verify import VerificationError
@@ -35,7 +32,6 @@ __all__ = [
     "choose",
     "export",
     "is_rejected",
-    "same_graph",
     "symbolic",
     "time",
     "unchanged",
@@ -177,26 +173,4 @@ def unchanged(run: Run) -> bool:
     from relsat.pipeline.result import rewrites
 
     assert run.egraph is not None and run.optimized is not None
-    return not rewrites(run.egraph, run.choice) or same_graph(run.graph, run.optimized)
-
-
-def same_graph(a: Graph, b: Graph) -> bool:
-    """Do ``a`` and ``b`` apply the same operators to the same tensors? Node order and the
-    labels of inner nodes (which decoding drops) do not count; a merged duplicate does."""
-    a, b = a.reachable(), b.reachable()
-    if len(a) != len(b) or a.values.keys() != b.values.keys():
-        return False
-    if not all(np.array_equal(v, b.values[k]) for k, v in a.values.items()):
-        return False
-    ids: dict[tuple[Any, ...], int] = {}  # one structural key per distinct computation
-
-    def outputs(g: Graph) -> list[tuple[int, int]]:
-        node_ids: list[int] = []
-        for n in g.nodes:
-            label = n.name if n.op in ("input", "weight") else None
-            inputs = tuple((node_ids[r.node], r.index) for r in n.inputs)
-            key = (n.op, n.params, n.outputs, label, inputs)
-            node_ids.append(ids.setdefault(key, len(ids)))
-        return [(node_ids[r.node], r.index) for r in g.outputs]
-
-    return outputs(a) == outputs(b)
+    return not rewrites(run.egraph, run.choice) or same_computation(run.graph, run.optimized)

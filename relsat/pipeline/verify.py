@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from relsat.errors import RelsatError
 from relsat.graph.execute import Comparison, compare
-from relsat.graph.graph import Graph
+from relsat.graph.graph import Graph, same_computation
 from relsat.graph.kernels import has_kernel
 from relsat.graph.specialize import specialize
 from relsat.pipeline.run import Run
@@ -56,6 +56,8 @@ def verify(run: Run) -> Run:
     if run.options.verify and unrunnable:  # say so instead of failing deep in the executor
         note = f"skipped: no NumPy kernel for {', '.join(unrunnable)} (check in onnxruntime)"
         done = replace(run, verification=note)
+    elif run.options.verify and same_computation(graph, optimized):
+        done = replace(run, verified=True, verification="not needed (unchanged)")
     elif run.options.verify:
         left, right = graph, optimized
         dims = run.shapes.dims if run.shapes is not None else None
