@@ -28,7 +28,7 @@ from relsat.engine.explore import explore
 from relsat.engine.problem import egraph_problem
 from relsat.extract import extract
 from relsat.graph.graph import Graph
-from relsat.onnx.exportable import unexportable
+from relsat.onnx.exportable import exportable_only, unexportable
 from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
 FILL = numpy_helper.from_array(np.array([0.02], dtype=np.float32))
@@ -75,6 +75,10 @@ def _extract_every_rewrite(model: Any) -> tuple[Graph, Graph]:
     explore(eg, load_rules(RULES_DIR / "merge.rules"))
     price_egraph(eg, AnalyticModel("t4"), cache=False)
     problem, enode_ids, class_ids = egraph_problem(eg)
+    problem = exportable_only(
+        problem,
+        eg.sql("SELECT op FROM enode ORDER BY id")["op"].to_numpy(zero_copy_only=False)[enode_ids],
+    )  # as the pipeline does for an ONNX output
     born = eg.sql("SELECT born FROM enode ORDER BY id")["born"].to_numpy()[enode_ids]
     free = extract(replace(problem, node_cost=np.where(born > 0, 0.0, 1.0)), "ilp")
     choice = {int(class_ids[c]): int(enode_ids[n]) for c, n in free.choice.items()}

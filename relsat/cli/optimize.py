@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
             raise Usage("--cost-store prices with ort-cpu: an ONNX input and no other --cost-model")
         settings = with_store(settings, args.cost_store)
     model: str | Graph = args.input if args.input is not None else models.load(args.model)
+    if args.model is not None and args.output and Path(args.output).suffix == ".onnx":
+        settings = replace(settings, exportable=True)  # a bundled graph written as ONNX
     if args.output:  # refuse an unwritable output before the work, not after
         temp_beside(Path(args.output)).unlink()
     _prepare_db(args)

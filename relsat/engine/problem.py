@@ -10,7 +10,6 @@ import numpy as np
 from relsat.engine.egraph import EGraph
 from relsat.extract.gym import dumps
 from relsat.extract.problem import Problem
-from relsat.onnx.exportable import unexportable
 
 __all__ = ["egraph_problem", "save_egraph_json"]
 
@@ -19,9 +18,8 @@ def egraph_problem(egraph: EGraph) -> tuple[Problem, np.ndarray, np.ndarray]:
     """The extraction problem of a priced e-graph (``enode_cost`` filled), with the e-node id of
     each problem node and the e-class id of each problem class.
 
-    Forbidden are the e-nodes on the cycle filter list and those the ONNX exporter cannot write
-    (:func:`relsat.onnx.exportable.unexportable`: a merge of a weight computed at run time, a
-    merged weight read by anything but a conv's weight), so that every extraction exports."""
+    Forbidden are the e-nodes on the cycle filter list (the pipeline also forbids, for an ONNX
+    output, what the exporter cannot write: :func:`relsat.onnx.exportable.unexportable`)."""
     rows = egraph.sql(
         "SELECT e.id, e.class, e.filtered, c.ms, e.op, e.p0, e.p1, e.p2, e.p3, e.p4, e.p5, e.s, "
         "list_filter([e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7], lambda k: k >= 0) AS kids "
@@ -36,14 +34,13 @@ def egraph_problem(egraph: EGraph) -> tuple[Problem, np.ndarray, np.ndarray]:
     outputs = [lookup[r[0]] for r in egraph.db.execute("SELECT class FROM output ORDER BY pos")]
     node_class = np.array([lookup[c] for c in rows["class"].to_pylist()], dtype=np.int64)
     filtered = rows["filtered"].to_numpy(zero_copy_only=False)
-    ops = rows["op"].to_numpy(zero_copy_only=False)
     problem = Problem(
         node_class=node_class,
         node_cost=rows["ms"].to_numpy(zero_copy_only=False),
         child_ptr=ptr,
         child_idx=flat,
         roots=np.array(outputs, dtype=np.int64),
-        forbidden=filtered | unexportable(ops, node_class, ptr, flat, len(class_ids), filtered),
+        forbidden=filtered,
         node_labels=[str(i) for i in rows["id"].to_pylist()],
         class_labels=[str(c) for c in class_ids.tolist()],
         node_ops=[

@@ -25,11 +25,21 @@ extractor chooses there is weight-only), so the test is safe, never optimistic.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["MERGED_READERS", "NEVER_FOLDED", "SHAPE_ONLY", "WEIGHT_ONLY", "unexportable"]
+from relsat.extract.problem import Problem
+
+__all__ = [
+    "MERGED_READERS",
+    "NEVER_FOLDED",
+    "SHAPE_ONLY",
+    "WEIGHT_ONLY",
+    "exportable_only",
+    "unexportable",
+]
 
 #: Ops the exporter never computes as initializers (their value exists only at run time).
 NEVER_FOLDED = frozenset({"input", "opaque", "noop"})
@@ -121,3 +131,17 @@ def _reached(seeds: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int) -> np.
         seen[nxt] = True
         frontier = nxt
     return seen
+
+
+def exportable_only(problem: Problem, ops: Sequence[str] | np.ndarray) -> Problem:
+    """``problem`` with what the exporter cannot write forbidden too (``ops``: each problem
+    node's operator), so that every extraction of it exports."""
+    bad = unexportable(
+        ops,
+        problem.node_class,
+        problem.child_ptr,
+        problem.child_idx,
+        problem.n_classes,
+        problem.forbidden,
+    )
+    return dataclasses.replace(problem, forbidden=problem.forbidden | bad)

@@ -65,6 +65,9 @@ class Options:
     ``blocks``: explore each distinct repeated block once (:mod:`relsat.pipeline.blocks`):
     ``"on"``, ``"off"``, or ``"auto"`` (only a chain of layers: one tensor made inside the
     repeat crosses each cut); None: ``"auto"`` for an ONNX input, ``"off"`` for a Graph.
+    ``exportable``: offer extraction only what the ONNX exporter can write (no weight merge of a
+    tensor computed at run time: :mod:`relsat.onnx.exportable`); None: for an ONNX input, not
+    for a Graph (TENSAT's search, whose result :meth:`Result.save` writes as JSON).
     ``verify``: check the optimized graph computes what the input computes (NumPy; for an ONNX
     input also onnxruntime). ``db``: keep the e-graph in this DuckDB file; ``resume``: explore
     the e-graph of the same graph stored there further (needs ``db``).
@@ -96,6 +99,7 @@ class Options:
     extractor: str = "ilp"
     ilp: IlpOptions = field(default_factory=IlpOptions)
     blocks: str | None = None
+    exportable: bool | None = None
     verify: bool = True
     db: str | Path | None = None
     resume: bool = False
@@ -117,6 +121,7 @@ class Options:
         backoff_for(self.scheduler)
         for name in ("guards", "verify", "resume", "keep_slower", "static"):
             check_choice(name, getattr(self, name), (False, True))
+        check_choice("exportable", self.exportable, (None, False, True))
         check_choice("cycle_filter", self.cycle_filter, MODES)
         _check_cost_model(self.cost_model)
         check_choice("concat", self.concat, ("copy", "free"))

@@ -18,6 +18,7 @@ import numpy as np
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
 from relsat.engine.egraph import EGraph
 from relsat.engine.problem import egraph_problem
+from relsat.onnx.exportable import exportable_only
 from relsat.pipeline.options import Options
 from relsat.pipeline.run import Priced, Run
 
@@ -48,6 +49,9 @@ def price(run: Run) -> Run:
         size=run.shapes.dims.value if run.shapes and run.shapes.dims else None,
     )
     problem, enode_ids, class_ids = egraph_problem(egraph)
+    exportable = o.exportable if o.exportable is not None else run.source is not None
+    if exportable:  # what the ONNX exporter cannot write is never offered
+        problem = exportable_only(problem, enode_column(egraph, enode_ids, "op"))
     if run.folding:  # a copy's prices count once per occurrence: costs are the whole graph's
         times, crossing = run.folding.restrict(problem, leaf_names(egraph, enode_ids))
         problem = replace(
@@ -99,9 +103,11 @@ def shipped_costs(device: str) -> CostTable | None:
 
 
 def enode_column(egraph: EGraph, enode_ids: np.ndarray, column: str) -> np.ndarray:
-    """Per problem node, ``column`` (``"born"`` or ``"rule"``, '' for none) of its e-node: one
-    Arrow query, looked up with a vectorized search."""
-    table = egraph.db.arrow("SELECT id, born, coalesce(rule, '') AS rule FROM enode ORDER BY id")
+    """Per problem node, ``column`` (``"born"``, ``"op"`` or ``"rule"``, '' for none) of its
+    e-node: one Arrow query, looked up with a vectorized search."""
+    table = egraph.db.arrow(
+        "SELECT id, born, op, coalesce(rule, '') AS rule FROM enode ORDER BY id"
+    )
     ids = table["id"].to_numpy()
     values = table[column].to_numpy(zero_copy_only=False)
     return values[np.searchsorted(ids, enode_ids)]
