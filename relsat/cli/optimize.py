@@ -357,9 +357,19 @@ def _print_opaque(graph: Graph, out: Any) -> None:
 
 
 def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
-    """Folding, the rules' gains and, for an ONNX input, the check, timing and choice."""
+    """Folding, a limit that stopped a stage, the rules' gains and, for an ONNX input, the
+    check, timing and choice."""
     if result.blocks != "off":
         out.print(f"blocks: {result.blocks}", soft_wrap=True)
+    if result.stopped != result.stop.value:  # a limit: the rules that filled the e-graph
+        out.print(f"exploration stopped at the {result.stopped}", soft_wrap=True)
+    e = result.extraction
+    if e.bound is not None and e.status not in ("optimal", "input_optimal"):
+        out.print(
+            f"extraction stopped ({e.status}): at most {e.cost - e.bound:.4g} ms left on the "
+            f"table (bound {e.bound:.4f} ms)",
+            soft_wrap=True,
+        )
     if result.rewrites():  # which rewrite bought what (marginal priced gain per rule)
         out.print(f"gains by rule ({result.cost_model}): {result.gains_text()}")
     if result.source is None:

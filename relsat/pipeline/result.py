@@ -58,6 +58,7 @@ class Result:
     cost_after: float
     stop: StopReason
     iterations: tuple[IterationStats, ...]
+    stopped: str  # the stop in words; at a limit, the rules that filled the e-graph
     extraction: Extraction
     verified: bool
     verification: str
@@ -195,6 +196,7 @@ class Result:
         return (
             f"explore  {self.stop.value} after {len({s.iteration for s in self.iterations})} "
             f"iterations, {enodes} e-nodes, {eclasses} e-classes, {self.seconds['explore']:.3f} s"
+            + self.stopped.removeprefix(self.stop.value)  # at a limit: the busiest rules
         )
 
     def _extract_line(self) -> str:
@@ -203,6 +205,11 @@ class Result:
             f"extract  {e.method}: {e.status}"
             + (f", gap {e.gap:.2%}" if e.gap else "")
             + (f", bound {e.bound:.4f} ms" if e.bound is not None else "")
+            + (
+                f" (at most {e.cost - e.bound:.4g} ms left on the table)"
+                if e.bound is not None and e.status not in ("optimal", "input_optimal")
+                else ""
+            )
             + (f", best by {e.found_by} at {e.found_at:.2f} s" if e.found_by else "")
             + f", {self.seconds.get('extract', 0.0):.3f} s"
         )
@@ -259,6 +266,7 @@ def result(run: Run) -> Result:
         cost_before=run.cost_before,
         cost_after=extraction.cost,
         stop=exploration.stop,
+        stopped=exploration.why,
         iterations=exploration.iterations,
         extraction=extraction,
         verified=run.verified,
