@@ -181,6 +181,22 @@ def real() -> dict[str, Entry]:
     return {e.name: e for e in entries}
 
 
+def files(paths: list[str]) -> dict[str, Entry]:
+    """ONNX files made elsewhere (e.g. timm models exported in an environment with torchvision,
+    which does not import beside the bench's pinned torch), one entry each, named by stem."""
+    entries: dict[str, Entry] = {}
+    for given in paths:
+        path = Path(given).resolve()
+
+        def make(_: Path, path: Path = path) -> Export:
+            return Export(path, random_inputs(path), f"given file {path.name}")
+
+        entries[path.name.removesuffix(".onnx")] = Entry(
+            path.name.removesuffix(".onnx"), "file", "given", make
+        )
+    return entries
+
+
 def today() -> dict[str, Entry]:
     """bench/today.py's corpus (issue 23): tiny HF models through both exporters (when torch
     is installed), the onnx wheel's model zoo, timm (when it imports)."""

@@ -259,8 +259,16 @@ def main() -> None:
     )
     ap.add_argument("--relsat-args", default="", help='more relsat options, e.g. "--keep-slower"')
     ap.add_argument("--no-slim", action="store_true", help="leave onnxslim out")
+    ap.add_argument(
+        "--onnx",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="ONNX files made elsewhere to bench too (e.g. timm exports from an environment "
+        "where torchvision imports)",
+    )
     args = ap.parse_args()
-    available = corpus.today()
+    available = corpus.today() | corpus.files(args.onnx)
     if args.list:
         for e in available.values():
             print(f"{e.name}\t{e.family}\t{e.exporter}")
