@@ -24,6 +24,7 @@ from relsat.graph.ops import same_padding
 from relsat.onnx import decoder_ops, transformer_ops
 from relsat.onnx.errors import OPSET, OnnxError
 from relsat.onnx.exportable import NEVER_FOLDED, SHAPE_ONLY
+from relsat.onnx.names import fresh_name
 from relsat.onnx.symbolic import Dims
 from relsat.onnx.symbolize import symbolize
 
@@ -225,11 +226,7 @@ class Exporter:
     # --- names ----------------------------------------------------------------------------
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            name, k = f"{base}_{k}", k + 1
-        self.used.add(name)
-        return name
+        return fresh_name(base, self.used)
 
     def _flat_outputs(self) -> list[Ref]:
         flat: list[Ref] = []

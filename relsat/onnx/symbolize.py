@@ -26,6 +26,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from relsat.onnx.errors import SymbolicDimError
+from relsat.onnx.names import fresh_name
 from relsat.onnx.symbolic import SHAPE_LIKE, Dims
 
 __all__ = ["symbolize"]
@@ -54,11 +55,7 @@ class _Writer:
         self.inputs = {vi.name for vi in self.graph.input}
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            name, k = f"{base}_{k}", k + 1
-        self.used.add(name)
-        return name
+        return fresh_name(base, self.used)
 
     def const(self, base: str, values: Sequence[int] | np.ndarray, dtype: type = np.int64) -> str:
         name = self.fresh(base)
