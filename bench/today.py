@@ -134,6 +134,7 @@ HEADERS = [
     "opaque",
     "stop",
     "extraction",
+    "rewrites chosen (priced gain)",
     "kept",
     "relsat ratio",
     "slim s",
@@ -158,6 +159,7 @@ def table(rows: list[Row]) -> str:
                 (run.opaque or "none") if run and run.rc is not None else "–",
                 (run.stop or "–") if run else "–",
                 (run.extraction or "–") if run else "–",
+                (run.rewrites or "–").replace("|", "/") if run else "–",
                 (run.kept or "–") if run else "–",
                 _f(r.ratio("relsat")),
                 _f(r.slim_s, ".1f"),
@@ -203,6 +205,7 @@ CSV_HEADERS = [
     "check relsat",
     "check onnxslim",
     "notes",
+    "relsat rewrites",
 ]
 
 
@@ -240,6 +243,7 @@ def csv_row(r: Row, args: argparse.Namespace, machine: str) -> list[Any]:
         checks.get("relsat", ""),
         checks.get("onnxslim", ""),
         "; ".join(r.notes),
+        (run.rewrites or "") if run else "",
     ]
 
 
