@@ -208,6 +208,21 @@ def test_torch_spelling_fuses_and_runs_as_onnx_attention(mask: bool) -> None:
     assert back["attention"] == 1 and "opaque" not in back
 
 
+def test_a_row_masked_with_the_lowest_float_matches_after_fusion() -> None:
+    """Hugging Face fills masks with float32's lowest, which onnxruntime's Attention reads as
+    -inf: a fully masked row must still give what the unfused softmax gives (the mean of v)."""
+    model = _sdpa_model(mask=True, guard=True)
+    result = optimize(ronnx.load(model), Options(rules=TRANSFORMER_RULES))
+    out = ronnx.to_model(result.graph, like=model)
+    assert "Attention" in {n.op_type for n in out.graph.node}
+    feeds = _feeds(model)
+    lowest = np.finfo(np.float32).min
+    feeds["mask"] = np.where(np.isinf(feeds["mask"]), lowest, feeds["mask"]).astype(np.float32)
+    assert (feeds["mask"][..., 2, :] == lowest).all()  # one query row masked entirely
+    want, got = _ort(model, feeds), _ort(out, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_near_misses_stay_unfused() -> None:
     cases = {
         "softmax over another axis": _sdpa_model(softmax_axis=2),

@@ -38,6 +38,8 @@ __all__ = ["ATTENTION_OPSET", "CONTRIB", "CONTRIB_HANDLERS", "EXPORTED", "HANDLE
 
 #: The domain of onnxruntime's contrib operators.
 CONTRIB = "com.microsoft"
+#: The float32 just below 1: an exported attention mask is scaled by it (see ``_attention_out``).
+MASK_NUDGE = np.float32(1) - np.float32(2**-24)
 #: The first opset with the standard Attention operator.
 ATTENTION_OPSET = 23
 
@@ -397,6 +399,15 @@ def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, no
         return
     key = ex.fresh(f"{out}_key")
     ex.emit("Transpose", [kt], [key], perm=[0, 1, 3, 2])
+    if bias is not None:
+        # onnxruntime's Attention reads a mask value of exactly float32's lowest (the fill
+        # Hugging Face uses) as -inf and gives a fully masked row 0, where the softmax it
+        # replaces gives the mean of v. Scaled by the float just below 1, that value is no
+        # longer the lowest (the row's softmax is computed), -inf stays -inf (0, as the NaN
+        # guard gives) and any other mask value moves by at most 6e-8 of itself.
+        nudged = ex.fresh(f"{out}_mask_nudged")
+        ex.emit("Mul", [bias, ex.float_const("below_one", float(MASK_NUDGE))], [nudged])
+        bias = nudged
     if bias is not None and shape[-2:] != (s, t):
         padded = (1,) * (4 - len(shape)) + shape
         full = ex.fresh(f"{out}_mask")
