@@ -32,7 +32,7 @@ from relsat.engine.problem import egraph_problem
 from relsat.errors import RelsatError
 from relsat.extract import IlpOptions, dag_cost, extract
 from relsat.pipeline.extract import original_choice
-from relsat.pipeline.price import enode_column
+from relsat.pipeline.price import enode_columns
 from relsat.rewrite.rulefile import load_rules
 
 RULES = load_rules()
@@ -112,7 +112,8 @@ def main() -> None:
                 eg, ex = explored(name, k, "efficient", args.explore_limit)
                 price_egraph(eg, model)
                 problem, enode_ids, _ = egraph_problem(eg)
-                born0 = enode_column(eg, enode_ids, "born") == 0
+                (born,) = enode_columns(eg, enode_ids, "born")
+                born0 = born == 0
                 before = dag_cost(problem, original_choice(problem, born0))
                 ilp, ilp_s = solve(problem, "ilp", time_limit=args.ilp_limit)
                 after = ilp.cost if not isinstance(ilp, Exception) else float("nan")

@@ -49,16 +49,17 @@ def price(run: Run) -> Run:
         size=run.shapes.dims.value if run.shapes and run.shapes.dims else None,
     )
     problem, enode_ids, class_ids = egraph_problem(egraph)
+    ops, born = enode_columns(egraph, enode_ids, "op", "born")
     exportable = o.exportable if o.exportable is not None else run.source is not None
     if exportable:  # what the ONNX exporter cannot write is never offered
-        problem = exportable_only(problem, enode_column(egraph, enode_ids, "op"))
+        problem = exportable_only(problem, ops)
     if run.folding:  # a copy's prices count once per occurrence: costs are the whole graph's
         times, crossing = run.folding.restrict(problem, leaf_names(egraph, enode_ids))
         problem = replace(
             problem, node_cost=problem.node_cost * times, forbidden=problem.forbidden | crossing
         )
     # Ties between equal-cost alternatives go to the input graph's e-nodes, then to fewer e-nodes.
-    born0 = np.asarray(enode_column(egraph, enode_ids, "born") == 0)
+    born0 = np.asarray(born == 0)
     tie = np.where(born0, TIE_BREAK_MS, TIE_BREAK_MS + TIE_BREAK_NEW_MS)
     # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise.
     margin = np.where(born0, 1.0, 1.0 + model.rewrite_margin)
@@ -102,15 +103,14 @@ def shipped_costs(device: str) -> CostTable | None:
         return CostTable.from_parquet(path)
 
 
-def enode_column(egraph: EGraph, enode_ids: np.ndarray, column: str) -> np.ndarray:
-    """Per problem node, ``column`` (``"born"``, ``"op"`` or ``"rule"``, '' for none) of its
-    e-node: one Arrow query, looked up with a vectorized search."""
+def enode_columns(egraph: EGraph, enode_ids: np.ndarray, *columns: str) -> list[np.ndarray]:
+    """Per problem node, each of ``columns`` (``"born"``, ``"op"`` or ``"rule"``, '' for none)
+    of its e-node: one Arrow query, looked up with a vectorized search."""
     table = egraph.db.arrow(
         "SELECT id, born, op, coalesce(rule, '') AS rule FROM enode ORDER BY id"
     )
-    ids = table["id"].to_numpy()
-    values = table[column].to_numpy(zero_copy_only=False)
-    return values[np.searchsorted(ids, enode_ids)]
+    at = np.searchsorted(table["id"].to_numpy(), enode_ids)
+    return [table[c].to_numpy(zero_copy_only=False)[at] for c in columns]
 
 
 def leaf_names(egraph: EGraph, enode_ids: np.ndarray) -> dict[int, str]:

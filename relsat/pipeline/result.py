@@ -20,7 +20,7 @@ from relsat.graph.graph import Graph
 from relsat.graph.serial import to_json
 from relsat.onnx.latency import LatencyComparison
 from relsat.pipeline.options import Options
-from relsat.pipeline.price import enode_column
+from relsat.pipeline.price import enode_columns
 from relsat.pipeline.run import Priced, Run, Shapes, Source
 from relsat.pipeline.save import has_external_data, write_atomic
 from relsat.pipeline.verify import VerificationError
@@ -118,7 +118,7 @@ class Result:
         if self.priced is None:
             return {}
         p, o = self.priced, self.options
-        rules = enode_column(self.egraph, p.enode_ids, "rule")
+        (rules,) = enode_columns(self.egraph, p.enode_ids, "rule")
         budget = o.ilp.time_limit
         ilp = replace(o.ilp, time_limit=time_limit if budget is None else min(time_limit, budget))
         gains: dict[str, float] = {}
