@@ -366,3 +366,114 @@ def test_slices_import_with_strict_guards() -> None:
     )
     assert bounds == [(0, 1, 2), (2, 0, 8), (2, 2, 6), (2, 24, 32)]
     assert ronnx.verify(model, ronnx.to_model(graph, like=model)).ok
+
+
+# --- grouped-query attention ----------------------------------------------------------------
+
+HQ, HKV = 4, 2  # query heads, key/value heads: groups of 2 (a rule of rules/decoder.rules)
+
+
+def _gqa_model(spelling: str = "dynamo", axis: int = 2) -> onnx.ModelProto:
+    """Grouped-query SDPA as torch exports transformers' Llama attention: keys and values
+    repeated by repeat_kv (Unsqueeze at 2, Expand to [1, HKV, n, S, D], Reshape), q and the
+    transposed keys each scaled by sqrt(1/sqrt(D)), an additive mask, the softmax's NaN guard.
+    dynamo transposes the keys through a 3-D Reshape/Transpose/Reshape (onnxscript's SDPA),
+    legacy with one 4-D Transpose. ``axis``: where the repeat's new axis goes (1 gives each head
+    block repeated whole, which is not repeat_kv)."""
+    n_rep = HQ // HKV
+    expanded = [1, HKV, n_rep, S, D] if axis == 2 else [1, n_rep, HKV, S, D]
+    c = float(np.float32(1 / np.sqrt(np.sqrt(D))))
+    inits = [
+        _init("axes", [axis], np.int64),
+        _init("expand", expanded, np.int64),
+        _init("heads", [1, HQ, S, D], np.int64),
+        _init("flat", [HQ, S, D], np.int64),
+        _init("keys_t", [1, HQ, D, S], np.int64),
+        _init("c", c),
+        _init("zero", 0.0),
+    ]
+    nodes = []
+    for name in ("k", "v"):
+        nodes += [
+            n("Unsqueeze", [name, "axes"], [f"{name}_u"]),
+            n("Expand", [f"{name}_u", "expand"], [f"{name}_e"]),
+        ]
+    nodes.append(n("Reshape", ["v_e", "heads"], ["v_r"]))
+    if spelling == "dynamo":
+        nodes += [
+            n("Reshape", ["k_e", "flat"], ["k_3"]),
+            n("Transpose", ["k_3"], ["k_3t"], perm=[0, 2, 1]),
+            n("Reshape", ["k_3t", "keys_t"], ["k_t"]),
+        ]
+    else:
+        nodes += [
+            n("Reshape", ["k_e", "heads"], ["k_r"]),
+            n("Transpose", ["k_r"], ["k_t"], perm=[0, 1, 3, 2]),
+        ]
+    nodes += [
+        n("Mul", ["q", "c"], ["q_s"]),
+        n("Mul", ["k_t", "c"], ["k_s"]),
+        n("MatMul", ["q_s", "k_s"], ["scores"]),
+        n("Add", ["scores", "mask"], ["masked"]),
+        n("Softmax", ["masked"], ["probs"], axis=-1),
+        n("IsNaN", ["probs"], ["nan"]),
+        n("Where", ["nan", "zero", "probs"], ["guarded"]),
+        n("MatMul", ["guarded", "v_r"], ["y"]),
+    ]
+    inputs = {"q": [1, HQ, S, D], "k": [1, HKV, S, D], "v": [1, HKV, S, D], "mask": [1, 1, S, S]}
+    return _model(
+        nodes, inits, inputs, {"y": [1, HQ, S, D]}, opset=20 if spelling == "dynamo" else 17
+    )
+
+
+@pytest.mark.parametrize("spelling", ["dynamo", "legacy"])
+def test_grouped_query_attention_fuses_and_runs_as_one_kernel(spelling: str) -> None:
+    model = _gqa_model(spelling)
+    graph = ronnx.load(model)
+    counts = graph.op_counts()
+    # repeat_kv is read as repeatkv, the keys' transpose and scale moved under the repeat
+    assert counts["repeatkv"] == 2 and counts["transpose"] == 1 and "opaque" not in counts
+    result = optimize(graph, Options(rules=DECODER_RULES))
+    fused = result.graph.op_counts()
+    assert fused["gqa"] == 1 and "repeatkv" not in fused and result.verified
+    out = ronnx.to_model(result.graph, like=model)
+    attention = [node for node in out.graph.node if node.op_type == "Attention"]
+    assert len(attention) == 1 and "Expand" not in {node.op_type for node in out.graph.node}
+    feeds = _feeds(model)
+    (want,) = _ort(model, feeds)
+    np.testing.assert_allclose(_ort(out, feeds)[0], want, rtol=1e-4, atol=1e-5)
+    # below opset 23 the repeats are spelled out again, and it is still right
+    spelled = ronnx.to_model(result.graph, like=model, opset=20)
+    assert "Attention" not in {node.op_type for node in spelled.graph.node}
+    np.testing.assert_allclose(_ort(spelled, feeds)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_repeat_of_whole_head_blocks_is_not_grouped_query_attention() -> None:
+    # Unsqueeze at axis 1: [k0, k1, k0, k1], not repeat_kv's [k0, k0, k1, k1]
+    model = _gqa_model("legacy", axis=1)
+    graph = ronnx.load(model)
+    assert "repeatkv" not in graph.op_counts()
+    result = optimize(graph, Options(rules=DECODER_RULES, verify=False))
+    assert "gqa" not in result.graph.op_counts()
+    assert ronnx.verify(model, ronnx.to_model(result.graph, like=model)).ok
+
+
+def test_gqa_and_repeatkv_kernels_agree_with_repeated_heads() -> None:
+    b = GraphBuilder()
+    q = b.input([1, HQ, S, D], name="q")
+    kt = b.input([1, HKV, D, S], name="kt")
+    v = b.input([1, HKV, S, D], name="v")
+    m = b.input([1, 1, S, S], name="m")
+    fused = b.gqa(q, kt, v, m, 0.5)
+    spelled = b.attention(q, b.repeatkv(kt, 2), b.repeatkv(v, 2), m, 0.5)
+    feeds = {
+        k: RNG.standard_normal(t.shape).astype(np.float32)
+        for k, t in {"q": q, "kt": kt, "v": v, "m": m}.items()
+    }
+    got, want = run(b.build(fused, spelled), feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.array_equal(
+        run(b.build(b.repeatkv(v, 3)), feeds)[0], np.repeat(feeds["v"], 3, axis=1)
+    )
+    with pytest.raises(Exception, match="divide"):
+        b.gqa(q, b.input([1, 3, D, S]), b.input([1, 3, S, D]), m, 0.5)

@@ -31,10 +31,11 @@ gelu, gelu_tanh    12 / 10 per element (biasgelu: 13)                    all inp
 scalar             0 (a constant: zero-cost)                             0
 nanzero            1 per element                                         input + output
 reciprocal, neg    1 per element                                         input + output
-slice              0 (a copy)                                            2 · output
+slice, repeatkv    0 (a copy)                                            2 · output
 rmsnorm, rotary    6 per element                                         all inputs + output
 attention          2·B·H·S·T·(D + Dv) GEMM, + 7·B·H·S·T (scale, bias,    q + kt + v + bias + output
                    softmax, guard; fused: scores never leave the cache)
+gqa                as attention over the query heads                     q + kt + v + bias + output
 opaque             0 (memory-bound)                                      output
 =================  ====================================================  ===========================
 
@@ -209,9 +210,9 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
             raise sig.error(f"{op} of no inputs")
         extra = _bytes(ins[0]) if op == "softmax" else 0.0  # a second pass over the input
         return [Kernel(bytes=_bytes(*ins, out) + extra, flops=_ELEMENTWISE_FLOPS[op] * n_out)]
-    if op == "attention":
+    if op in ("attention", "gqa"):  # gqa reads each key/value head once per group
         return _attention(sig, gemm_tile)
-    if op == "slice":  # a copy of the part it keeps
+    if op in ("slice", "repeatkv"):  # a copy of the part it keeps, of the repeated heads
         return [Kernel(bytes=2 * _bytes(out))]
     if op == "reducemean":
         _arity(sig, 1)

@@ -128,6 +128,13 @@ class GraphBuilder:
         self._nodes.append(node)
         return tuple(Tensor(self, Ref(node_id, i), t) for i, t in enumerate(outputs))
 
+    def producer(self, t: Tensor) -> tuple[Node, tuple[Tensor, ...]]:
+        """The node that computes ``t`` and handles to its inputs: how a graph under
+        construction spelled ``t`` (an importer reading through shape ops)."""
+        node = self._nodes[t.ref.node]
+        ins = tuple(Tensor(self, r, self._nodes[r.node].outputs[r.index]) for r in node.inputs)
+        return node, ins
+
     def _one(
         self, op: str, inputs: Sequence[Tensor], name: str | None = None, **params: Any
     ) -> Tensor:
@@ -495,6 +502,25 @@ class GraphBuilder:
         return self._one("attention", [q, kt, v, bias], name, scale=f32(scale))
 
     # --- LLM decoder operators ---------------------------------------------------------------
+
+    def gqa(
+        self,
+        q: Tensor,
+        kt: Tensor,
+        v: Tensor,
+        bias: Tensor,
+        scale: float,
+        name: str | None = None,
+    ) -> Tensor:
+        """Grouped-query attention as one fused op: :meth:`attention` with ``kt`` ``[B, Hkv, D,
+        T]`` and ``v`` ``[B, Hkv, T, Dv]``, ``Hkv`` dividing ``q``'s heads ``H``; key/value head
+        ``j`` serves query heads ``j * H / Hkv`` to ``(j + 1) * H / Hkv - 1``."""
+        return self._one("gqa", [q, kt, v, bias], name, scale=f32(scale))
+
+    def repeatkv(self, x: Tensor, count: int, name: str | None = None) -> Tensor:
+        """Each head of ``x`` ``[B, H, T, D]`` repeated ``count`` times in place, ``[B,
+        H * count, T, D]`` (transformers' ``repeat_kv``)."""
+        return self._one("repeatkv", [x], name, count=count)
 
     def reciprocal(self, x: Tensor, name: str | None = None) -> Tensor:
         """``1 / x`` (ONNX ``Reciprocal``)."""

@@ -335,6 +335,13 @@ def _attention(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.matmul(probs, v),)
 
 
+def _gqa(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    q, kt, v, bias = args
+    count = q.shape[1] // kt.shape[1]
+    full = [np.repeat(t, count, axis=1) for t in (kt, v)]
+    return _attention(node, [q, *full, bias])
+
+
 def _rmsnorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     x, scale = args
     mean_square = (x * x).mean(axis=-1, keepdims=True)
@@ -413,6 +420,8 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "nanzero": _unary(_nanzero),
     "finite": _unary(lambda x: x),
     "attention": _attention,
+    "gqa": _gqa,
+    "repeatkv": lambda n, a: (np.repeat(a[0], n.params["count"], axis=1),),
     "reciprocal": _unary(np.reciprocal),
     "neg": _unary(np.negative),
     "slice": _slice,

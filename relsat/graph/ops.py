@@ -499,6 +499,30 @@ def _attention(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
     return (TensorType((b, h, s, v.shape[3]), (q.splits[0], q.splits[1], q.splits[2], ())),)
 
 
+def _repeatkv(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    count = _int(params, "count", minimum=1)
+    (x,) = inputs
+    _rank(x, 4, "repeatkv x")
+    b, h, t, d = x.shape
+    return (TensorType((b, h * count, t, d), (x.splits[0], (), x.splits[2], x.splits[3])),)
+
+
+def _gqa(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    q, kt, v, bias = inputs
+    for what, t in (("q", q), ("kt", kt), ("v", v)):
+        _rank(t, 4, f"gqa {what}")
+    heads, kv_heads = q.shape[1], kt.shape[1]
+    if v.shape[1] != kv_heads or heads % kv_heads:
+        raise OpError(
+            f"gqa needs key/value heads that divide the query heads: q {list(q.shape)}, "
+            f"kt {list(kt.shape)}, v {list(v.shape)}"
+        )
+    # attention with each key/value head repeated for its group of query heads
+    count = Params(count=heads // kv_heads)
+    kt_full, v_full = (_repeatkv(count, [t])[0] for t in (kt, v))
+    return _attention(params, [q, kt_full, v_full, bias])
+
+
 def _rmsnorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     _float(params, "epsilon", positive=True)
     x, scale = inputs
@@ -702,6 +726,23 @@ OPS: dict[str, OpSpec] = {
             "+ bias)) @ v with q [B, H, S, D], kt [B, H, D, T] (keys transposed), v [B, H, T, "
             "Dv], bias broadcast to [B, H, S, T] (ONNX Attention, opset 23): one fused kernel",
         ),
+        _spec(
+            "gqa",
+            4,
+            "scale",
+            _gqa,
+            "grouped-query attention: attention with kt [B, Hkv, D, T] and v [B, Hkv, T, Dv], "
+            "key/value head j serving query heads j*H/Hkv to (j+1)*H/Hkv - 1 (ONNX Attention, "
+            "opset 23, with fewer key/value heads): one fused kernel, no repeated copies",
+        ),
+        _spec(
+            "repeatkv",
+            1,
+            "count",
+            _repeatkv,
+            "each head of x [B, H, T, D] repeated count times in place: [B, H*count, T, D] "
+            "(transformers' repeat_kv: Unsqueeze, Expand, Reshape): a copy",
+        ),
         # LLM decoder operators (Llama, Qwen, Mistral): RMS normalization and rotary position
         # embedding as the fused kernels onnxruntime runs them as, and the pieces torch spells
         # them with (1 / x, -x, a slice of one axis).
@@ -752,6 +793,7 @@ FLOAT_PARAMS = {
     "layernorm": "epsilon",
     "skiplayernorm": "epsilon",
     "attention": "scale",
+    "gqa": "scale",
     "rmsnorm": "epsilon",
 }
 
@@ -760,6 +802,7 @@ FLOAT_PARAMS = {
 INT_PARAMS = {
     "slice": ("axis", "start", "end"),
     "rotary": ("interleaved",),
+    "repeatkv": ("count",),
 }
 
 

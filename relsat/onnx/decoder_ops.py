@@ -39,6 +39,7 @@ from relsat.graph.builder import Tensor
 from relsat.graph.graph import Node
 from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
+from relsat.onnx.transformer_ops import repeat_heads_out
 
 __all__ = [
     "CONTRIB_HANDLERS",
@@ -193,7 +194,8 @@ def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None
 
 def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """Mul, reading a constant rotary table as ``concat(half, half)`` (see the module
-    docstring); any other Mul as the transformer operators read it."""
+    docstring); a repeat of heads times a scalar as the repeat of the scaled heads; any other
+    Mul as the transformer operators read it."""
     first, second = node.input
     table = _repeating_table(imp, second, first)
     if table is not None:
@@ -201,7 +203,35 @@ def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str,
     table = _repeating_table(imp, first, second)
     if table is not None:
         return {node.output[0]: imp.g.mul(table, imp.tensor(second), name=node.output[0])}
-    return TRANSFORMER_HANDLERS["Mul"](imp, node, a)
+    out = TRANSFORMER_HANDLERS["Mul"](imp, node, a)
+    product = out.get(node.output[0])
+    if product is not None:
+        mul, (x, factor) = imp.g.producer(product)
+        repeat, heads = imp.g.producer(x)
+        scalar, _ = imp.g.producer(factor)
+        if mul.op == "ewmul" and repeat.op == "repeatkv" and scalar.op == "scalar":
+            scaled = imp.g.mul(heads[0], factor)
+            count = repeat.params["count"]
+            out[node.output[0]] = imp.g.repeatkv(scaled, count, name=node.output[0])
+    return out
+
+
+def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """Expand of an Unsqueeze at axis 2 of a 4-D ``[B, H, T, D]`` tensor to ``[B, H, n, T,
+    D]`` (transformers' ``repeat_kv``, which a Reshape to ``[B, H*n, T, D]`` ends): the 5-D
+    view of ``repeatkv(x, n)``, so that the Reshape after it is the repeat itself; any other
+    Expand stays opaque."""
+    unsqueezed = imp.tensor(node.input[0])
+    shape = imp.inferred_shape(node.output[0])
+    unsqueeze, ins = imp.g.producer(unsqueezed)
+    if unsqueeze.op != "reshape" or shape is None or len(shape) != 5 or ins[0].rank != 4:
+        raise Unmapped
+    x = ins[0]
+    b, h, t, d = x.shape
+    if unsqueezed.shape != (b, h, 1, t, d) or (shape[:2], shape[3:]) != ((b, h), (t, d)):
+        raise Unmapped
+    repeated = imp.g.repeatkv(x, shape[2])
+    return {node.output[0]: imp.g.reshape(repeated, shape, name=node.output[0])}
 
 
 #: Default-domain ONNX op_type → handler (Mul replaces the transformer operators' one).
@@ -211,6 +241,7 @@ HANDLERS: dict[str, Handler] = {
     "Cast": _cast,
     "Slice": _slice,
     "Mul": _mul,
+    "Expand": _expand,
     "RMSNormalization": _rmsnorm,
     "RotaryEmbedding": _rotary_embedding,
 }
@@ -225,7 +256,7 @@ CONTRIB_HANDLERS: dict[str, Handler] = {
 # Export
 
 #: The relsat ops :func:`emit` writes.
-EXPORTED = frozenset({"reciprocal", "neg", "slice", "rmsnorm", "rotary"})
+EXPORTED = frozenset({"reciprocal", "neg", "slice", "rmsnorm", "rotary", "repeatkv"})
 #: The ops whose fused ONNX operator needs opset 23: a graph holding one is written at 23 where it
 #: can be (see :mod:`relsat.onnx.exporter`).
 OPSET_23_OPS = frozenset({"rmsnorm", "rotary"})
@@ -249,6 +280,9 @@ def emit(
             _rmsnorm_spelled(ex, ins, outs[0], eps, len(ex.graph.shape(node.inputs[0])))
     elif op == "rotary":
         _rotary_out(ex, ins, outs[0], node, bool(params["interleaved"]))
+    elif op == "repeatkv":
+        heads = ex.graph.shape(node.inputs[0])[1] * int(params["count"])
+        repeat_heads_out(ex, ins[0], node.inputs[0], heads, outs[0])
     else:  # pragma: no cover (EXPORTED lists what is handled)
         raise AssertionError(op)
 

@@ -20,7 +20,7 @@ from relsat.graph.builder import Tensor
 from relsat.graph.ops import conv_out_size, same_padding
 from relsat.onnx.context import Handler, ImportContext, Unmapped, attrs_of, encode_tensor
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "transposed"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,13 +371,52 @@ def _split(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[st
 def _reshape_to(
     imp: ImportContext, x: Tensor, name: str, shape: Sequence[int] | None
 ) -> dict[str, Tensor]:
+    """``x`` reshaped to ``shape`` (None: as ONNX infers ``name``), read through the layout
+    chains exporters write around repeated key/value heads (:func:`relsat.onnx.decoder_ops`'s
+    Expand): a reshape of the 5-D view of a ``repeatkv`` is a reshape of the repeat itself (the
+    repeat when the shapes agree), and a 4-D tensor whose first two dims were merged, its last
+    two swapped and its first split again is a transpose of it."""
     if shape is None:
         shape = imp.inferred_shape(name)
     if shape is None:
         raise Unmapped
+    node, ins = imp.g.producer(x)
+    if node.op == "reshape" and imp.g.producer(ins[0])[0].op == "repeatkv":
+        x = ins[0]
     if list(shape) == list(x.shape):
         return {name: x}
+    swapped = _merged_heads_swapped(imp, x, shape)
+    if swapped is not None:
+        return {name: swapped}
     return {name: imp.g.reshape(x, shape, name=name)}
+
+
+def _merged_heads_swapped(imp: ImportContext, x: Tensor, shape: Sequence[int]) -> Tensor | None:
+    """``transpose(z, (0, 1, 3, 2))`` when ``x`` is ``transpose(reshape(z, [B*H, T, D]), (0,
+    2, 1))`` for a ``z`` ``[B, H, T, D]`` and ``shape`` is ``[B, H, D, T]`` (the keys' transpose
+    of onnxscript's scaled_dot_product_attention); else None."""
+    node, ins = imp.g.producer(x)
+    if node.op != "transpose" or tuple(node.params["perm"]) != (0, 2, 1):
+        return None
+    inner, (z,) = imp.g.producer(ins[0])
+    if inner.op != "reshape" or z.rank != 4:
+        return None
+    b, h, t, d = z.shape
+    if ins[0].shape != (b * h, t, d) or tuple(shape) != (b, h, d, t):
+        return None
+    return transposed(imp, z, (0, 1, 3, 2))
+
+
+def transposed(
+    imp: ImportContext, x: Tensor, perm: Sequence[int], name: str | None = None
+) -> Tensor:
+    """``transpose(x, perm)``; of a ``repeatkv`` with the first two axes kept in place, the
+    repeat of the transposed heads (the same values, with n times less to transpose)."""
+    node, ins = imp.g.producer(x)
+    if node.op == "repeatkv" and tuple(perm[:2]) == (0, 1):
+        inner = imp.g.transpose(ins[0], perm)
+        return imp.g.repeatkv(inner, node.params["count"], name=name)
+    return imp.g.transpose(x, perm, name=name)
 
 
 def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -408,7 +447,7 @@ def _squeeze(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[
 def _transpose(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     perm = a.get("perm", list(range(x.rank))[::-1])
-    return {node.output[0]: imp.g.transpose(x, perm, name=node.output[0])}
+    return {node.output[0]: transposed(imp, x, perm, name=node.output[0])}
 
 
 def _identity(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:

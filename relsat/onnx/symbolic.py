@@ -54,6 +54,8 @@ PRICING_OTHER = 128
 #: table's length) whenever the pricing value does.
 SMALLEST_MARKER = 23
 MARKER_FLOOR = 61
+#: Markers are looked for up to this many times the range's top when the range has none left.
+MARKER_CEILING = 8
 
 
 @dataclass(frozen=True)
@@ -271,22 +273,29 @@ def choose_markers(
 ) -> list[int]:
     """One prime per pricing value: the largest in ``[SMALLEST_MARKER, max(value,
     MARKER_FLOOR)]`` that is not in ``avoid`` or ``taken``, divides no number of ``static``,
-    and is not yet chosen. :class:`OnnxError` when none is left."""
+    and is not yet chosen; when that range has none left (a model with many small dims: the
+    second assignment needs as many primes again), the smallest such prime above it, up to
+    :data:`MARKER_CEILING` times its top. A marker above a bound the model puts on its dim
+    then fails the import, which says so. :class:`OnnxError` when none is left.
+
+    >>> choose_markers([3] * 6, set(), [], taken=[61, 59, 53, 47, 43, 41, 37])
+    [31, 29, 23, 67, 71, 73]
+    """
     numbers = {abs(int(n)) for n in static if n}
     used = set(avoid) | set(taken)
     out = []
     for value in values:
         top = max(int(value), MARKER_FLOOR)
+        below = [p for p in reversed(_primes(top)) if p >= SMALLEST_MARKER]
+        above = [p for p in _primes(MARKER_CEILING * top) if p > top]
         pick = next(
-            (
-                p
-                for p in reversed(_primes(top))
-                if p >= SMALLEST_MARKER and p not in used and all(n % p for n in numbers)
-            ),
+            (p for p in [*below, *above] if p not in used and all(n % p for n in numbers)),
             None,
         )
         if pick is None:
-            raise OnnxError(f"no prime up to {top} is free to stand for a dynamic dim")
+            raise OnnxError(
+                f"no prime up to {MARKER_CEILING * top} is free to stand for a dynamic dim"
+            )
         used.add(pick)
         out.append(pick)
     return out

@@ -30,7 +30,7 @@ import numpy as np
 from onnx import NodeProto
 
 from relsat.graph.builder import Tensor
-from relsat.graph.graph import Node
+from relsat.graph.graph import Node, Ref
 from relsat.onnx import masks
 from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped, attrs_of
 
@@ -292,6 +292,7 @@ EXPORTED = frozenset({*_SIMPLE, *_CONTRIB_OPS, "reducemean", "softmax", "layerno
     "skiplayernorm",
     "nanzero",
     "attention",
+    "gqa",
 }
 
 
@@ -320,7 +321,7 @@ def emit(
         _contrib(ex, "SkipLayerNormalization", [ins[0], ins[1], scale, bias], outs, **attrs)
     elif op == "nanzero":
         _nanzero(ex, ins[0], outs[0])
-    elif op == "attention":
+    elif op in ("attention", "gqa"):
         _attention_out(ex, float(params["scale"]), ins, outs[0], node)
     else:  # pragma: no cover (EXPORTED lists what is handled)
         raise AssertionError(op)
@@ -395,6 +396,8 @@ def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, no
     constant = folded is not None and bool(np.isfinite(folded).all())
     bias = None if constant else ex.name_of(ref, node)
     if ex.opset < ATTENTION_OPSET:
+        heads = ex.graph.shape(node.inputs[0])[1]
+        kt, v = (repeat_heads_out(ex, x, node.inputs[i], heads) for i, x in ((1, kt), (2, v)))
         _attention_spelled(ex, scale, q, kt, v, bias, out)
         return
     key = ex.fresh(f"{out}_key")
@@ -414,6 +417,28 @@ def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, no
         ex.emit("Expand", [bias, ex.const("mask_shape", [*padded[:2], s, t])], [full])
         bias = full
     ex.emit("Attention", [q, key, v, *([bias] if bias else [])], [out], scale=scale)
+
+
+def repeat_heads_out(
+    ex: ExportContext, x: str, ref: Ref, heads: int, out: str | None = None
+) -> str:
+    """``x`` (4-D, of ``ref``'s shape ``[B, h, ..., ...]``) with each head repeated to make
+    ``heads`` (``repeatkv``, a grouped-query attention spelled out) as transformers' repeat_kv
+    is exported: Unsqueeze, Expand, Reshape, written to ``out`` (None: a fresh name); without
+    ``out``, ``x`` itself when it has ``heads`` already."""
+    shape = ex.graph.shape(ref)
+    count = heads // shape[1]
+    if count == 1 and out is None:
+        return x
+    unsqueezed, expanded = (ex.fresh(f"{x}_{s}") for s in ("heads", "expanded"))
+    out = out or ex.fresh(f"{x}_repeated")
+    if ex.opset >= 13:
+        ex.emit("Unsqueeze", [x, ex.const("axes", [2])], [unsqueezed])
+    else:
+        ex.emit("Unsqueeze", [x], [unsqueezed], axes=[2])
+    ex.emit("Expand", [unsqueezed, ex.const("repeat", [1, 1, count, 1, 1])], [expanded])
+    ex.emit("Reshape", [expanded, ex.const("shape", [0, heads, *shape[2:]])], [out])
+    return out
 
 
 def _attention_spelled(

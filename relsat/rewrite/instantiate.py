@@ -198,6 +198,8 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value
     "slice": lambda b, i, xs: b.slice(xs[0], i[0], i[1], i[2]),
     "rmsnorm": lambda b, i, xs: b.rmsnorm(xs[0], xs[1], from_f32_bits(i[0])),
     "rotary": lambda b, i, xs: b.rotary(xs[0], xs[1], xs[2], interleaved=bool(i[0])),
+    "gqa": lambda b, i, xs: b.gqa(xs[0], xs[1], xs[2], xs[3], from_f32_bits(i[0])),
+    "repeatkv": lambda b, i, xs: b.repeatkv(xs[0], i[0]),
 }
 
 

@@ -116,6 +116,8 @@ OPERATORS: dict[str, OpSignature] = {
     "slice": _sig("axis:int start:int end:int x"),
     "rmsnorm": _sig("epsilon:int x scale"),
     "rotary": _sig("interleaved:int x cos sin"),
+    "gqa": _sig("scale:int q kt v bias"),
+    "repeatkv": _sig("count:int x"),
     "concat": _sig("axis:int ndim:int a b"),
     "concat3": _sig("axis:int ndim:int x1 x2 x3"),
     "concat4": _sig("axis:int ndim:int x1 x2 x3 x4"),

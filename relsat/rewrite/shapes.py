@@ -150,7 +150,10 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
             ranks.fix(k, ints[1])
     elif op == "scalar":
         ranks.fix(key, 0)
-    elif op == "attention":  # q, kt, v and the output 4-D; the bias as its pattern says
+    elif op == "repeatkv":
+        for k in (key, *kids):
+            ranks.fix(k, 4)
+    elif op in ("attention", "gqa"):  # q, kt, v and the output 4-D; the bias as its pattern says
         for k in (key, *kids[:3]):
             ranks.fix(k, 4)
         if not (isinstance(kids[3], Pattern) and kids[3].op == "scalar"):
@@ -331,11 +334,16 @@ class _Solver:
             return kids[0]
         if op == "scalar":
             return []
-        if op == "attention":
+        if op == "repeatkv":
+            x = kids[0]
+            return [x[0], ("mul", x[1], ("const", ints[0])), *x[2:]]
+        if op in ("attention", "gqa"):
             q, kt, v, bias = kids
-            for x, y, z in zip(q[:2], kt[:2], v[:2], strict=True):
-                d.unify(x, y)
-                d.unify(x, z)
+            d.unify(q[0], kt[0])
+            d.unify(q[0], v[0])
+            d.unify(kt[1], v[1])
+            # gqa: each key/value head serves a group of query heads
+            d.unify(q[1], ("mul", kt[1], d.fresh("group")) if op == "gqa" else kt[1])
             d.unify(q[3], kt[2])
             d.unify(kt[3], v[2])
             for x, y in zip(bias[::-1], [q[0], q[1], q[2], kt[3]][::-1], strict=False):
