@@ -176,6 +176,54 @@ def test_dynamic_sequence_attention_block_fuses_and_keeps_batch_and_sequence() -
         _same_at(model, written, {"x": (b, s, HIDDEN), "mask": (1, 1, s, s)})
 
 
+def _rotary_block(heads: int = 2, d: int = 32) -> onnx.ModelProto:
+    """Llama's rotary embedding of q and k under a dynamic sequence length, as torch exports
+    it: the tables computed at run time from the positions, ``cos(cat(f, f))`` with ``f =
+    positions * inv_freq``, unsqueezed to ``[1, 1, seq, d]`` and read by both rotations."""
+    half = d // 2
+    inv = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+    nodes = [
+        helper.make_node("Mul", ["pos", "inv_freq"], ["freqs"]),
+        helper.make_node("Concat", ["freqs", "freqs"], ["emb"], axis=-1),
+        helper.make_node("Cos", ["emb"], ["cos_3"]),
+        helper.make_node("Sin", ["emb"], ["sin_3"]),
+        helper.make_node("Unsqueeze", ["cos_3", "one"], ["cos"]),
+        helper.make_node("Unsqueeze", ["sin_3", "one"], ["sin"]),
+    ]
+    for t in "qk":
+        nodes += [
+            helper.make_node("Mul", [t, "cos"], [f"{t}_cos"]),
+            helper.make_node("Slice", [t, "zero", "half", "last"], [f"{t}_1"]),
+            helper.make_node("Slice", [t, "half", "end", "last"], [f"{t}_2"]),
+            helper.make_node("Neg", [f"{t}_2"], [f"{t}_neg"]),
+            helper.make_node("Concat", [f"{t}_neg", f"{t}_1"], [f"{t}_rot"], axis=-1),
+            helper.make_node("Mul", [f"{t}_rot", "sin"], [f"{t}_sin"]),
+            helper.make_node("Add", [f"{t}_cos", f"{t}_sin"], [f"{t}_out"]),
+        ]
+    inits = [numpy_helper.from_array(inv, "inv_freq")]
+    inits += [_i64(k, [v]) for k, v in (("one", 1), ("zero", 0), ("half", half), ("end", d))]
+    inits.append(_i64("last", [3]))
+    x = [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, heads, "seq", d]) for t in "qk"]
+    pos = helper.make_tensor_value_info("pos", TensorProto.FLOAT, [1, "seq", 1])
+    outs = [
+        helper.make_tensor_value_info(f"{t}_out", TensorProto.FLOAT, [1, heads, "seq", d])
+        for t in "qk"
+    ]
+    return _model(nodes, [*x, pos], outs, inits)
+
+
+def test_rotary_tables_computed_at_run_time_fuse_under_a_dynamic_sequence() -> None:
+    model = _rotary_block()
+    result = optimize(model, ANALYTIC)
+    assert result.shapes is not None and result.shapes.symbolic
+    assert result.graph.op_counts()["rotary"] == 2
+    written = result.model
+    assert [n.op_type for n in written.graph.node].count("RotaryEmbedding") == 2
+    assert _dims_of(written.graph.input)[0] == [1, 2, "seq", 32]
+    for s in (128, 65, 7):
+        _same_at(model, written, {"q": (1, 2, s, 32), "k": (1, 2, s, 32), "pos": (1, s, 1)})
+
+
 def test_static_fixes_the_interface_to_the_pricing_shape() -> None:
     model = _attention_block()
     shapes = {"x": [2, 16, HIDDEN], "mask": [1, 1, 16, 16]}

@@ -30,7 +30,7 @@ layernorm          8 per element (skiplayernorm: 9)                      all inp
 gelu, gelu_tanh    12 / 10 per element (biasgelu: 13)                    all inputs + output
 scalar             0 (a constant: zero-cost)                             0
 nanzero            1 per element                                         input + output
-reciprocal, neg    1 per element                                         input + output
+reciprocal, neg    1 per element (cos, sin: 10)                          input + output
 slice, repeatkv    0 (a copy)                                            2 · output
 rmsnorm, rotary    6 per element                                         all inputs + output
 attention          2·B·H·S·T·(D + Dv) GEMM, + 7·B·H·S·T (scale, bias,    q + kt + v + bias + output
@@ -236,6 +236,8 @@ _ELEMENTWISE_FLOPS = {
     "nanzero": 1,
     "reciprocal": 1,
     "neg": 1,
+    "cos": 10,
+    "sin": 10,
     "rmsnorm": 6,
     "rotary": 6,
 }

@@ -530,6 +530,14 @@ class GraphBuilder:
         """``-x`` (ONNX ``Neg``)."""
         return self._one("neg", [x], name)
 
+    def cos(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``cos(x)`` (ONNX ``Cos``)."""
+        return self._one("cos", [x], name)
+
+    def sin(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``sin(x)`` (ONNX ``Sin``)."""
+        return self._one("sin", [x], name)
+
     def slice(self, x: Tensor, axis: int, start: int, end: int, name: str | None = None) -> Tensor:
         """``x[start:end]`` along ``axis`` (negative: from the last), step 1;
         ``0 <= start < end <= dim``."""

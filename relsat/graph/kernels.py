@@ -424,6 +424,8 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "repeatkv": lambda n, a: (np.repeat(a[0], n.params["count"], axis=1),),
     "reciprocal": _unary(np.reciprocal),
     "neg": _unary(np.negative),
+    "cos": _unary(np.cos),
+    "sin": _unary(np.sin),
     "slice": _slice,
     "rmsnorm": _rmsnorm,
     "rotary": _rotary,

@@ -748,6 +748,8 @@ OPS: dict[str, OpSpec] = {
         # them with (1 / x, -x, a slice of one axis).
         _spec("reciprocal", 1, "", _unary, "1 / x (ONNX Reciprocal)"),
         _spec("neg", 1, "", _unary, "-x (ONNX Neg)"),
+        _spec("cos", 1, "", _unary, "cos(x) (ONNX Cos: rotary tables computed at run time)"),
+        _spec("sin", 1, "", _unary, "sin(x) (ONNX Sin: rotary tables computed at run time)"),
         _spec(
             "slice",
             1,

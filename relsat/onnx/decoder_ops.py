@@ -38,6 +38,7 @@ from onnx import NodeProto, TensorProto
 from relsat.graph.builder import Tensor
 from relsat.graph.graph import Node
 from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
+from relsat.onnx.opmap import halves
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
 from relsat.onnx.transformer_ops import repeat_heads_out
 
@@ -63,8 +64,17 @@ _BIG = 1 << 62
 
 
 def _unary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    make = {"Reciprocal": imp.g.reciprocal, "Neg": imp.g.neg}[node.op_type]
-    return {node.output[0]: make(imp.tensor(node.input[0]), name=node.output[0])}
+    """Reciprocal, Neg, Cos, Sin; Cos and Sin of ``concat(h, h)`` as ``concat(f(h), f(h))``
+    (transformers' rotary tables, ``cat(freqs, freqs).cos()``, computed at run time under a
+    dynamic sequence length: their equal halves stay visible to the rotary rules)."""
+    g = imp.g
+    make = {"Reciprocal": g.reciprocal, "Neg": g.neg, "Cos": g.cos, "Sin": g.sin}[node.op_type]
+    x = imp.tensor(node.input[0])
+    half = halves(imp, x) if node.op_type in ("Cos", "Sin") else None
+    if half is not None:
+        piece = make(half)
+        return {node.output[0]: g.concat(x.rank - 1, [piece, piece], name=node.output[0])}
+    return {node.output[0]: make(x, name=node.output[0])}
 
 
 def _cast(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -192,6 +202,23 @@ def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None
     return imp.g.concat(value.ndim - 1, [piece, piece])
 
 
+def _own_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
+    """A rotary table computed at run time, ``concat(h, h)`` (see :func:`relsat.onnx.opmap.
+    halves`), multiplying a 4-D float tensor: a concat of its own for this Mul, so that a
+    layer folded as a repeated block (:mod:`relsat.pipeline.blocks`) computes it inside, where
+    the rotary rules see it, rather than reading it across the cut; else None."""
+    if imp.const(name) is not None or not imp.is_float(name) or not imp.is_float(other):
+        return None
+    try:
+        table = imp.tensor(name)
+    except Unmapped:
+        return None
+    half = halves(imp, table)
+    if half is None or table.rank != 4:
+        return None
+    return imp.g.concat(table.rank - 1, [half, half])
+
+
 def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """Mul, reading a constant rotary table as ``concat(half, half)`` (see the module
     docstring); a repeat of heads times a scalar as the repeat of the scaled heads; any other
@@ -203,16 +230,23 @@ def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str,
     table = _repeating_table(imp, first, second)
     if table is not None:
         return {node.output[0]: imp.g.mul(table, imp.tensor(second), name=node.output[0])}
+    table = _own_table(imp, second, first)
+    if table is not None:
+        return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
     out = TRANSFORMER_HANDLERS["Mul"](imp, node, a)
     product = out.get(node.output[0])
     if product is not None:
         mul, (x, factor) = imp.g.producer(product)
         repeat, heads = imp.g.producer(x)
         scalar, _ = imp.g.producer(factor)
+        half = halves(imp, x)
         if mul.op == "ewmul" and repeat.op == "repeatkv" and scalar.op == "scalar":
             scaled = imp.g.mul(heads[0], factor)
             count = repeat.params["count"]
             out[node.output[0]] = imp.g.repeatkv(scaled, count, name=node.output[0])
+        elif mul.op == "ewmul" and half is not None and scalar.op == "scalar":
+            piece = imp.g.mul(half, factor)  # a rotary table's scaling (attention_scaling)
+            out[node.output[0]] = imp.g.concat(x.rank - 1, [piece, piece], name=node.output[0])
     return out
 
 
@@ -238,6 +272,8 @@ def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[s
 HANDLERS: dict[str, Handler] = {
     "Reciprocal": _unary,
     "Neg": _unary,
+    "Cos": _unary,
+    "Sin": _unary,
     "Cast": _cast,
     "Slice": _slice,
     "Mul": _mul,
@@ -256,7 +292,7 @@ CONTRIB_HANDLERS: dict[str, Handler] = {
 # Export
 
 #: The relsat ops :func:`emit` writes.
-EXPORTED = frozenset({"reciprocal", "neg", "slice", "rmsnorm", "rotary", "repeatkv"})
+EXPORTED = frozenset({"reciprocal", "neg", "cos", "sin", "slice", "rmsnorm", "rotary", "repeatkv"})
 #: The ops whose fused ONNX operator needs opset 23: a graph holding one is written at 23 where it
 #: can be (see :mod:`relsat.onnx.exporter`).
 OPSET_23_OPS = frozenset({"rmsnorm", "rotary"})
@@ -270,6 +306,8 @@ def emit(
         ex.emit("Reciprocal", ins, outs)
     elif op == "neg":
         ex.emit("Neg", ins, outs)
+    elif op in ("cos", "sin"):
+        ex.emit(op.capitalize(), ins, outs)
     elif op == "slice":
         _slice_out(ex, ins[0], outs[0], params["axis"], params["start"], params["end"])
     elif op == "rmsnorm":

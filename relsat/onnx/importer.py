@@ -311,8 +311,12 @@ class Importer:
         except Exception as exc:
             raise self.error(f"ONNX shape inference failed: {str(exc).strip()}") from None
         self.types: dict[str, tuple[int, tuple[int | None, ...] | None]] = {}
+        self.kinds: dict[str, str] = {}  # a value's type when not a tensor (sequence_type, ...)
         g = inferred.graph
         for vi in [*g.input, *g.value_info, *g.output]:
+            kind = vi.type.WhichOneof("value")
+            if kind not in (None, "tensor_type"):
+                self.kinds[vi.name] = kind
             tt = vi.type.tensor_type
             shape = None
             if tt.HasField("shape"):
@@ -496,6 +500,10 @@ class Importer:
             layout.append("t")
             in_dtypes.append(self.dtype(name))
         shapes, names = [], []
+        # Subgraphs and other attributes relsat cannot carry are refused first: their outputs'
+        # shapes are open too, but the subgraph is why.
+        located = {"path": self.path, **where}
+        attrs: dict[str, Any] = {a.name: _encode_attr(a, located) for a in node.attribute}
         # An output nothing reads is dropped (the exporter writes a fresh name for it), so that
         # a node with one output read is one e-node (EmbedLayerNormalization's mask_index).
         read = [o for o in node.output if o and self.uses[o]]
@@ -503,18 +511,17 @@ class Importer:
         for name in kept:
             if not name:
                 continue
-            shape = self.inferred_shape(name)
-            if shape is None:
-                raise DynamicShapeError(
-                    f"ONNX shape inference gives no static shape for output {name!r}; "
-                    "relsat needs one to keep the operator opaque",
-                    path=self.path,
+            if name in self.kinds:
+                raise self.error(
+                    f"output {name!r} is a {self.kinds[name]}, not a tensor; only tensors are "
+                    "supported",
                     **where,
                 )
+            shape = self.inferred_shape(name)
+            if shape is None:
+                raise DynamicShapeError(self._open_shape(node, name), path=self.path, **where)
             shapes.append(shape)
             names.append(name)
-        located = {"path": self.path, **where}
-        attrs: dict[str, Any] = {a.name: _encode_attr(a, located) for a in node.attribute}
         attrs["_onnx"] = {
             "domain": node.domain,
             "opset": self.opsets.get(node.domain or "", self.opsets[""]),
@@ -536,6 +543,48 @@ class Importer:
             raise self.error(exc.reason, **where) from None
         for name, t in zip(names, outs, strict=True):
             self.env[name] = t
+
+    def _open_shape(self, node: NodeProto, name: str) -> str:
+        """Why output ``name`` of ``node`` has no static shape, in one line: which of its dims
+        are open and the graph inputs whose values (not shapes) they are computed from."""
+        shape = self.types.get(name, (0, None))[1]
+        open_ = (
+            "its rank"
+            if shape is None
+            else "dim " + ", ".join(str(i) for i, d in enumerate(shape) if d is None)
+        )
+        sources = self._value_sources(node)
+        why = (
+            f"computed from the values of input {', '.join(repr(s) for s in sources)}"
+            if sources
+            else "ONNX shape inference leaves it open"
+        )
+        return (
+            f"output {name!r} has no static shape ({open_}: {why}); relsat needs one to keep "
+            "the operator opaque"
+        )
+
+    def _value_sources(self, node: NodeProto) -> list[str]:
+        """The graph inputs whose values reach ``node`` (through anything but Shape and Size,
+        which read only shapes); the non-float ones when there are any (ids, a shape, axes)."""
+        graph_inputs = [vi.name for vi in self.inputs]
+        found: list[str] = []
+        seen: set[str] = set()
+        todo = [i for i in node.input if i]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in graph_inputs:
+                found.append(name)
+                continue
+            producer = self.producers.get(name)
+            if producer is not None and producer.op_type not in ("Shape", "Size"):
+                todo.extend(i for i in producer.input if i)
+        found.sort(key=graph_inputs.index)
+        ints = [n for n in found if not self.is_float(n)]
+        return ints or found
 
 
 #: Initializers with more elements than this are left out of :func:`_skeleton`.

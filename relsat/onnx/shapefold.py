@@ -79,6 +79,7 @@ def fold(
     opset = {(o.domain or ""): o.version for o in model.opset_import}
     opset.setdefault("", opset.get("ai.onnx", 0))
     state = _State(dims, other, const, opset[""])
+    state.outputs = {o.name for o in model.graph.output}
     nodes_a = list(model.graph.node)  # folded nodes become Constants of their first values,
     nodes_b = list(model.graph.node)  # and here of their second (for the second inference)
     for _ in range(ROUNDS):
@@ -113,6 +114,7 @@ class _State:
         self.derived: set[str] = set()  # computed from a Shape or Size
         self.symbolic: set[str] = set()
         self.tried: set[str] = set()  # evaluated once and not foldable
+        self.outputs: set[str] = set()  # the graph's outputs: their nodes stay (values known)
 
     def value(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         if name in self.known_a:
@@ -149,6 +151,10 @@ class _State:
                 self.derived.add(name)
             if not np.array_equal(va, vb):
                 self.symbolic.add(name)
+        if any(name in self.outputs for name in outs):
+            # A graph output stays computed (its readers fold with its value): a Shape the
+            # model returns is the run's shape, not the markers'.
+            return [node], [node]
         return (
             [_constant_node(name, va, node) for name, va, _ in kept],
             [_constant_node(name, vb, node) for name, _, vb in kept],

@@ -120,6 +120,8 @@ _UNARY = (
     "finite",
     "reciprocal",
     "neg",
+    "cos",
+    "sin",
 )
 _ELEMENTWISE = (*_UNARY, "gelu_tanh", "ewadd", "ewmul", "ewsub", "ewdiv", "ewpow")
 
