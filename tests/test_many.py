@@ -144,6 +144,28 @@ def test_measuring_excludes_every_other_stage(tmp_path: Path) -> None:
 # --- which models ---------------------------------------------------------------------------
 
 
+def test_local_workers_share_the_cores_and_the_cap_reaches_duckdb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relsat.engine.db import Database
+    from relsat.errors import SettingsError
+    from relsat.threads import VARIABLE
+
+    cores = Fleet().slots
+    assert Fleet(workers=1).thread_share is None  # one worker: the whole machine
+    assert Fleet(workers=2, ray="auto").thread_share is None  # Ray assigns a task's CPUs
+    assert Fleet(workers=2).thread_share == max(1, cores // 2)
+    assert Fleet(workers=4 * cores).thread_share == 1
+    monkeypatch.setenv(VARIABLE, "1")
+    db = Database()
+    db.fit_threads(10**9)  # a large e-graph: DuckDB's default would be a thread per core
+    assert db.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+    db.close()
+    monkeypatch.setenv(VARIABLE, "many")
+    with pytest.raises(SettingsError, match="RELSAT_THREADS must be an integer >= 1"):
+        Database()
+
+
 def test_folders_and_list_files_name_models(tmp_path: Path) -> None:
     (tmp_path / "zoo" / "deep").mkdir(parents=True)
     a, b = tiny(tmp_path / "zoo" / "a.onnx"), tiny(tmp_path / "zoo" / "deep" / "a.onnx")

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from relsat.errors import DatabaseError
 from relsat.paths import data_dir
+from relsat.threads import cap as thread_cap
 
 __all__ = ["SCHEMA_VERSION", "SQL_DIR", "Counters", "Database", "DeadlinePassed", "sql_text"]
 
@@ -113,6 +114,9 @@ class Database:
         self._busy = False
         self._watcher: tuple[threading.Thread, threading.Event] | None = None
         self._serial = False  # DuckDB's default threads until fit_threads says otherwise
+        self._cap = thread_cap()  # RELSAT_THREADS: this process shares the cores with others
+        if self._cap is not None:
+            self.run("settings/threads", n=self._cap)
 
     # --- statements -----------------------------------------------------------------------
 
@@ -226,12 +230,15 @@ class Database:
 
     def fit_threads(self, enodes: int) -> None:
         """One thread while the e-graph has fewer than :data:`SERIAL_BELOW` e-nodes, DuckDB's
-        default (one per core) from then on; a statement only when that changes."""
+        default (one per core, or ``RELSAT_THREADS``: :mod:`relsat.threads`) from then on; a
+        statement only when that changes."""
         serial = enodes < SERIAL_BELOW
         if serial == self._serial:
             return
         if serial:
             self.run("settings/threads", n=1)
+        elif self._cap is not None:
+            self.run("settings/threads", n=self._cap)
         else:
             self.run("settings/default_threads")
         self._serial = serial

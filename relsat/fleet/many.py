@@ -49,18 +49,30 @@ class Fleet:
     @property
     def slots(self) -> int:
         """The number of models run at once on this machine."""
-        if self.workers is not None:
-            return self.workers
-        try:
-            return len(os.sched_getaffinity(0))
-        except AttributeError:
-            return os.cpu_count() or 1
+        return self.workers if self.workers is not None else _cores()
+
+    @property
+    def thread_share(self) -> int | None:
+        """The threads each local worker's non-measuring stages may use (``RELSAT_THREADS``,
+        :mod:`relsat.threads`): the cores divided among the workers, so that two models
+        exploring at once do not each start a DuckDB thread per core; None for one worker (the
+        whole machine) and on Ray (a task's CPUs are Ray's to assign)."""
+        if self.ray is not None or self.slots == 1:
+            return None
+        return max(1, _cores() // self.slots)
 
     def where(self) -> str:
         """In words: ``2 local workers`` or ``Ray at auto``."""
         if self.ray is not None:
             return f"Ray at {self.ray}"
         return f"{self.slots} local worker" + ("s" if self.slots != 1 else "")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,8 @@ def optimize_many(
             rows.append(error_row(index, path, name, "no such file"))
             continue
         out = None if fleet.ray is not None else str(folder)
-        tasks.append(Task(index, path, name, options, out, store, fleet.exclusive))
+        share = fleet.thread_share
+        tasks.append(Task(index, path, name, options, out, store, fleet.exclusive, share))
     for row in rows:
         if on_row is not None:
             on_row(row)

@@ -24,6 +24,7 @@ from relsat.fleet.lock import MeasureLock
 from relsat.fleet.summary import Row
 from relsat.pipeline.options import Options
 from relsat.pipeline.result import Result
+from relsat.threads import VARIABLE
 
 __all__ = ["MEASURING", "Task", "optimize_locked", "run_one", "with_store"]
 
@@ -37,8 +38,9 @@ class Task:
     """One model to optimize: its place in the list (``index``), its file (``model``), the
     output's name (``name``: ``<out_dir>/<name>.onnx``), the :class:`Options`, where the kept
     model goes (``out_dir``; None: its bytes come back with the row, for the caller to write),
-    the shared cost store (``store``) and whether the measuring stages take the machine's lock
-    exclusively (``exclusive``)."""
+    the shared cost store (``store``), whether the measuring stages take the machine's lock
+    exclusively (``exclusive``) and the threads the other stages may use (``threads``:
+    ``RELSAT_THREADS`` in the worker, :mod:`relsat.threads`; None: no cap)."""
 
     index: int
     model: str
@@ -47,6 +49,7 @@ class Task:
     out_dir: str | None = None
     store: str | None = None
     exclusive: bool = True
+    threads: int | None = None
 
 
 def run_one(task: Task) -> tuple[Row, bytes | None]:
@@ -55,6 +58,8 @@ def run_one(task: Task) -> tuple[Row, bytes | None]:
     started = time.perf_counter()
     row = Row(index=task.index, model=task.model, name=task.name)
     row.node, row.pid = socket.gethostname(), os.getpid()
+    if task.threads is not None:  # a worker process of a pool: its share of the cores
+        os.environ[VARIABLE] = str(task.threads)
     lock = MeasureLock()
     data = None
     try:

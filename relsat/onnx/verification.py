@@ -19,6 +19,7 @@ import numpy as np
 from relsat.graph.execute import Comparison, compare_outputs
 from relsat.onnx.errors import OnnxError
 from relsat.onnx.runtime import OrtSettings
+from relsat.threads import cap as thread_cap
 
 __all__ = ["random_inputs", "run_onnx", "runs_at", "verify"]
 
@@ -29,7 +30,8 @@ def _session(model_or_path: Any, *, quiet: bool = False) -> Any:
 
     from relsat.onnx.data import MAX_INLINE_BYTES, save_beside
 
-    options = OrtSettings().session_options()  # errors-only logging, no spinning threads
+    # errors-only logging, no spinning threads; RELSAT_THREADS when the cores are shared
+    options = OrtSettings(threads=thread_cap() or 0).session_options()
     if quiet:  # failures expected: not even errors logged
         options.log_severity_level = 4
     source = model_or_path
