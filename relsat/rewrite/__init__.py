@@ -27,9 +27,11 @@ rules); ``bias.rules``, fusion-aware rules that fold a bias add and an activatio
 Gemm and give TASO's shared-input merges bias-aware counterparts; ``transformer.rules``, rules
 between exporter spellings and onnxruntime's fused kernels (GELU in its erf and tanh spellings,
 LayerNorm below opset 17, SkipLayerNormalization, BiasGelu, attention with and without mask);
-``decoder.rules``, LLM decoders' RMSNorm in four exporter spellings (epsilons 1e-5 and 1e-6) and
+``decoder.rules``, LLM decoders' RMSNorm in four exporter spellings (epsilons 1e-5 and 1e-6),
 Llama's rotary embedding (``rotate_half``, head sizes 32 to 128; the cos/sin tables' equal halves
-are made visible on import as ``concat(half, half)``, so a rule can require them); ``extra/``
+are made visible on import as ``concat(half, half)``, constant or computed at run time, so a rule
+can require them) and grouped-query attention (keys and values repeated by ``repeat_kv``, read on
+import as ``repeatkv``, fused into ``gqa`` for groups of 2 to 8); ``extra/``
 holds rules that are off by default (moving a bias out of a conv lets TASO's add
 associativity explode residual chains).
 
