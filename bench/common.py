@@ -61,7 +61,7 @@ def append_csv(name: str, headers: Sequence[str], rows: Sequence[Sequence[Any]])
     path = RESULTS / f"{name}.csv"
     header = ["when", "machine", *headers]
     if path.exists():
-        _extend_header(path, header)
+        extend_header(path, header)
     new = not path.exists()
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus"
@@ -74,7 +74,9 @@ def append_csv(name: str, headers: Sequence[str], rows: Sequence[Sequence[Any]])
     return path
 
 
-def _extend_header(path: Path, header: list[str]) -> None:
+def extend_header(path: Path, header: list[str]) -> None:
+    """Give the CSV file ``path`` the header ``header`` when its own is a prefix of it (columns
+    added at the end since it was started); any other file is left as it is."""
     with path.open(newline="") as f:  # csv writes \r\n line endings: keep them
         lines = f.readlines()
     if not lines:

@@ -1,6 +1,6 @@
 """The models the bench scripts run on, by name: where each ONNX file comes from.
 
-Two lists:
+The lists:
 
 * :func:`real` (bench/real.py): torchvision architectures (:mod:`architectures`) and Hugging Face
   models (:mod:`hfmodels`, the default sizes) through the legacy exporter, and the seven bundled
@@ -9,7 +9,11 @@ Two lists:
   ViT and a Llama-style decoder through both exporters (``<model>.dynamo``, ``<model>.legacy``);
   the model-zoo graphs shipped inside the onnx wheel (``onnx/backend/test/data/light``: opset 9,
   weights computed by ConstantOfShape; ``zoo-<name>``); timm families when timm imports
-  (:data:`TIMM_NOTE` says why it usually does not).
+  (:data:`TIMM_NOTE` says why it usually does not);
+* :func:`fusions` (bench/ort_fusions.py, issue 24): real()'s Hugging Face transformers and a
+  Llama-style decoder (prefill and one decode step with past keys and values) through both
+  exporters (``<model>.<exporter>``);
+* :func:`dynamic` (bench/dynamic.py, issue 27): today's tiny models with dynamic axes.
 
 An :class:`Entry`'s ``make(directory)`` returns an :class:`exports.Export` (the file, example
 inputs, how it was made); torch exports are cached in ``directory`` (:func:`exports.export`).
@@ -156,6 +160,22 @@ TODAY_HF: dict[str, tuple[str, str, dict[str, Any]]] = {
     "llama-tiny": ("hfmodels", "llama", _TINY | {"heads": 4, "kv_heads": 2, "seq": 64}),
 }
 
+#: A Llama-style decoder at bench/real.py's HF sizes (4 layers, hidden 256, 4 heads), grouped-
+#: query attention with 2 key/value heads, SwiGLU width 688 (~8/3 of hidden), Llama's vocabulary.
+_LLAMA = {"layers": 4, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 688, "vocab": 32000}
+#: bench/ort_fusions.py's transformers (issue 24), each through both exporters: real()'s HF
+#: models at their sizes, the Llama-style decoder at prefill (sequence 128) and one decode step
+#: after 128 cached positions.
+FUSIONS_HF: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "hf-bert": REAL_TORCH["hf-bert"],
+    "hf-gpt2": REAL_TORCH["hf-gpt2"],
+    "hf-distilbert": REAL_TORCH["hf-distilbert"],
+    "hf-vit": REAL_TORCH["hf-vit"],
+    "hf-llama": ("hfmodels", "llama", _LLAMA | {"seq": 128}),
+    "hf-llama-decode": ("hfmodels", "llama_decode", _LLAMA | {"past": 128}),
+    "hf-convnext-tiny": REAL_TORCH["hf-convnext-tiny"],
+}
+
 
 def _builder(module: str, function: str, kwargs: dict[str, Any]) -> Callable[[], Any]:
     """``module.function(**kwargs)``, the module imported when called (it imports torch)."""
@@ -216,6 +236,20 @@ def today() -> dict[str, Entry]:
             for exporter in ("dynamo", "legacy"):
                 name = f"timm-{model}.{exporter}"
                 entries.append(Entry(name, "timm", exporter, _torch(name, _timm(model), exporter)))
+    return {e.name: e for e in entries}
+
+
+def fusions() -> dict[str, Entry]:
+    """bench/ort_fusions.py's corpus (issue 24): :data:`FUSIONS_HF` through both exporters
+    (``<model>.<exporter>``); empty without torch."""
+    entries: list[Entry] = []
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    for model, (module, function, kwargs) in FUSIONS_HF.items():
+        build = _builder(module, function, kwargs)
+        for exporter in ("legacy", "dynamo"):
+            name = f"{model}.{exporter}"
+            entries.append(Entry(name, "hf", exporter, _torch(name, build, exporter)))
     return {e.name: e for e in entries}
 
 

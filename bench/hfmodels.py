@@ -4,11 +4,13 @@ Importing this module needs torch; building a model needs ``transformers`` (``pi
 '.[bench]'``). Every builder seeds torch, takes its sizes as arguments (the defaults are the
 sizes bench/real.py has always used) and returns ``(module in eval mode, example inputs,
 input names)``. The module is wrapped so that it takes its inputs by position and returns the
-first output only (``last_hidden_state``); no KV cache.
+first output only (``last_hidden_state``); no KV cache, except :func:`llama_decode` (one token
+after a cache of past keys and values, which are inputs; the present ones are outputs).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -130,6 +132,71 @@ def llama(
         use_cache=False,
     )
     return _text(LlamaModel(config), vocab, seq)
+
+
+class Decode(nn.Module):
+    """A decoder's one-token step: ``(input_ids, attention_mask, past_key_0, past_value_0, ...)``
+    → ``(last_hidden_state, present_key_0, present_value_0, ...)``; the past is handed to the
+    model as a ``DynamicCache``."""
+
+    def __init__(self, model: nn.Module, layers: int) -> None:
+        super().__init__()
+        self.model, self.layers = model, layers
+        # transformers 5 renames ``past_key_values`` to ``cache``
+        params = inspect.signature(model.forward).parameters
+        self.keyword = "cache" if "cache" in params else "past_key_values"
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *past: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        kwargs = {self.keyword: cache, "use_cache": True, "return_dict": False}
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+        return (hidden, *[t for layer in cache.layers for t in (layer.keys, layer.values)])
+
+
+def llama_decode(
+    layers: int = 2,
+    hidden: int = 128,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 344,
+    past: int = 128,
+    vocab: int = 1024,
+) -> Built:
+    """``LlamaModel`` as :func:`llama`, one decode step: one new token after ``past`` cached
+    ones (inputs ``input_ids`` 1x1, ``attention_mask`` 1x(past+1), ``past_key_<i>`` and
+    ``past_value_<i>`` 1 x kv_heads x past x head_dim per layer, seeded normal); outputs the
+    hidden state and each layer's present key and value (past + 1 positions)."""
+    from transformers import LlamaConfig, LlamaModel
+
+    torch.manual_seed(SEED)
+    config = LlamaConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=ffn,
+        vocab_size=vocab,
+        max_position_embeddings=max(256, past + 1),
+        use_cache=True,
+    )
+    model = Decode(LlamaModel(config), layers).eval()
+    g = torch.Generator().manual_seed(SEED)
+    example = [
+        torch.randint(0, vocab, (1, 1), generator=g),
+        torch.ones(1, past + 1, dtype=torch.int64),
+    ]
+    names = list(TOKENS)
+    for i in range(layers):
+        shape = (1, kv_heads, past, hidden // heads)
+        example += [torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)]
+        names += [f"past_key_{i}", f"past_value_{i}"]
+    return model, tuple(example), names
 
 
 def vit(
