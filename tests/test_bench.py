@@ -174,6 +174,15 @@ def test_ort_fusions_list() -> None:
     assert "hf-bert" in proc.stdout.split()
 
 
+def test_backend_list(tmp_path: Path) -> None:
+    proc = _run(str(BENCH / "backend.py"), "--list", "--work", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("\t") for line in proc.stdout.splitlines() if not line.startswith("#")]
+    if (Path(onnx.__file__).parent / "backend" / "test" / "data" / "simple").is_dir():
+        assert ["test_single_relu_model", "simple"] in rows
+    assert "# node: the wheel's node tests" in proc.stdout  # not written by --list
+
+
 def test_today_refuses_an_unknown_model() -> None:
     proc = _run(str(BENCH / "today.py"), "--models", "no-such-model")
     assert proc.returncode == 2 and "no-such-model" in proc.stderr

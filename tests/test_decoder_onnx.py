@@ -477,3 +477,40 @@ def test_gqa_and_repeatkv_kernels_agree_with_repeated_heads() -> None:
     )
     with pytest.raises(Exception, match="divide"):
         b.gqa(q, b.input([1, 3, D, S]), b.input([1, 3, S, D]), m, 0.5)
+
+
+def test_onnxruntime_optimizers_rmsnorm_operators_import() -> None:
+    # onnxruntime's optimizers write SimplifiedLayerNormalization in the default domain (where
+    # onnxruntime registers it and the ONNX checker knows no such operator), and the residual
+    # add fused in as com.microsoft SkipSimplifiedLayerNormalization, its sum read by the next
+    gamma = _init("g", RNG.standard_normal(N))
+    plain = _model(
+        [n("SimplifiedLayerNormalization", ["x", "g"], ["y"], axis=-1, epsilon=1e-6)],
+        [gamma],
+        {"x": [1, S, N]},
+        {"y": [1, S, N]},
+        opset=17,
+    )
+    skip = _model(
+        [
+            n(
+                "SkipSimplifiedLayerNormalization",
+                ["x", "skip", "g"],
+                ["y", "", "", "sum"],
+                domain="com.microsoft",
+                epsilon=1e-6,
+            )
+        ],
+        [gamma],
+        {"x": [1, S, N], "skip": [1, S, N]},
+        {"y": [1, S, N], "sum": [1, S, N]},
+        opset=17,
+        contrib=True,
+    )
+    for model, ops in ((plain, {"rmsnorm": 1}), (skip, {"rmsnorm": 1, "ewadd": 1})):
+        graph = ronnx.load(model)
+        assert {k: v for k, v in graph.op_counts().items() if k not in ("input", "weight")} == ops
+        feeds = _feeds(model)
+        out = ronnx.to_model(graph, like=model)
+        for got, want in zip(_ort(out, feeds), _ort(model, feeds), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

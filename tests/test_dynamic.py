@@ -224,6 +224,38 @@ def test_rotary_tables_computed_at_run_time_fuse_under_a_dynamic_sequence() -> N
         _same_at(model, written, {"q": (1, 2, s, 32), "k": (1, 2, s, 32), "pos": (1, s, 1)})
 
 
+def _position_table_model() -> onnx.ModelProto:
+    """x [1, seq, 8] plus a learned position embedding: rows 0..seq-1 of a [16, 8] table, so
+    the model runs only for seq <= 16 (GPT-2's wpe, BERT's position embeddings)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+        helper.make_node("Range", ["zero", "seq", "one"], ["positions"]),
+        helper.make_node("Gather", ["table", "positions"], ["rows"], axis=0),
+        helper.make_node("Add", ["x", "rows"], ["sum"]),
+        helper.make_node("Relu", ["sum"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.ones((16, 8), np.float32), "table"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 8])
+    return _model(nodes, [x], [y], inits)
+
+
+def test_a_pricing_shape_beyond_the_models_bound_is_refused_up_front() -> None:
+    model = _position_table_model()
+    with pytest.raises(ronnx.PricingShapeError, match=r"x dim 1 \(seq\) = 128") as err:
+        optimize(model, ANALYTIC)  # the default sequence, 128, is past the 16-row table
+    assert err.value.dims == ("seq",) and "onnxruntime failed" in str(err.value)
+    result = optimize(
+        model, Options(cost_model="analytic", timing=None, input_shapes={"x": [1, 8, 8]})
+    )
+    assert result.shapes is not None and result.kept in ("optimized", "original")
+
+
 def test_static_fixes_the_interface_to_the_pricing_shape() -> None:
     model = _attention_block()
     shapes = {"x": [2, 16, HIDDEN], "mask": [1, 1, 16, 16]}

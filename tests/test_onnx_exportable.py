@@ -39,7 +39,7 @@ SHUFFLENET = Path(onnx.__file__).parent / "backend/test/data/light/light_shuffle
 def _grouped_conv(weight_at_run_time: bool) -> Any:
     """A grouped conv (2 groups), a Relu and an Add, ShuffleNet's pattern: the weight a
     ConstantOfShape of a shape initializer, the addend a Cast of a float64 initializer; with
-    ``weight_at_run_time``, the weight goes through an operator relsat keeps opaque (Sin) first."""
+    ``weight_at_run_time``, the weight goes through an operator relsat keeps opaque (Tan) first."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])
     inits = [
@@ -50,7 +50,7 @@ def _grouped_conv(weight_at_run_time: bool) -> Any:
     nodes = [
         helper.make_node("ConstantOfShape", ["w_shape"], [w], value=FILL),
         helper.make_node("Cast", ["b64"], ["b"], to=TensorProto.FLOAT),
-        *([helper.make_node("Sin", ["w_made"], ["w"])] if weight_at_run_time else []),
+        *([helper.make_node("Tan", ["w_made"], ["w"])] if weight_at_run_time else []),
         helper.make_node("Conv", ["x", "w"], ["c"], group=2, pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("Add", ["r", "b"], ["y"]),
@@ -96,7 +96,7 @@ def test_a_merged_conv_of_folded_weights_exports_and_runs_the_same() -> None:
 def test_a_merge_of_a_weight_computed_at_run_time_is_never_offered() -> None:
     model = _grouped_conv(weight_at_run_time=True)
     graph, chosen = _extract_every_rewrite(model)
-    assert graph.op_counts()["opaque"] == 1  # Sin: the weight exists only at run time
+    assert graph.op_counts()["opaque"] == 1  # Tan: the weight exists only at run time
     assert "merge" not in chosen.op_counts()
     check = ronnx.verify(model, ronnx.to_model(chosen, like=model))
     assert check.ok, check.report()

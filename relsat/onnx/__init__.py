@@ -75,7 +75,9 @@ from relsat.graph.graph import Graph
 from relsat.onnx.errors import (
     OPSET,
     DynamicShapeError,
+    EmptyTensorError,
     OnnxError,
+    PricingShapeError,
     SymbolicDimError,
     TooLargeError,
 )
@@ -87,7 +89,9 @@ __all__ = [
     "Dim",
     "Dims",
     "DynamicShapeError",
+    "EmptyTensorError",
     "OnnxError",
+    "PricingShapeError",
     "SymbolicDimError",
     "TooLargeError",
     "compare_outputs",

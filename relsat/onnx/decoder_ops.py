@@ -123,8 +123,8 @@ def _slice(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[st
     return {node.output[0]: out}
 
 
-def _scale_of(imp: ImportContext, node: NodeProto, x: Tensor) -> Tensor:
-    scale = imp.tensor(node.input[1])
+def _scale_of(imp: ImportContext, node: NodeProto, x: Tensor, i: int = 1) -> Tensor:
+    scale = imp.tensor(node.input[i])
     if scale.shape != (x.shape[-1],):
         raise Unmapped  # a scale of another shape ([1, N], per position): another computation
     return scale
@@ -147,6 +147,30 @@ def _rmsnorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[
         raise Unmapped
     scale = _scale_of(imp, node, x)
     return {node.output[0]: imp.g.rmsnorm(x, scale, eps, name=node.output[0])}
+
+
+def _skip_rmsnorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """com.microsoft SkipSimplifiedLayerNormalization (what onnxruntime's optimizers write for a
+    decoder's residual add and the RMSNorm after it): ``rmsnorm(x + skip [+ bias])``, the sum
+    (fourth output) when read; the mean and inverse-std outputs read: opaque."""
+    x, skip = imp.tensor(node.input[0]), imp.tensor(node.input[1])
+    outs = [*node.output, "", "", ""][:4]
+    if any(o and imp.readers(o) for o in outs[1:3]) or skip.shape != x.shape:
+        raise Unmapped
+    eps = float(a.get("epsilon", 1e-12))  # onnxruntime's default for this op
+    if not eps > 0:
+        raise Unmapped
+    scale = _scale_of(imp, node, x, 2)
+    if len(node.input) > 3 and node.input[3]:
+        bias = imp.tensor(node.input[3])
+        if bias.shape != (x.shape[-1],):
+            raise Unmapped
+        x = imp.g.add(x, bias)
+    total = imp.g.add(x, skip, name=outs[3] or None)
+    out = {outs[0]: imp.g.rmsnorm(total, scale, eps, name=outs[0])}
+    if outs[3] and imp.readers(outs[3]):
+        out[outs[3]] = total
+    return out
 
 
 def _table(imp: ImportContext, node: NodeProto, i: int, b: int, s: int, half: int) -> Tensor:
@@ -285,6 +309,7 @@ HANDLERS: dict[str, Handler] = {
 #: ``com.microsoft`` op_type → handler.
 CONTRIB_HANDLERS: dict[str, Handler] = {
     "SimplifiedLayerNormalization": _rmsnorm,
+    "SkipSimplifiedLayerNormalization": _skip_rmsnorm,
 }
 
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from relsat.errors import RelsatError
 
-__all__ = ["OPSET", "DynamicShapeError", "OnnxError", "SymbolicDimError", "TooLargeError"]
+__all__ = [
+    "OPSET",
+    "DynamicShapeError",
+    "EmptyTensorError",
+    "OnnxError",
+    "PricingShapeError",
+    "SymbolicDimError",
+    "TooLargeError",
+]
 
 #: The default opset of exported models.
 OPSET = 17
@@ -52,10 +60,24 @@ class DynamicShapeError(OnnxError):
     """An operator's output shape is computed at run time (ONNX shape inference leaves it open)."""
 
 
+class EmptyTensorError(OnnxError):
+    """An operator's output is empty (a dim is 0): relsat's tensors have every dim at least 1."""
+
+
 class SymbolicDimError(OnnxError):
     """A dynamic dim relsat cannot keep symbolic (something computed from it is not a product
     of dims and a constant, or cannot be written back with the dim symbolic). ``dims`` names
     the dims concerned; :func:`relsat.optimize` then optimizes at fixed shapes and says why."""
+
+    def __init__(self, message: str, *, dims: tuple[str, ...] = (), **fields: str | None) -> None:
+        self.dims = dims
+        super().__init__(message, **fields)
+
+
+class PricingShapeError(OnnxError):
+    """The model does not run at the shape its dynamic dims are priced and timed at (a
+    sequence longer than its position table, an odd size where it needs an even one): ``dims``
+    names the dynamic dims and where they occur; choose the shape with ``input_shapes``."""
 
     def __init__(self, message: str, *, dims: tuple[str, ...] = (), **fields: str | None) -> None:
         self.dims = dims

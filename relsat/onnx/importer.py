@@ -37,7 +37,7 @@ from relsat.onnx.context import Unmapped, attrs_of, encode_tensor
 from relsat.onnx.data import read_array, resolve
 from relsat.onnx.decoder_ops import CONTRIB_HANDLERS as DECODER_CONTRIB_HANDLERS
 from relsat.onnx.decoder_ops import HANDLERS as DECODER_HANDLERS
-from relsat.onnx.errors import DynamicShapeError, OnnxError
+from relsat.onnx.errors import DynamicShapeError, EmptyTensorError, OnnxError
 from relsat.onnx.opmap import HANDLERS
 from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
@@ -123,20 +123,39 @@ def load_model(
     importer = Importer(model, path, input_shapes or {}, batch)
     try:
         return importer.run()
-    except DynamicShapeError as first:
+    except (DynamicShapeError, EmptyTensorError) as first:
         # Exporters compute shapes at run time (Shape → Gather → Slice …, e.g. torch's attention).
         # onnxruntime's constant folding resolves them once the input shapes are fixed: retry
-        # once on the folded model with fixed inputs, else report the original problem.
+        # once on the folded model with fixed inputs; then with the shape computations folded
+        # by ONNX's reference evaluator (what onnxruntime leaves, such as the Shape → Slice →
+        # ConstantOfShape of an expanded LayerNormalization function); else report the
+        # original problem.
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 folded = _fold_constants(importer.model, importer.data_dir, tmp)
-            except Exception:
-                raise first from None
-            try:
                 model = onnx.load(folded, load_external_data=False)
                 return Importer(model, path, {}, None, source=folded).run()
-            except OnnxError:
-                raise first from None
+            except Exception:  # onnxruntime's own exception classes, or still open
+                pass
+        try:
+            return _fold_shapes(importer, path)
+        except OnnxError:
+            raise first from None
+
+
+def _fold_shapes(importer: Importer, path: str | None) -> Graph:
+    """The model imported after folding its shape computations at its fixed input shapes
+    (:func:`relsat.onnx.shapefold.fold` with no dynamic dim)."""
+    from relsat.onnx.shapefold import fold
+    from relsat.onnx.symbolic import Dims
+
+    shapes = {
+        vi.name: tuple(int(d.dim_value) for d in vi.type.tensor_type.shape.dim)
+        for vi in importer.inputs
+    }
+    static = Dims((), shapes)
+    folded = fold(importer.model, static, static, skeleton=_skeleton, const=importer.const)
+    return Importer(folded.model, path, {}, None, source=importer.source).run()
 
 
 def _fold_constants(model: onnx.ModelProto, data_dir: str | None, folder: str) -> str:
@@ -201,6 +220,8 @@ class Importer:
             raise OnnxError(f"opset {self.opset} is not supported (need >= {MIN_OPSET})", path=path)
         self.model = onnx.ModelProto()
         self.model.CopyFrom(model)
+        if _runtime_ops_to_contrib(self.model):
+            self.opsets.setdefault(CONTRIB, 1)
         self.external = resolve(self.model, self.data_dir, path)  # large weights left outside
         self.g = GraphBuilder()
         self.env: dict[str, Tensor] = {}  # ONNX tensor name → relsat tensor
@@ -312,12 +333,16 @@ class Importer:
             raise self.error(f"ONNX shape inference failed: {str(exc).strip()}") from None
         self.types: dict[str, tuple[int, tuple[int | None, ...] | None]] = {}
         self.kinds: dict[str, str] = {}  # a value's type when not a tensor (sequence_type, ...)
+        self.empty: dict[str, int] = {}  # a tensor inferred empty: the axis whose size is 0
         g = inferred.graph
         for vi in [*g.input, *g.value_info, *g.output]:
             kind = vi.type.WhichOneof("value")
             if kind not in (None, "tensor_type"):
                 self.kinds[vi.name] = kind
             tt = vi.type.tensor_type
+            for axis, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value") and d.dim_value == 0:
+                    self.empty.setdefault(vi.name, axis)
             shape = None
             if tt.HasField("shape"):
                 shape = tuple(
@@ -518,6 +543,13 @@ class Importer:
                     **where,
                 )
             shape = self.inferred_shape(name)
+            if shape is None and name in self.empty:  # folding may still make it a constant
+                raise EmptyTensorError(
+                    f"output {name!r} is an empty tensor (dim {self.empty[name]} is 0); relsat "
+                    "needs every dim to be at least 1",
+                    path=self.path,
+                    **where,
+                )
             if shape is None:
                 raise DynamicShapeError(self._open_shape(node, name), path=self.path, **where)
             shapes.append(shape)
@@ -570,7 +602,7 @@ class Importer:
         graph_inputs = [vi.name for vi in self.inputs]
         found: list[str] = []
         seen: set[str] = set()
-        todo = [i for i in node.input if i]
+        todo = [i for i in node.input if i] if node.op_type not in ("Shape", "Size") else []
         while todo:
             name = todo.pop()
             if name in seen:
@@ -589,6 +621,25 @@ class Importer:
 
 #: Initializers with more elements than this are left out of :func:`_skeleton`.
 SKELETON_MAX_ELEMENTS = 4096
+
+
+#: onnxruntime's own operators that its optimizers (onnxruntime's transformers optimizer,
+#: onnxscript's ort_fusions) write in the default domain, where onnxruntime registers them and
+#: the ONNX checker knows no such operator; read as the ``com.microsoft`` operator of that name.
+RUNTIME_OPS_IN_ONNX_DOMAIN = frozenset({"SimplifiedLayerNormalization"})
+
+
+def _runtime_ops_to_contrib(model: onnx.ModelProto) -> bool:
+    """Move the nodes of :data:`RUNTIME_OPS_IN_ONNX_DOMAIN` in the default domain of ``model``
+    (in place) to ``com.microsoft``, declaring that domain; whether any moved."""
+    moved = False
+    for node in model.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in RUNTIME_OPS_IN_ONNX_DOMAIN:
+            node.domain = CONTRIB
+            moved = True
+    if moved and not any(o.domain == CONTRIB for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(CONTRIB, 1))
+    return moved
 
 
 def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:

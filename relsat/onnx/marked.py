@@ -7,10 +7,11 @@ one), and the folded model imported at the first markers (:class:`~relsat.onnx.i
 Importer`, which folds nothing that reads a dim any further).
 
 Exporters do not always give equal dims one name: torch's dynamo exporter names the batch of
-``input_ids`` ``s21`` and that of ``attention_mask`` ``s35``. Dims at the same position of
-several inputs with the same pricing value are made one dim when the model itself requires it:
-onnxruntime runs the original with them equal and fails with them apart (a fact about the
-model, not an assumption of relsat's). Dims a model does not tie stay apart.
+``input_ids`` ``s21`` and that of ``attention_mask`` ``s35``; a model with a dynamic input and a
+dynamic bias ties the bias's length to the input's last dim. Dims with the same pricing value
+are made one dim when the model itself requires it: onnxruntime runs the original with them
+equal and fails with one of them apart (a fact about the model, not an assumption of relsat's).
+Dims a model does not tie stay apart.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from relsat.onnx.importer import Importer, read_model, skeleton
 from relsat.onnx.shapefold import FOLD_LIMIT, MarkerClash, fold
 from relsat.onnx.symbolic import Dims, choose_markers, plan, static_numbers
 
-__all__ = ["MARKER_TRIES", "load_symbolic", "tied_dims"]
+__all__ = ["MARKER_TRIES", "bound_dims", "load_symbolic", "tied_dims"]
 
 #: Marker sets tried before giving up on keeping the dims symbolic.
 MARKER_TRIES = 4
@@ -51,11 +52,24 @@ def load_symbolic(
     if same:
         dims = plan(model, input_shapes, batch, path=path, same=same)
         assert dims is not None
+    fixed = bound_dims(path_or_model, dims)
+    if fixed:
+        held = plan(model, input_shapes, batch, path=path, same=same, fixed=fixed)
+        if held is None:
+            described = "; ".join(f"{dims.where(n)} = {v}" for n, v in fixed.items())
+            raise SymbolicDimError(
+                f"the model runs at no other value of its dynamic dims: {described}",
+                dims=tuple(fixed),
+                path=path,
+            )
+        dims = held
     return _import(
         model,
         path,
         dims,
-        lambda avoid: plan(model, input_shapes, batch, avoid=avoid, path=path, same=same),
+        lambda avoid: plan(
+            model, input_shapes, batch, avoid=avoid, path=path, same=same, fixed=fixed
+        ),
     )
 
 
@@ -115,28 +129,102 @@ def _import(
 
 
 def tied_dims(model: Any, dims: Dims) -> dict[str, str]:
-    """Dim name → the name of the dim it must equal, for dims at one position of several inputs
-    with one pricing value that the model ties (see the module docstring)."""
-    groups: dict[tuple[int, int], list[str]] = {}
-    for d in dims.dims:
-        for axis in sorted({a for _, a in d.axes}):
-            groups.setdefault((axis, d.value), [])
-            if d.name not in groups[(axis, d.value)]:
-                groups[(axis, d.value)].append(d.name)
-    same: dict[str, str] = {}
+    """Dim name → the name of the dim it must equal, for dims with one pricing value that the
+    model ties (see the module docstring), at one position of several inputs (two inputs'
+    batch) or at different ones (a bias's length and the last dim of the tensor it is added
+    to, the inner dims of a MatMul of two inputs).
+
+    onnxruntime runs the original with the dims of one pricing value together at ``v``; a dim
+    that makes it fail when moved alone to ``v + 1`` (and to ``v - 1`` where that is not 1,
+    which broadcasts: a dim that need only be at most another's is not tied) is bound to the
+    others; two bound dims that run when moved together are one dim; bound dims no pair frees
+    are one dim when all of them moved together run. Dims a model does not tie stay apart."""
     from relsat.onnx.verification import runs_at
 
-    for names in groups.values():
-        names = [n for n in names if n not in same]
+    groups: dict[int, list[str]] = {}
+    for d in dims.dims:
+        groups.setdefault(d.value, []).append(d.name)
+    same: dict[str, str] = {}
+    for value, names in groups.items():
         if len(names) < 2:
             continue
-        value = max(dims.dim(names[0]).value, 1) + 1
-        together = {n: value for n in names}
-        apart = {**together, **{n: value + 1 for n in names[1:]}}
+        v = max(value, 1) + 1
+        together = {n: v for n in names}
+        moves = [{n: v + 1} for n in names] + ([{n: v - 1} for n in names] if v > 2 else [])
         try:
-            ok = runs_at(model, [dims.shapes(together), dims.shapes(apart)])
+            ran = runs_at(model, [dims.shapes(together | m) for m in [{}, *moves]])
         except OnnxError:
             continue
-        if ok == [True, False]:
-            same.update((n, names[0]) for n in names[1:])
+        if not ran[0]:
+            continue
+        alone = ran[1:]
+        bound = [
+            n for i, n in enumerate(names) if not alone[i] and (v <= 2 or not alone[len(names) + i])
+        ]
+        same.update(_classes(model, dims, together, bound, v + 1))
     return same
+
+
+def _classes(
+    model: Any, dims: Dims, together: dict[str, int], bound: list[str], moved: int
+) -> dict[str, str]:
+    """The bound dims made one: pairs that run moved together to ``moved``, then the rest if
+    all of them moved together run."""
+    from relsat.onnx.verification import runs_at
+
+    if len(bound) < 2:
+        return {}
+    pairs = [(a, b) for i, a in enumerate(bound) for b in bound[i + 1 :]]
+    try:
+        ran = runs_at(model, [dims.shapes(together | {a: moved, b: moved}) for a, b in pairs])
+    except OnnxError:
+        return {}
+    same: dict[str, str] = {}
+    for (a, b), ok in zip(pairs, ran, strict=True):
+        if ok and a not in same and b not in same:
+            same[b] = a
+    rest = [n for n in bound if n not in same and n not in same.values()]
+    if len(rest) > 2:
+        try:
+            (ok,) = runs_at(model, [dims.shapes(together | dict.fromkeys(rest, moved))])
+        except OnnxError:
+            ok = False
+        if ok:
+            same.update((n, rest[0]) for n in rest[1:])
+    return same
+
+
+def bound_dims(model: Any, dims: Dims) -> dict[str, int]:
+    """Dim name → its pricing value, for the dims the model itself fixes: onnxruntime runs the
+    original at the pricing shape, and with that dim at one more, two more, twice, or one less
+    (where that is not 1, which broadcasts) it fails every time — moved alone, moved with the
+    dims of the same pricing value, and moved with every dim moved alike (a dim that must be
+    even, at most a table's length, or equal to another dim runs in one of these). Such a dim
+    is static in the e-graph and written static. Judged on random inputs valid per input
+    (:func:`relsat.onnx.verification.runs_at`)."""
+    from relsat.onnx.verification import runs_at
+
+    def moved(v: int) -> list[int]:
+        return [v + 1, v + 2, 2 * v] + ([v - 1] if v > 2 else [])
+
+    kinds = range(4)  # the moves by position: +1, +2, x2, -1
+    groups: dict[int, list[str]] = {}
+    for d in dims.dims:
+        groups.setdefault(d.value, []).append(d.name)
+    tries: list[dict[str, int]] = [{}]
+    for k in kinds:  # every dim moved alike
+        tries.append({d.name: moved(d.value)[k] for d in dims.dims if k < len(moved(d.value))})
+    for value, names in groups.items():
+        for v in moved(value):
+            tries.append(dict.fromkeys(names, v))  # a pricing value's dims together
+            if len(names) > 1:
+                tries += [{n: v} for n in names]  # each alone
+    try:
+        ran = runs_at(model, [dims.shapes(t) for t in tries])
+    except OnnxError:
+        return {}
+    if not ran[0]:
+        return {}
+    pricing = dims.pricing()
+    free = {n for t, ok in zip(tries[1:], ran[1:], strict=True) if ok for n in t}
+    return {n: pricing[n] for n in dims.names if n not in free}

@@ -449,7 +449,7 @@ def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[
 
 def _flatten(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
-    axis = a.get("axis", 1) % (x.rank + 1) if a.get("axis", 1) < 0 else a.get("axis", 1)
+    axis = a.get("axis", 1) + x.rank if a.get("axis", 1) < 0 else a.get("axis", 1)  # [-r, r]
     shape = [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])]
     return _reshape_to(imp, x, node.output[0], shape)
 

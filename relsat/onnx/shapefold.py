@@ -11,12 +11,18 @@ node into a ``Constant`` only when that is sound for every value of the dims:
 * values that differ are integer shape-like values (:data:`~relsat.onnx.symbolic.SHAPE_LIKE`
   elements at most) each the same product of dims and a constant at both assignments (written
   back computed from ``Shape`` on export: :mod:`relsat.onnx.symbolize`); anything else computed
-  from a dim (``sequence + 1``, a float) stays an operator.
+  from a dim (``sequence + 1``, a float) stays an operator;
+* a node writing a graph output stays (a ``Shape`` the model returns is the run's shape), its
+  value known to the nodes reading it.
 
 Then every tensor's dims are checked at both assignments: a dim that differs must be such a
 product (convolution arithmetic on an image side is not: :class:`SymbolicDimError`, naming
 the dims it is computed from), and a static dim must not be divisible by a marker
 (:class:`MarkerClash`: the import tries other markers).
+
+With no dynamic dim (``dims`` and ``other`` both static) it folds what ONNX's shape inference
+and onnxruntime's constant folding leave open at fixed input shapes
+(:func:`relsat.onnx.importer.load_model`'s last retry).
 """
 
 from __future__ import annotations

@@ -71,10 +71,14 @@ class Dim:
 
 @dataclass(frozen=True)
 class Dims:
-    """The dynamic dims of one model and each input's dims (an int, or a dim's name)."""
+    """The dynamic dims of one model and each input's dims (an int, or a dim's name);
+    ``fixed``: the dims the model itself fixes (it runs at no other value): name, value and
+    where in words (``("d3_2", 2, "grid dim 3 (d3_2)")``), static here and in the written
+    model's interface."""
 
     dims: tuple[Dim, ...]
     inputs: Mapping[str, tuple[int | str, ...]] = field(hash=False, compare=False)
+    fixed: tuple[tuple[str, int, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", {k: tuple(v) for k, v in self.inputs.items()})
@@ -188,6 +192,7 @@ def plan(
     avoid: Iterable[int] = (),
     path: str | None = None,
     same: Mapping[str, str] | None = None,
+    fixed: Mapping[str, int] | None = None,
 ) -> Dims | None:
     """The dynamic dims of ``model`` (an ``onnx.ModelProto``) with markers and pricing values,
     or None when every input dim is static. ``input_shapes`` gives pricing values by input and
@@ -195,10 +200,13 @@ def plan(
     rank, a static dim given another value, or one dim given two values. ``avoid``: primes not
     to use (beside those dividing a static number of the model); ``path`` names the file in
     errors; ``same`` maps a dim's name to the name of a dim it is one with (the model ties
-    them: :func:`relsat.onnx.marked.tied_dims`). (Seven parameters: the model, the two ways a
-    user gives pricing values, and what the importer knows of the model.)"""
+    them: :func:`relsat.onnx.marked.tied_dims`) and ``fixed`` a dim's name to the value the
+    model fixes it to (:func:`relsat.onnx.marked.bound_dims`: static here, listed in
+    :attr:`Dims.fixed`). (Eight parameters: the model, the two ways a user gives pricing values,
+    and what the importer knows of the model.)"""
     given = dict(input_shapes or {})
     alias = dict(same or {})
+    pinned = dict(fixed or {})
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
     unknown = sorted(set(given) - {vi.name for vi in inputs})
@@ -248,6 +256,11 @@ def plan(
                 continue
             name = d.dim_param or f"{vi.name}[{i}]"
             name = alias.get(name, name)
+            if name in pinned:  # the model fixes it: static, said in Dims.fixed
+                if (vi.name, i) not in axes.setdefault(name, []):
+                    axes[name].append((vi.name, i))
+                row.append(pinned[name])
+                continue
             if name not in values:
                 values[name] = (
                     batch
@@ -258,6 +271,10 @@ def plan(
                 axes[name].append((vi.name, i))
             row.append(name)
         layout[vi.name] = tuple(row)
+    held = tuple(
+        (n, v, f"{axes[n][0][0]} dim {axes[n][0][1]} ({n})") for n, v in pinned.items() if n in axes
+    )
+    values = {n: v for n, v in values.items() if n not in pinned}
     if not values:
         return None
     markers = choose_markers(list(values.values()), set(avoid), static_numbers(model))
@@ -265,7 +282,7 @@ def plan(
         Dim(name, m, values[name], tuple(axes[name]))
         for name, m in zip(values, markers, strict=True)
     )
-    return Dims(dims, layout)
+    return Dims(dims, layout, held)
 
 
 def choose_markers(

@@ -2,8 +2,9 @@
 writing a graph with markers (:mod:`relsat.onnx.symbolic`) when given its ``dims``.
 
 * Inputs and outputs get the interface's types (``like``: names, element types, the original
-  ``dim_param`` names); an output dim the interface leaves open is written as its dim's name
-  when it is exactly one dim, else left open.
+  ``dim_param`` names; a dim the model fixes, :attr:`Dims.fixed`, its value); an output dim the
+  interface leaves open is written as its dim's name when it is exactly one dim, else left
+  open.
 * Every small integer constant holding a product of markers (a shape-like value:
   :data:`~relsat.onnx.symbolic.SHAPE_LIKE` elements at most, rank 0 or 1) is written the way
   exporters write it. A Reshape target copies an input dim at the same position with ``0`` and
@@ -217,9 +218,14 @@ class _Writer:
     def _interface(self, interface: onnx.GraphProto) -> None:
         g = self.graph
         declared = {vi.name: vi for vi in interface.input}
+        pinned = {name: value for name, value, _ in self.dims.fixed}
         for vi in g.input:
             if vi.name in declared:
                 vi.CopyFrom(declared[vi.name])
+            layout = self.dims.inputs.get(vi.name, ())
+            for d, v in zip(vi.type.tensor_type.shape.dim, layout, strict=False):
+                if d.dim_param and isinstance(v, int):  # a dim the model fixes: written static
+                    d.dim_value = v
         for i, vi in enumerate(g.output):
             want = interface.output[i] if i < len(interface.output) else None
             dims = vi.type.tensor_type.shape.dim
@@ -236,6 +242,8 @@ class _Writer:
                     and (given[axis].dim_param or given[axis].dim_value)
                 ):
                     d.CopyFrom(given[axis])
+                    if d.dim_param in pinned:
+                        d.dim_value = pinned[d.dim_param]
                     continue
                 if value is None or not self.dims.is_symbolic(value):
                     continue

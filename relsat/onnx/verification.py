@@ -21,7 +21,7 @@ from relsat.onnx.errors import OnnxError
 from relsat.onnx.runtime import OrtSettings
 from relsat.threads import cap as thread_cap
 
-__all__ = ["random_inputs", "run_onnx", "runs_at", "verify"]
+__all__ = ["failure_at", "random_inputs", "run_onnx", "runs_at", "verify"]
 
 
 def _session(model_or_path: Any, *, quiet: bool = False) -> Any:
@@ -95,6 +95,24 @@ def random_inputs(model_or_path: Any, *, seed: int = 0) -> dict[str, np.ndarray]
     from relsat.onnx.inputs import kinds_of
 
     return _draw(_session(model_or_path), None, kinds_of(model_or_path), seed)
+
+
+def failure_at(model_or_path: Any, shape: Mapping[str, Sequence[int]]) -> str | None:
+    """Why onnxruntime does not run the model at ``shape`` (input name → dims; random inputs as
+    :func:`random_inputs` draws them), in one line; None when it runs (or cannot be loaded:
+    the importer says why)."""
+    from relsat.onnx.inputs import kinds_of
+
+    try:
+        session = _session(model_or_path, quiet=True)
+    except OnnxError:
+        return None
+    try:
+        _run(session, _draw(session, None, kinds_of(model_or_path), 0, shape))
+    except (OnnxError, ValueError) as exc:
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+    return None
 
 
 def runs_at(model_or_path: Any, shapes: Sequence[Mapping[str, Sequence[int]]]) -> list[bool]:

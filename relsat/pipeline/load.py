@@ -71,6 +71,7 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
             "timing_shapes", options.timing_shapes, f"dims of this model ({', '.join(dims.names)})"
         )
     pricing = dims.shapes()
+    _check_runs(proto if proto is not None else model, dims, path)
     if options.static:
         note = f"fixed at {dims.describe()} (static)"
     else:
@@ -81,13 +82,39 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
             why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
             if not isinstance(exc, ronnx.SymbolicDimError):
                 markers = ", ".join(f"{d.name}={d.marker}" for d in dims.dims)
-                why += f" (with the dims at markers {markers}: out of a bound of the model?)"
+                ones = [dims.where(d.name) for d in dims.dims if d.value == 1]
+                guess = "out of a bound of the model"
+                if ones:  # a 1 that broadcasts is not a 1 at a marker
+                    guess += f", or a dim of 1 it broadcasts: {', '.join(ones)}"
+                why += f" (with the dims at markers {markers}: {guess}?)"
             note = f"fixed at {dims.describe()}: {why}"
         else:
             assert marked is not None
             note = f"{', '.join(marked.names)} kept symbolic; priced at {marked.describe()}"
+            if marked.fixed:  # said, never silent: the model runs at no other value of these
+                held = "; ".join(f"{where} = {v}" for _, v, where in marked.fixed)
+                note += f"; fixed by the model (it runs at no other value), written static: {held}"
             return graph, Shapes(marked, pricing, True, note)
     return ronnx.load(model, input_shapes=pricing), Shapes(None, pricing, False, note)
+
+
+def _check_runs(model: Any, dims: Any, path: str | None) -> None:
+    """Refuse, before any work, a pricing shape the model itself does not run at (onnxruntime
+    fails on the original there: a dim beyond a bound the model puts on it), naming the dims,
+    where they occur and what onnxruntime said."""
+    from relsat.onnx.errors import PricingShapeError
+    from relsat.onnx.verification import failure_at
+
+    failure = failure_at(model if path is None else path, dims.shapes())
+    if failure is None:
+        return
+    where = "; ".join(f"{dims.where(d.name)} = {d.value}" for d in dims.dims)
+    raise PricingShapeError(
+        f"the model does not run at its pricing shape ({where}): {failure}; choose a shape "
+        "within the model's bounds with --input-shape (Options.input_shapes)",
+        dims=dims.names,
+        path=path,
+    )
 
 
 def _inputs_only(path: Any) -> Any:
