@@ -118,6 +118,22 @@ def llama(
 ) -> Built:
     """``LlamaModel`` (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention with
     ``kv_heads`` key/value heads), no KV cache."""
+    model = _llama_model(layers, hidden, heads, kv_heads, ffn, vocab, seq, cache=False)
+    return _text(model, vocab, seq)
+
+
+def _llama_model(
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    vocab: int,
+    positions: int,
+    *,
+    cache: bool,
+) -> nn.Module:
+    """A randomly initialized ``LlamaModel`` (seeded) for at least ``positions`` positions."""
     from transformers import LlamaConfig, LlamaModel
 
     torch.manual_seed(SEED)
@@ -128,10 +144,10 @@ def llama(
         num_key_value_heads=kv_heads,
         intermediate_size=ffn,
         vocab_size=vocab,
-        max_position_embeddings=max(256, seq),
-        use_cache=False,
+        max_position_embeddings=max(256, positions),
+        use_cache=cache,
     )
-    return _text(LlamaModel(config), vocab, seq)
+    return LlamaModel(config)
 
 
 class Decode(nn.Module):
@@ -172,20 +188,8 @@ def llama_decode(
     ones (inputs ``input_ids`` 1x1, ``attention_mask`` 1x(past+1), ``past_key_<i>`` and
     ``past_value_<i>`` 1 x kv_heads x past x head_dim per layer, seeded normal); outputs the
     hidden state and each layer's present key and value (past + 1 positions)."""
-    from transformers import LlamaConfig, LlamaModel
-
-    torch.manual_seed(SEED)
-    config = LlamaConfig(
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        intermediate_size=ffn,
-        vocab_size=vocab,
-        max_position_embeddings=max(256, past + 1),
-        use_cache=True,
-    )
-    model = Decode(LlamaModel(config), layers).eval()
+    llama_model = _llama_model(layers, hidden, heads, kv_heads, ffn, vocab, past + 1, cache=True)
+    model = Decode(llama_model, layers).eval()
     g = torch.Generator().manual_seed(SEED)
     example = [
         torch.randint(0, vocab, (1, 1), generator=g),
