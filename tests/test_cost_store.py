@@ -72,6 +72,31 @@ def test_each_writer_owns_a_file_and_no_row_is_lost(tmp_path: Path) -> None:
     assert sorted(found.rows["key"].to_pylist()) == sorted({one.canonical(s).key for s in SIGS})
 
 
+def test_a_store_at_a_uri_takes_the_object_store_path(tmp_path: Path) -> None:
+    # An object store (s3://, gs://) is opened by pyarrow.fs from its URI and written without
+    # a rename, one object per writer. No object store is reachable here: a file:// URI takes
+    # the same URI path through pyarrow.fs, and `remote` forces the write-without-rename branch.
+    uri = (tmp_path / "bucket").as_uri()
+    store = CostStore(uri)
+    assert store.location == uri and not store.remote
+    store.remote = True  # as for s3://: each writer PUTs its whole object
+    first, second = store.writer("node-a"), store.writer("node-b")
+    first.write(rows("ort-cpu|x", {"a": 1.0, "b": 2.0}))
+    second.write(rows("ort-cpu|x", {"b": 4.0, "c": 3.0}))
+    first.write(rows("ort-cpu|x", {"a": 1.0, "b": 2.0, "d": 5.0}))  # rewrites its own object
+    assert len(store.files()) == 2 and not list((tmp_path / "bucket").rglob("*.tmp"))
+    merged = CostStore(uri).read("ort-cpu|x")
+    assert dict(
+        zip(merged.rows["key"].to_pylist(), merged.rows["ms"].to_pylist(), strict=True)
+    ) == {
+        "a": 1.0,
+        "b": 3.0,  # the median of both writers' times
+        "c": 3.0,
+        "d": 5.0,
+    }
+    assert CostStore(uri).read("ort-cpu|other").rows.num_rows == 0  # another identity: none
+
+
 def test_merging_two_stores_prices_everything_without_measuring(tmp_path: Path) -> None:
     a, b = model(store=tmp_path / "a"), model(store=tmp_path / "b")
     ms_a, ms_b = a.costs(SIGS[:3]), b.costs(SIGS[3:])

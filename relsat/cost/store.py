@@ -19,8 +19,9 @@ and re-measures what is missing.
   not Parquet, other columns) is named in :attr:`StoreRows.skipped` and left alone; the other
   files' rows are read.
 * **Where.** A local folder, or an object-store URI that ``pyarrow.fs`` opens (``s3://…``,
-  ``gs://…``; written without a rename, one object per writer — untested here). The local cost
-  cache (:func:`relsat.cost.ort.cache_dir` ``/costs``) is such a folder.
+  ``gs://…``; written without a rename, one object per writer; the tests take that path through
+  a ``file://`` URI, no object store being reachable from them). The local cost cache
+  (:func:`relsat.cost.ort.cache_dir` ``/costs``) is such a folder.
 
 >>> import tempfile
 >>> store = CostStore(tempfile.mkdtemp())
@@ -175,6 +176,9 @@ class StoreWriter:
         fs = self.store.fs
         try:
             if self.store.remote:  # one PUT per object: readers see the old object or the new
+                # the store's prefix made first where the file system has folders (a bucket's
+                # prefix needs none; pyarrow's create_dir is then a no-op)
+                fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
                 pq.write_table(rows, self.path, filesystem=fs)
                 return
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
