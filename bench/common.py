@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import os
 import platform
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -16,6 +18,8 @@ from typing import Any
 import onnx
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: Where the scripts keep exports and each tool's outputs (``--exports``).
+EXPORTS = Path(tempfile.gettempdir()) / "relsat-exports"
 
 #: TENSAT's numbers (MLSys 2021; reference/MODELS.md §2-3): Table 3 exploration and extraction
 #: seconds (16-core CPU + T4, k_multi = 1), historical cost reductions (%), final e-node counts.
@@ -89,6 +93,16 @@ def extend_header(path: Path, header: list[str]) -> None:
         lines[0] = out.getvalue() + lines[0][len(first) :]  # its own line ending
         with path.open("w", newline="") as f:
             f.writelines(lines)
+
+
+def add_exports(ap: argparse.ArgumentParser) -> None:
+    """The scripts' ``--exports FOLDER`` option (default :data:`EXPORTS`), read as a Path."""
+    ap.add_argument(
+        "--exports",
+        type=Path,
+        default=EXPORTS,
+        help="where exports and each tool's outputs are kept (default: %(default)s)",
+    )
 
 
 def log(message: str) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -248,11 +247,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
     ap.add_argument("--threads", type=int, default=1, help="relsat's and the timing's threads")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per relsat call")
-    ap.add_argument(
-        "--exports",
-        default=str(Path(tempfile.gettempdir()) / "relsat-exports"),
-        help="where exports and outputs are kept (default: %(default)s)",
-    )
+    common.add_exports(ap)
     ap.add_argument("--relsat-args", default="", help="more relsat options")
     ap.add_argument("--no-static", action="store_true", help="leave the --static run out")
     args = ap.parse_args()

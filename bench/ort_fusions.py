@@ -71,7 +71,6 @@ import datetime
 import functools
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -464,9 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0, help="per tool call, seconds")
-    parser.add_argument(
-        "--exports", type=Path, default=Path(tempfile.gettempdir()) / "relsat-exports"
-    )
+    common.add_exports(parser)
     parser.add_argument(
         "--no-variants", action="store_true", help="skip the exporter-variant check"
     )

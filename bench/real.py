@@ -40,7 +40,6 @@ import argparse
 import filecmp
 import shlex
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -363,11 +362,7 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the corpus and exit")
     ap.add_argument("--rounds", type=int, default=50, help="interleaved timing rounds")
     ap.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads")
-    ap.add_argument(
-        "--exports",
-        default=str(Path(tempfile.gettempdir()) / "relsat-exports"),
-        help="where exports and relsat's outputs are kept (default: %(default)s)",
-    )
+    common.add_exports(ap)
     ap.add_argument("--skip-onnxsim", action="store_true", help="no onnxsim columns")
     ap.add_argument(
         "--spin",

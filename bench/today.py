@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -256,11 +255,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
     ap.add_argument("--threads", type=int, default=1, help="relsat's and the timing's threads")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per tool call")
-    ap.add_argument(
-        "--exports",
-        default=str(Path(tempfile.gettempdir()) / "relsat-exports"),
-        help="where exports and outputs are kept (default: %(default)s)",
-    )
+    common.add_exports(ap)
     ap.add_argument("--relsat-args", default="", help='more relsat options, e.g. "--keep-slower"')
     ap.add_argument("--no-slim", action="store_true", help="leave onnxslim out")
     ap.add_argument(
