@@ -14,6 +14,7 @@ from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.cost.model import OpSignature
 from relsat.cost.ort import unit_graph
+from relsat.errors import GraphError
 from relsat.graph.execute import run
 from relsat.graph.ops import f32_bits
 from relsat.rewrite.rulefile import RULES_DIR, load_rules
@@ -475,7 +476,7 @@ def test_gqa_and_repeatkv_kernels_agree_with_repeated_heads() -> None:
     assert np.array_equal(
         run(b.build(b.repeatkv(v, 3)), feeds)[0], np.repeat(feeds["v"], 3, axis=1)
     )
-    with pytest.raises(Exception, match="divide"):
+    with pytest.raises(GraphError, match="divide"):
         b.gqa(q, b.input([1, 3, D, S]), b.input([1, 3, S, D]), m, 0.5)
 
 

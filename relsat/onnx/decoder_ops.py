@@ -257,21 +257,26 @@ def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str,
     table = _own_table(imp, second, first)
     if table is not None:
         return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
-    out = TRANSFORMER_HANDLERS["Mul"](imp, node, a)
-    product = out.get(node.output[0])
-    if product is not None:
-        mul, (x, factor) = imp.g.producer(product)
-        repeat, heads = imp.g.producer(x)
-        scalar, _ = imp.g.producer(factor)
-        half = halves(imp, x)
-        if mul.op == "ewmul" and repeat.op == "repeatkv" and scalar.op == "scalar":
-            scaled = imp.g.mul(heads[0], factor)
-            count = repeat.params["count"]
-            out[node.output[0]] = imp.g.repeatkv(scaled, count, name=node.output[0])
-        elif mul.op == "ewmul" and half is not None and scalar.op == "scalar":
-            piece = imp.g.mul(half, factor)  # a rotary table's scaling (attention_scaling)
-            out[node.output[0]] = imp.g.concat(x.rank - 1, [piece, piece], name=node.output[0])
-    return out
+    out = TRANSFORMER_HANDLERS["Mul"](imp, node, a)  # the scalar operand second
+    inside = _scaled_inside(imp, out[node.output[0]], node.output[0])
+    return out if inside is None else {node.output[0]: inside}
+
+
+def _scaled_inside(imp: ImportContext, product: Tensor, name: str) -> Tensor | None:
+    """``repeatkv(k) * s`` as ``repeatkv(k * s)`` and ``concat(h, h) * s`` (a rotary table's
+    ``attention_scaling``) as ``concat(h * s, h * s)``, ``s`` a scalar: the same values, the
+    repeat or the table's halves kept where the rules look for them; else None."""
+    mul, (x, factor) = imp.g.producer(product)
+    if mul.op != "ewmul" or imp.g.producer(factor)[0].op != "scalar":
+        return None
+    inner, ins = imp.g.producer(x)
+    if inner.op == "repeatkv":
+        return imp.g.repeatkv(imp.g.mul(ins[0], factor), inner.params["count"], name=name)
+    half = halves(imp, x)
+    if half is None:
+        return None
+    piece = imp.g.mul(half, factor)
+    return imp.g.concat(x.rank - 1, [piece, piece], name=name)
 
 
 def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
