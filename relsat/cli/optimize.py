@@ -104,6 +104,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "ILP extraction seconds; default: 5 s + 1 ms per node of the reduced model, at most 60",
     )
     p.add_argument(
+        "--no-packing",
+        action="store_true",
+        help="never pack an attention with its projections into one com.microsoft Attention "
+        "(by default done where it measures faster, with ort-cpu prices)",
+    )
+    p.add_argument(
         "--blocks",
         nargs="?",
         const="on",
@@ -246,6 +252,7 @@ def options(args: argparse.Namespace) -> Options:
             extractor=args.extractor,
             ilp=IlpOptions(time_limit=args.ilp_time_limit),
             blocks=args.blocks,
+            packing=not args.no_packing,
             verify=not args.no_verify,
             db=getattr(args, "db", None),
             resume=getattr(args, "resume", False),
@@ -361,6 +368,8 @@ def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
     check, timing and choice."""
     if result.blocks != "off":
         out.print(f"blocks: {result.blocks}", soft_wrap=True)
+    if result.packing != "off":
+        out.print(f"packing: {result.packing}", soft_wrap=True)
     if result.stopped != result.stop.value:  # a limit: the rules that filled the e-graph
         out.print(f"exploration stopped at the {result.stopped}", soft_wrap=True)
     e = result.extraction

@@ -501,6 +501,22 @@ class GraphBuilder:
         ``[B, H, S, T]``; a row masked entirely (all ``-inf``) gives zeros."""
         return self._one("attention", [q, kt, v, bias], name, scale=f32(scale))
 
+    def mha(
+        self,
+        x: Tensor,
+        w: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        heads: int,
+        scale: float,
+        name: str | None = None,
+    ) -> Tensor:
+        """Multi-head self-attention with packed input projections (com.microsoft Attention):
+        ``x [B, S, E] @ w [E, 3 * heads * D] + b`` split into q, k and v, each into ``heads``
+        heads, then :meth:`attention` (``scale``, ``bias`` broadcast to ``[B, heads, S, S]``),
+        the heads merged back: ``[B, S, heads * D]``."""
+        return self._one("mha", [x, w, b, bias], name, heads=heads, scale=f32(scale))
+
     # --- LLM decoder operators ---------------------------------------------------------------
 
     def gqa(

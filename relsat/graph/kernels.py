@@ -335,6 +335,20 @@ def _attention(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.matmul(probs, v),)
 
 
+def _mha(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, w, b, bias = args
+    batch, seq, _ = x.shape
+    heads = node.params["heads"]
+    q, k, v = np.split(np.matmul(x, w) + b, 3, axis=-1)
+    q, k, v = (t.reshape(batch, seq, heads, -1).transpose(0, 2, 1, 3) for t in (q, k, v))
+    with np.errstate(invalid="ignore"):
+        probs = _nanzero(
+            _softmax(np.matmul(q, k.transpose(0, 1, 3, 2)) * node.params["scale"] + bias)
+        )
+    out = np.matmul(probs, v).transpose(0, 2, 1, 3)
+    return (out.reshape(batch, seq, -1),)
+
+
 def _gqa(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     q, kt, v, bias = args
     count = q.shape[1] // kt.shape[1]
@@ -421,6 +435,7 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "finite": _unary(lambda x: x),
     "attention": _attention,
     "gqa": _gqa,
+    "mha": _mha,
     "repeatkv": lambda n, a: (np.repeat(a[0], n.params["count"], axis=1),),
     "reciprocal": _unary(np.reciprocal),
     "neg": _unary(np.negative),

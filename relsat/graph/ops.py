@@ -499,6 +499,28 @@ def _attention(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
     return (TensorType((b, h, s, v.shape[3]), (q.splits[0], q.splits[1], q.splits[2], ())),)
 
 
+def _mha(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "scale", positive=True)
+    heads = _int(params, "heads", minimum=1)
+    x, w, b, bias = inputs
+    _rank(x, 3, "mha x")
+    _rank(w, 2, "mha w")
+    batch, seq, embed = x.shape
+    hidden, rem = divmod(w.shape[1], 3)
+    if w.shape[0] != embed or rem or hidden % heads:
+        raise OpError(
+            f"mha needs x [B, S, E], w [E, 3 * {heads} * D], b [3 * {heads} * D]; got x "
+            f"{list(x.shape)}, w {list(w.shape)}"
+        )
+    if b.shape != (w.shape[1],):
+        raise OpError(f"mha b must have shape [{w.shape[1]}], got {list(b.shape)}")
+    scores = (batch, heads, seq, seq)
+    padded = (1,) * (4 - bias.rank) + bias.shape
+    if bias.rank > 4 or any(p not in (1, y) for p, y in zip(padded, scores, strict=True)):
+        raise OpError(f"mha bias {list(bias.shape)} does not broadcast to {list(scores)}")
+    return (TensorType((batch, seq, hidden), (x.splits[0], x.splits[1], ())),)
+
+
 def _repeatkv(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     count = _int(params, "count", minimum=1)
     (x,) = inputs
@@ -734,6 +756,17 @@ OPS: dict[str, OpSpec] = {
             "grouped-query attention: attention with kt [B, Hkv, D, T] and v [B, Hkv, T, Dv], "
             "key/value head j serving query heads j*H/Hkv to (j+1)*H/Hkv - 1 (ONNX Attention, "
             "opset 23, with fewer key/value heads): one fused kernel, no repeated copies",
+        ),
+        _spec(
+            "mha",
+            4,
+            "heads scale",
+            _mha,
+            "multi-head self-attention with its input projections packed: x [B, S, E] @ w "
+            "[E, 3 * H * D] + b gives q, k, v, each split into H heads of D, then attention "
+            "(scale, bias broadcast to [B, H, S, S]) and the heads merged back, [B, S, H * D] "
+            "(com.microsoft Attention): one kernel; never in the e-graph, made from an extracted "
+            "attention by relsat.graph.packing where it measures cheaper",
         ),
         _spec(
             "repeatkv",

@@ -458,7 +458,7 @@ class Exporter:
         # (a skiplayernorm's packed scale and bias are unpacked by its emitter, an attention's
         # bias is written, or left out, by its emitter)
         two = bias or node.op == "skiplayernorm"
-        take = 2 if two else 3 if node.op in ("attention", "gqa") else len(node.inputs)
+        take = 2 if two else 3 if node.op in ("attention", "gqa", "mha") else len(node.inputs)
         ins = [self.name_of(r, node) for r in node.inputs[:take]]
         add = ins[2] if len(ins) == 3 and node.op in ("conv2d_bias", "matmul_bias") else None
         if node.op in _SIMPLE:

@@ -293,6 +293,7 @@ EXPORTED = frozenset({*_SIMPLE, *_CONTRIB_OPS, "reducemean", "softmax", "layerno
     "nanzero",
     "attention",
     "gqa",
+    "mha",
 }
 
 
@@ -323,6 +324,8 @@ def emit(
         _nanzero(ex, ins[0], outs[0])
     elif op in ("attention", "gqa"):
         _attention_out(ex, float(params["scale"]), ins, outs[0], node)
+    elif op == "mha":
+        _mha_out(ex, params, ins, outs[0], node)
     else:  # pragma: no cover (EXPORTED lists what is handled)
         raise AssertionError(op)
 
@@ -384,39 +387,57 @@ def _nanzero(ex: ExportContext, x: str, out: str) -> None:
 
 
 def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, node: Node) -> None:
-    """ONNX Attention at opset 23 (keys transposed back; a constant rank-0 bias left out, the
-    softmax being shift-invariant; a bias broadcast over S or T expanded, as onnxruntime wants
-    its last two dims to be [S, T]); spelled out below opset 23."""
+    """ONNX Attention at opset 23 (keys transposed back, the mask as :func:`_mask_in` writes
+    it); spelled out below opset 23."""
     q, kt, v = ins
-    ref = node.inputs[3]
     s = ex.graph.shape(node.inputs[0])[2]
     t = ex.graph.shape(node.inputs[1])[3]
-    shape = tuple(ex.graph.shape(ref))
-    folded = ex.folded(ref) if not shape else None
-    constant = folded is not None and bool(np.isfinite(folded).all())
-    bias = None if constant else ex.name_of(ref, node)
     if ex.opset < ATTENTION_OPSET:
         heads = ex.graph.shape(node.inputs[0])[1]
         kt, v = (repeat_heads_out(ex, x, node.inputs[i], heads) for i, x in ((1, kt), (2, v)))
-        _attention_spelled(ex, scale, q, kt, v, bias, out)
+        _attention_spelled(ex, scale, q, kt, v, _mask_in(ex, node, out, s, t, nudge=False), out)
         return
     key = ex.fresh(f"{out}_key")
     ex.emit("Transpose", [kt], [key], perm=[0, 1, 3, 2])
-    if bias is not None:
-        # onnxruntime's Attention reads a mask value of exactly float32's lowest (the fill
-        # Hugging Face uses) as -inf and gives a fully masked row 0, where the softmax it
-        # replaces gives the mean of v. Scaled by the float just below 1, that value is no
-        # longer the lowest (the row's softmax is computed), -inf stays -inf (0, as the NaN
-        # guard gives) and any other mask value moves by at most 6e-8 of itself.
-        nudged = ex.fresh(f"{out}_mask_nudged")
-        ex.emit("Mul", [bias, ex.float_const("below_one", float(MASK_NUDGE))], [nudged])
-        bias = nudged
-    if bias is not None and shape[-2:] != (s, t):
-        padded = (1,) * (4 - len(shape)) + shape
-        full = ex.fresh(f"{out}_mask")
-        ex.emit("Expand", [bias, ex.const("mask_shape", [*padded[:2], s, t])], [full])
-        bias = full
+    bias = _mask_in(ex, node, out, s, t, nudge=True)
     ex.emit("Attention", [q, key, v, *([bias] if bias else [])], [out], scale=scale)
+
+
+def _mha_out(ex: ExportContext, params: Any, ins: list[str], out: str, node: Node) -> None:
+    """com.microsoft Attention: packed input projections, no mask index or past state, the
+    additive mask as ``attention_bias`` (as :func:`_mask_in` writes it)."""
+    s = ex.graph.shape(node.inputs[0])[1]
+    bias = _mask_in(ex, node, out, s, s, nudge=True)
+    attrs = {"num_heads": int(params["heads"]), "scale": float(params["scale"])}
+    _contrib(ex, "Attention", [*ins[:3], *(["", "", bias] if bias else [])], [out], **attrs)
+
+
+def _mask_in(ex: ExportContext, node: Node, out: str, s: int, t: int, *, nudge: bool) -> str | None:
+    """The name of an attention's additive mask (its input 3) for a fused kernel: None for a
+    constant finite rank-0 one (the softmax is shift-invariant); ``nudge``: scaled by
+    :data:`MASK_NUDGE`; a mask broadcast over S or T expanded, as onnxruntime wants its last
+    two dims to be [S, T]."""
+    ref = node.inputs[3]
+    shape = tuple(ex.graph.shape(ref))
+    folded = ex.folded(ref) if not shape else None
+    if folded is not None and bool(np.isfinite(folded).all()):
+        return None
+    bias = ex.name_of(ref, node)
+    if not nudge:
+        return bias
+    # onnxruntime's Attention reads a mask value of exactly float32's lowest (the fill Hugging
+    # Face uses) as -inf and gives a fully masked row 0, where the softmax it replaces gives the
+    # mean of v. Scaled by the float just below 1, that value is no longer the lowest (the row's
+    # softmax is computed), -inf stays -inf (0, as the NaN guard gives) and any other mask value
+    # moves by at most 6e-8 of itself.
+    nudged = ex.fresh(f"{out}_mask_nudged")
+    ex.emit("Mul", [bias, ex.float_const("below_one", float(MASK_NUDGE))], [nudged])
+    if shape[-2:] == (s, t):
+        return nudged
+    padded = (1,) * (4 - len(shape)) + shape
+    full = ex.fresh(f"{out}_mask")
+    ex.emit("Expand", [nudged, ex.const("mask_shape", [*padded[:2], s, t])], [full])
+    return full
 
 
 def repeat_heads_out(

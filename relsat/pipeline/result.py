@@ -34,9 +34,10 @@ class Result:
     (ms, by the ``cost_model`` named; ``cost_fallbacks`` signatures it priced by its fallback,
     None for a model without one), the exploration's ``stop`` reason and per-phase
     ``iterations``, the ``extraction``, whether NumPy verification passed (``verified``;
-    ``verification`` in words), what repeated-block folding did (``blocks``), seconds per stage
-    that worked, the ``options`` it ran with, and the DuckDB ``egraph`` for SQL inspection
-    (``choice``: e-class id → chosen e-node id).
+    ``verification`` in words), what repeated-block folding did (``blocks``), which attentions
+    were packed with their projections (``packing``, :mod:`relsat.pipeline.pack`), seconds per
+    stage that worked, the ``options`` it ran with, and the DuckDB ``egraph`` for SQL
+    inspection (``choice``: e-class id → chosen e-node id).
 
     For an ONNX input also: ``exported`` (the optimized ``onnx.ModelProto``, None when no
     rewrite was chosen), ``ort_check`` (the onnxruntime check: ``"passed"``, ``"skipped"`` or
@@ -67,6 +68,7 @@ class Result:
     cost_model: str
     cost_fallbacks: int | None = None
     blocks: str = "off"
+    packing: str = "off"
     kept: str = "optimized"
     why: str = "a Graph input"
     latency: LatencyComparison | None = None
@@ -276,6 +278,7 @@ def result(run: Run) -> Result:
         cost_model=run.cost_model.name,
         cost_fallbacks=getattr(run.cost_model, "fallbacks", None),
         blocks=run.blocks,
+        packing=run.packing,
         kept=run.kept,
         why=run.why,
         latency=run.latency,

@@ -119,6 +119,8 @@ class Run:
     # decode, unfold
     choice: dict[int, int] = field(default_factory=dict, repr=False)  # e-class id -> e-node id
     optimized: Graph | None = None
+    # pack
+    packing: str = "off"  # what packing did, in words
     # verify
     verified: bool = False
     verification: str = "skipped"

@@ -1,0 +1,229 @@
+"""Packed attention (relsat/graph/packing.py, the ``pack`` stage): an extracted attention whose
+q, k and v are head splits of projections of one tensor becomes one ``mha`` (com.microsoft
+Attention) — only when it provably is that computation, and, in the pipeline, only where the
+packed form measures faster."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_attention import _sdpa_model
+
+from relsat import GraphBuilder, Options, optimize
+from relsat import onnx as ronnx
+from relsat.errors import GraphError
+from relsat.graph.builder import Tensor
+from relsat.graph.execute import compare
+from relsat.graph.graph import Graph
+from relsat.graph.packing import fragment, pack, sites
+from relsat.rewrite.rulefile import RULES_DIR, load_rules
+
+ort = pytest.importorskip("onnxruntime")
+B, S, H, D = 2, 6, 3, 4
+E = H * D
+ROOT = float(np.float32(math.sqrt(1 / math.sqrt(D))))
+
+
+def _block(
+    *,
+    packed_projection: bool = False,
+    bias: bool = True,
+    cross: bool = False,
+    head_layout: str = "bshd",
+    mask: str = "input",
+    spelled: str = "",
+) -> Graph:
+    """One self-attention block as extraction leaves it: projections of ``x`` (2-D GEMMs on
+    ``[B * S, E]``, or one ``[E, 3E]`` projection split in three), each reshaped into heads and
+    transposed, q and kt scaled by a scalar, ``attention``, the heads merged back."""
+    b = GraphBuilder()
+    x = b.input([B, S, E], name="x")
+    other = b.input([B, S, E], name="memory") if cross else x
+    rows = b.reshape(x, [B * S, E])
+    other_rows = b.reshape(other, [B * S, E]) if cross else rows
+
+    def proj(src: Tensor, width: int) -> Tensor:
+        w = b.weight([E, width])
+        if bias:
+            return b.matmul_bias(src, w, b.weight([width]))
+        return b.matmul(src, w)
+
+    if packed_projection:
+        whole = b.reshape(proj(rows, 3 * E), [B, S, 3 * E])
+        q_in, rest = b.split(whole, 2, [E, 2 * E])
+        k_in, v_in = b.split(rest, 2, [E, E])
+    else:
+        q_in, k_in, v_in = (
+            b.reshape(proj(src, E), [B, S, E]) for src in (rows, other_rows, other_rows)
+        )
+
+    def heads(t: Tensor, keys: bool) -> Tensor:
+        if head_layout == "bshd":
+            split = b.reshape(t, [B, S, H, D])
+            return b.transpose(split, [0, 2, 3, 1] if keys else [0, 2, 1, 3])
+        split = b.reshape(t, [B, S, D, H])  # heads interleaved: another computation
+        return b.transpose(split, [0, 3, 2, 1] if keys else [0, 3, 1, 2])
+
+    root = b.scalar(ROOT)
+    q, kt, v = b.mul(heads(q_in, False), root), b.mul(heads(k_in, True), root), heads(v_in, False)
+    if mask == "input":
+        m = b.input([B, 1, 1, S], name="mask")
+    elif mask == "none":
+        m = b.scalar(0.0)
+    else:
+        m = b.weight([1, 1, S, S], name="causal", value=np.triu(np.full((1, 1, S, S), -1e9), 1))
+    if spelled:  # as extraction leaves it where the fused op does not price cheaper
+        scores = b.matmul(q, kt)
+        if mask != "none":
+            scores = b.add(scores, b.finite(m) if spelled == "finite" else m)
+        probs = b.softmax(scores)
+        out = b.matmul(b.nanzero(probs) if spelled == "guarded" else probs, v)
+    else:
+        out = b.attention(q, kt, v, m, 1.0)
+    return b.build(b.reshape(b.transpose(out, [0, 2, 1, 3]), [B, S, E]))
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        {},
+        {"bias": False},
+        {"packed_projection": True},
+        {"mask": "none"},
+        {"mask": "causal"},
+        {"spelled": "guarded"},
+        {"spelled": "finite"},
+        {"spelled": "plain", "mask": "none"},
+    ],
+    ids=[
+        "three-gemms",
+        "no-bias",
+        "gpt2-split",
+        "unmasked",
+        "constant-mask",
+        "spelled-guarded",
+        "spelled-finite-mask",
+        "spelled-unmasked",
+    ],
+)
+def test_packs_self_attention_and_computes_the_same(kind: dict[str, object]) -> None:
+    graph = _block(**kind)  # type: ignore[arg-type]
+    (site,) = sites(graph)
+    assert site.heads == H and site.batch == B and site.seq == S
+    assert site.scale == pytest.approx(ROOT * ROOT, rel=1e-6)
+    if kind.get("packed_projection"):
+        assert (site.q.start, site.k.start, site.v.start) == (0, E, 2 * E)
+    packed = pack(graph, [site])
+    counts = packed.op_counts()
+    assert counts["mha"] == 1 and not {"attention", "softmax"} & set(counts)
+    # the heads' split after mha and the merge after it cancel: no transpose is left
+    assert "transpose" not in counts
+    comparison = compare(graph, packed)
+    assert comparison.ok, comparison
+
+
+def test_packed_graph_runs_in_onnxruntime_as_com_microsoft_attention() -> None:
+    graph = _block()
+    packed = pack(graph, sites(graph))
+    model = ronnx.to_model(packed)
+    ops = {(n.domain, n.op_type) for n in model.graph.node}
+    assert ("com.microsoft", "Attention") in ops
+    x = np.random.default_rng(1).standard_normal((B, S, E)).astype(np.float32)
+    mask = np.zeros((B, 1, 1, S), np.float32)
+    mask[1, ..., S - 2 :] = np.finfo(np.float32).min  # padding, as Hugging Face fills it
+    want, got = (
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x, "mask": mask}
+        )[0]
+        for m in (ronnx.to_model(graph), model)  # the same weights, drawn by name
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [{"cross": True}, {"head_layout": "bsdh"}, {"spelled": "plain"}],
+    ids=["cross-attention", "heads-interleaved", "spelled-unguarded-mask"],
+)
+def test_near_misses_are_not_sites(kind: dict[str, object]) -> None:
+    """Keys and values of another tensor; heads interleaved (another computation); a masked
+    softmax without the NaN guard and no proof that the mask is finite."""
+    graph = _block(**kind)  # type: ignore[arg-type]
+    assert sites(graph) == []
+
+
+def test_a_projection_with_an_activation_or_a_non_scalar_factor_is_not_a_site() -> None:
+    b = GraphBuilder()
+    x = b.input([S, E], name="x")
+    q = b.transpose(
+        b.reshape(b.matmul(x, b.weight([E, E]), activation="RELU"), [1, S, H, D]), [0, 2, 1, 3]
+    )
+    k = b.reshape(b.matmul(x, b.weight([E, E])), [1, S, H, D])
+    kt = b.mul(b.transpose(k, [0, 2, 3, 1]), b.weight([1, H, D, S]))  # a tensor, not a scalar
+    v = b.transpose(b.reshape(b.matmul(x, b.weight([E, E])), [1, S, H, D]), [0, 2, 1, 3])
+    graph = b.build(b.attention(q, kt, v, b.scalar(0.0), 0.5))
+    assert sites(graph) == []
+
+
+def test_fragment_is_the_site_with_its_head_merge() -> None:
+    graph = _block()
+    part, site = fragment(graph, sites(graph)[0])
+    assert [n.name for n in part.inputs] == ["x", "mask"]
+    assert part.output_shapes == [(B, S, E)]
+    assert compare(part, pack(part, [site])).ok
+
+
+def test_mha_shape_check_names_what_is_wrong() -> None:
+    b = GraphBuilder()
+    x, m = b.input([B, S, E], name="x"), b.scalar(0.0)
+    with pytest.raises(GraphError, match="mha needs x"):
+        b.mha(x, b.weight([E, 3 * E + 1]), b.weight([3 * E + 1]), m, H, 0.5)
+    with pytest.raises(GraphError, match="mha b must have shape"):
+        b.mha(x, b.weight([E, 3 * E]), b.weight([E]), m, H, 0.5)
+    with pytest.raises(GraphError, match="does not broadcast"):
+        b.mha(x, b.weight([E, 3 * E]), b.weight([3 * E]), b.input([B, 1, S, S + 1]), H, 0.5)
+    with pytest.raises(GraphError, match="heads"):
+        b.mha(x, b.weight([E, 3 * E]), b.weight([3 * E]), m, 0, 0.5)
+
+
+# --- the pipeline ----------------------------------------------------------------------------
+
+
+RULES = load_rules(RULES_DIR / "transformer.rules")
+
+
+def test_pipeline_times_the_packing_and_says_what_it_did() -> None:
+    model = _sdpa_model(mask=True, guard=True)  # torch's SDPA block
+    options = Options(rules=RULES, keep_slower=True, cost_model="analytic-cpu")
+    result = optimize(model, options)
+    assert result.packing.endswith(")") and " of 1 attentions packed" in result.packing
+    assert result.ort_check == "passed"  # packed or not, onnxruntime agrees with the input
+    packed = "mha" in result.graph.op_counts()
+    assert packed == result.packing.startswith("1 of 1")
+    off = optimize(model, replace(options, packing=False))
+    assert off.packing == "off" and "mha" not in off.graph.op_counts()
+
+
+def test_packing_is_off_for_a_graph_input_and_for_gpu_prices() -> None:
+    graph = _block()
+    result = optimize(graph, Options(rules=RULES))
+    assert result.packing == "off" and "mha" not in result.graph.op_counts()
+    model = _sdpa_model(mask=True, guard=True)
+    gpu = optimize(model, Options(rules=RULES, cost_model="analytic", keep_slower=True))
+    assert gpu.graph.op_counts()["attention"] == 1 and gpu.packing == "off"
+
+
+def test_onnx_helper_block_is_a_site_after_extraction() -> None:
+    """The e-graph fuses torch's spelling into attention; the extracted graph around it is
+    what packing recognizes (whatever the timing then decides)."""
+    model = _sdpa_model(mask=True, guard=True)  # torch's SDPA block
+    options = Options(rules=RULES, cost_model="analytic-cpu", packing=False)
+    result = optimize(model, options)
+    assert result.graph.op_counts()["attention"] == 1
+    (site,) = sites(result.graph)
+    packed = pack(result.graph, [site])
+    out = ronnx.to_model(packed, like=model)
+    assert ronnx.verify(model, out).ok
