@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from test_attention import _sdpa_model
+from test_dynamic import HIDDEN, _attention_block, _dims_of, _same_at
 
 from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
@@ -227,3 +228,24 @@ def test_onnx_helper_block_is_a_site_after_extraction() -> None:
     packed = pack(result.graph, [site])
     out = ronnx.to_model(packed, like=model)
     assert ronnx.verify(model, out).ok
+
+
+def test_a_packed_model_keeps_its_symbolic_dims_and_runs_at_every_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever this machine's timing says, a packed model with dynamic batch and sequence is
+    written with them symbolic (the mha's input and output reshapes written as exporters write
+    them), checked at three shapes, and runs at others."""
+    from relsat.pipeline import pack as stage
+
+    monkeypatch.setattr(stage, "time_fragment", lambda part, packed, settings: (True, 0.5))
+    model = _attention_block()
+    result = optimize(model, Options(rules=RULES, cost_model="analytic-cpu", keep_slower=True))
+    assert result.packing.startswith("1 of 1") and "mha" in result.graph.op_counts()
+    assert len(result.checked_at) == 3 and result.ort_check == "passed"
+    written = result.model
+    assert ("com.microsoft", "Attention") in {(n.domain, n.op_type) for n in written.graph.node}
+    assert _dims_of(written.graph.input) == [["batch", "seq", HIDDEN], [1, 1, "seq", "seq"]]
+    assert _dims_of(written.graph.output) == [["batch", "seq", HIDDEN]]
+    for b, s in ((1, 128), (2, 33), (3, 7)):
+        _same_at(model, written, {"x": (b, s, HIDDEN), "mask": (1, 1, s, s)})

@@ -19,11 +19,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from relsat.graph import packing
+from relsat.graph.graph import Graph
 from relsat.graph.specialize import specialize
 from relsat.onnx.latency import Timing
+from relsat.onnx.runtime import OrtSettings
 from relsat.pipeline.run import Run
 
-__all__ = ["FRAGMENT_TIMING", "pack"]
+__all__ = ["FRAGMENT_TIMING", "pack", "time_fragment"]
 
 #: How one site's two forms are timed against each other (a fragment runs in about a
 #: millisecond: a budget of a few seconds gives hundreds of rounds).
@@ -41,9 +43,6 @@ def pack(run: Run) -> Run:
     found = packing.sites(graph)
     if not found:
         return run
-    from relsat.onnx import to_model
-    from relsat.onnx.latency import compare_latency
-
     size = run.shapes.dims.value if run.shapes is not None and run.shapes.dims else None
     constant = graph.all_weights()
     kinds: dict[tuple[object, ...], list[packing.Site]] = {}
@@ -59,11 +58,9 @@ def pack(run: Run) -> Run:
         packed = packing.pack(part, [site])
         if size is not None:  # timed at the pricing shape, not at the markers
             part, packed = specialize(part, size), specialize(packed, size)
-        timed = compare_latency(
-            to_model(part), to_model(packed), settings=run.options.ort, timing=FRAGMENT_TIMING
-        )
-        ratios.append(f"{timed.ratio:.2f}")
-        if timed.verdict == "faster":
+        faster, ratio = time_fragment(part, packed, run.options.ort)
+        ratios.append(f"{ratio:.2f}")
+        if faster:
             chosen += group
     note = (
         f"{len(chosen)} of {len(found)} attentions packed with their projections "
@@ -72,3 +69,15 @@ def pack(run: Run) -> Run:
     if not chosen:
         return replace(run, packing=note)
     return replace(run, optimized=packing.pack(graph, chosen), packing=note)
+
+
+def time_fragment(part: Graph, packed: Graph, settings: OrtSettings) -> tuple[bool, float]:
+    """Whether ``packed`` runs faster than ``part`` beyond noise in onnxruntime (``settings``,
+    :data:`FRAGMENT_TIMING`), and the ratio of their medians (packed / unpacked)."""
+    from relsat.onnx import to_model
+    from relsat.onnx.latency import compare_latency
+
+    timed = compare_latency(
+        to_model(part), to_model(packed), settings=settings, timing=FRAGMENT_TIMING
+    )
+    return timed.verdict == "faster", timed.ratio
