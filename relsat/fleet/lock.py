@@ -4,8 +4,9 @@ Every process that optimizes for :func:`relsat.fleet.optimize_many` on a machine
 Ray tasks on one node, two ``relsat optimize-many`` commands side by side — takes the same lock
 (two files in ``$RELSAT_LOCK_DIR``, default ``<tmp>/relsat-<uid>``) around each pipeline stage:
 
-* the **measuring** stages (``price``: unit timings for ``ort-cpu``; ``time``: the never-slower
-  timing of the optimized model against the input) hold it **exclusively**: no other relsat
+* the **measuring** stages (``price``: unit timings for ``ort-cpu``; ``pack``: attention sites
+  timed packed and unpacked; ``time``: the never-slower timing of the optimized model against
+  the input) hold it **exclusively**: no other relsat
   stage runs on the machine meanwhile, so a timing has the cores to itself;
 * every other stage (load, explore, extract, verify, ...) holds it **shared**: those overlap
   each other freely.

@@ -29,8 +29,9 @@ from relsat.threads import VARIABLE
 __all__ = ["MEASURING", "Task", "optimize_locked", "run_one", "with_store"]
 
 #: The stages that time something on the machine's cores: ``price`` (``ort-cpu`` measures the
-#: units its cache lacks) and ``time`` (the optimized model against the input). They run alone.
-MEASURING = frozenset({"price", "time"})
+#: units its cache lacks), ``pack`` (each kind of attention site against its packed form) and
+#: ``time`` (the optimized model against the input). They run alone.
+MEASURING = frozenset({"price", "pack", "time"})
 
 
 @dataclass(frozen=True)

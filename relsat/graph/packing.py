@@ -46,8 +46,9 @@ from relsat.graph.graph import Graph, Node, Ref
 
 __all__ = ["Projection", "Site", "fragment", "pack", "sites"]
 
-#: A site's index check replays the layout on an array of this many elements at most.
-MAX_INDEX = 1 << 25
+#: A site's index check replays the layout on an array of this many elements at most (int32:
+#: 64 MiB).
+MAX_INDEX = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ def _head_split(
             at = n.inputs[0]
         else:
             at = next(r for r in n.inputs if graph.node(r).op != "scalar")
-    index = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    index = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
     for out in reversed(chain):
         n = graph.node(out)
         if n.op == "reshape":
@@ -233,8 +234,9 @@ def _head_split(
             index = np.split(index, cuts, axis=n.params["axis"])[out.index]
     batch, heads, seq, size = layout
     width = shape[-1]
-    rows = (np.arange(batch)[:, None] * seq + np.arange(seq)[None, :]) * width  # [B, S]
-    cols = np.arange(heads)[:, None] * size + np.arange(size)[None, :]  # [H, D]
+    ints = np.int32
+    rows = (np.arange(batch, dtype=ints)[:, None] * seq + np.arange(seq, dtype=ints)) * width
+    cols = np.arange(heads, dtype=ints)[:, None] * size + np.arange(size, dtype=ints)  # [H, D]
     start = int(index.reshape(-1)[0]) % width
     if start + heads * size > width:
         return None
