@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from test_attention import _sdpa_model
 from test_dynamic import HIDDEN, _attention_block, _dims_of, _same_at
 
 from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
+from relsat.cli import main
 from relsat.errors import GraphError
 from relsat.graph.builder import Tensor
 from relsat.graph.execute import compare
@@ -249,3 +252,18 @@ def test_a_packed_model_keeps_its_symbolic_dims_and_runs_at_every_shape(
     assert _dims_of(written.graph.output) == [["batch", "seq", HIDDEN]]
     for b, s in ((1, 128), (2, 33), (3, 7)):
         _same_at(model, written, {"x": (b, s, HIDDEN), "mask": (1, 1, s, s)})
+
+
+def test_cli_says_what_packing_did_and_can_turn_it_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "sdpa.onnx"
+    onnx.save(_sdpa_model(mask=True, guard=True), src)
+    common = ["--cost-model", "analytic-cpu", "--timing-seconds", "0.2", "--threads", "1"]
+    common += ["--keep-slower", "--rules", str(RULES_DIR / "transformer.rules")]
+    assert main(["optimize", str(src), "-o", str(tmp_path / "a.onnx"), *common]) == 0
+    assert "packing: " in capsys.readouterr().out
+    assert (
+        main(["optimize", str(src), "-o", str(tmp_path / "b.onnx"), "--no-packing", *common]) == 0
+    )
+    assert "packing: " not in capsys.readouterr().out
