@@ -19,6 +19,7 @@ from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.cli import main
 from relsat.errors import GraphError
+from relsat.graph import projections
 from relsat.graph.builder import Tensor
 from relsat.graph.execute import compare
 from relsat.graph.graph import Graph
@@ -241,7 +242,7 @@ def test_a_packed_model_keeps_its_symbolic_dims_and_runs_at_every_shape(
     them), checked at three shapes, and runs at others."""
     from relsat.pipeline import pack as stage
 
-    monkeypatch.setattr(stage, "time_fragment", lambda part, packed, settings: (True, 0.5))
+    monkeypatch.setattr(stage, "time_fragment", lambda part, packed, settings, timing: (True, 0.5))
     model = _attention_block()
     result = optimize(model, Options(rules=RULES, cost_model="analytic-cpu", keep_slower=True))
     assert result.packing.startswith("1 of 1") and "mha" in result.graph.op_counts()
@@ -267,3 +268,77 @@ def test_cli_says_what_packing_did_and_can_turn_it_off(
         main(["optimize", str(src), "-o", str(tmp_path / "b.onnx"), "--no-packing", *common]) == 0
     )
     assert "packing: " not in capsys.readouterr().out
+
+
+# --- projections: the bias folded into the kernel after it --------------------------------
+
+
+def _encoder_tail(*, read_twice: bool = False, broadcast_skip: bool = False) -> Graph:
+    """A projection to a GELU and one to a residual add and LayerNorm, as extraction leaves
+    them: 2-D GEMMs between a flatten and an unflatten of the leading dims."""
+    b = GraphBuilder()
+    x = b.input([B, S, E], name="x")
+
+    def proj(t: Tensor, n: int) -> Tensor:
+        k = t.shape[-1]
+        flat = b.matmul_bias(b.reshape(t, [B * S, k]), b.weight([k, n]), b.weight([n]))
+        return b.reshape(flat, [B, S, n])
+
+    up = proj(x, 2 * E)
+    hidden = b.gelu(up)
+    down = proj(hidden, E)
+    skip = b.input([1, 1, E], name="skip") if broadcast_skip else x
+    out = b.layernorm(b.add(down, skip), b.weight([E]), b.weight([E]), 1e-12)
+    return b.build([out, up] if read_twice else [out])
+
+
+def test_projection_biases_fold_into_biasgelu_and_skiplayernorm() -> None:
+    graph = _encoder_tail()
+    found = projections.sites(graph)
+    assert sorted(s.kind for s in found) == ["biasgelu", "skiplayernorm"]
+    folded = projections.fold(graph, found)
+    counts = folded.op_counts()
+    assert counts["linear"] == 2 and counts["biasgelu"] == 1 and counts["skiplayernorm"] == 1
+    assert not {"reshape", "matmul_bias", "gelu", "layernorm", "ewadd"} & set(counts)
+    assert compare(graph, folded).ok
+    model = ronnx.to_model(folded)
+    kinds = {(n.domain, n.op_type) for n in model.graph.node}
+    assert {("", "MatMul"), ("com.microsoft", "BiasGelu")} <= kinds
+    skip_ln = next(n for n in model.graph.node if n.op_type == "SkipLayerNormalization")
+    assert len(skip_ln.input) == 5  # input, skip, scale, bias and the projection's bias
+    x = np.random.default_rng(2).standard_normal((B, S, E)).astype(np.float32)
+    want, got = (
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x}
+        )[0]
+        for m in (ronnx.to_model(graph), model)
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_projection_near_misses_are_not_folded() -> None:
+    """The GELU's input read elsewhere too; a residual that broadcasts (SkipLayerNormalization
+    takes equal shapes)."""
+    kinds = [s.kind for s in projections.sites(_encoder_tail(read_twice=True))]
+    assert kinds == ["skiplayernorm"]
+    kinds = [s.kind for s in projections.sites(_encoder_tail(broadcast_skip=True))]
+    assert kinds == ["biasgelu"]
+
+
+def test_a_model_rewritten_only_by_the_pack_stage_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No rule rewrites anything here (no rules at all): what the pack stage rewrote is still
+    exported, checked and handed back."""
+    from relsat.pipeline import pack as stage
+
+    monkeypatch.setattr(stage, "time_fragment", lambda *args: (True, 0.5))
+    monkeypatch.setattr(stage, "_time_models", lambda *args: (False, 1.0))
+    model = ronnx.to_model(_encoder_tail(), opset=20)  # ONNX Gelu
+    result = optimize(model, Options(rules=[], cost_model="analytic-cpu", keep_slower=True))
+    assert result.packing.startswith("0 of 2 projection biases") and result.kept == "original"
+    monkeypatch.setattr(stage, "_time_models", lambda *args: (True, 0.9))
+    result = optimize(model, Options(rules=[], cost_model="analytic-cpu", keep_slower=True))
+    assert result.packing.startswith("2 of 2 projection biases")
+    assert result.kept == "optimized" and result.ort_check == "passed"
+    assert "linear" in result.graph.op_counts()

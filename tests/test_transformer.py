@@ -309,3 +309,15 @@ def test_torch_exports_of_both_spellings_fuse(tmp_path: object) -> None:
         out = ronnx.to_model(result.graph, like=path)
         assert fused in {n.op_type for n in out.graph.node}
         assert ronnx.verify(path, out).ok
+
+
+def test_its_own_contrib_gelu_export_reads_back_as_gelu() -> None:
+    """com.microsoft Gelu has no ONNX shape inference: its output's type is open, and the
+    reshape after it must still see a float tensor (it read as opaque, then failed)."""
+    b = GraphBuilder()
+    x = b.input([2, 3, 4], name="x")
+    y = b.reshape(b.gelu(b.reshape(x, [6, 4])), [2, 3, 4])
+    model = ronnx.to_model(b.build(y))
+    assert ("com.microsoft", "Gelu") in {(n.domain, n.op_type) for n in model.graph.node}
+    counts = ronnx.load(model).op_counts()
+    assert counts["gelu"] == 1 and "opaque" not in counts

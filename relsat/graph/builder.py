@@ -517,6 +517,10 @@ class GraphBuilder:
         the heads merged back: ``[B, S, heads * D]``."""
         return self._one("mha", [x, w, b, bias], name, heads=heads, scale=f32(scale))
 
+    def linear(self, x: Tensor, w: Tensor, name: str | None = None) -> Tensor:
+        """``x [..., K] @ w [K, N]`` over any leading dims (ONNX MatMul with a 2-D weight)."""
+        return self._one("linear", [x, w], name)
+
     # --- LLM decoder operators ---------------------------------------------------------------
 
     def gqa(

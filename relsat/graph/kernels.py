@@ -321,7 +321,8 @@ def _layernorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
 def _skiplayernorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     x, skip, packed = args
     n = x.shape[-1]
-    return (_normalize(x + skip, node.params["epsilon"]) * packed[:n] + packed[n:],)
+    summed = x + skip if packed.shape[0] == 2 * n else x + skip + packed[2 * n :]
+    return (_normalize(summed, node.params["epsilon"]) * packed[:n] + packed[n : 2 * n],)
 
 
 def _nanzero(x: np.ndarray) -> np.ndarray:
@@ -333,6 +334,10 @@ def _attention(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     with np.errstate(invalid="ignore"):  # a row masked entirely: -inf - -inf, then 0
         probs = _nanzero(_softmax(np.matmul(q, kt) * node.params["scale"] + bias))
     return (np.matmul(probs, v),)
+
+
+def _linear(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    return (np.matmul(args[0], args[1]),)
 
 
 def _mha(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
@@ -436,6 +441,7 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "attention": _attention,
     "gqa": _gqa,
     "mha": _mha,
+    "linear": _linear,
     "repeatkv": lambda n, a: (np.repeat(a[0], n.params["count"], axis=1),),
     "reciprocal": _unary(np.reciprocal),
     "neg": _unary(np.negative),

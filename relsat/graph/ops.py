@@ -294,6 +294,14 @@ def _conv2d_bias(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorTy
     return (out,)
 
 
+def _linear(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    x, w = inputs
+    _rank(w, 2, "linear weight")
+    if x.rank < 2 or x.shape[-1] != w.shape[0]:
+        raise OpError(f"linear needs x [..., {w.shape[0]}], got {list(x.shape)}")
+    return (TensorType((*x.shape[:-1], w.shape[1]), (*x.splits[:-1], w.splits[1])),)
+
+
 def _matmul_bias(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     (out,) = _matmul(params, inputs[:2])
     _bias(inputs[2], (out.shape[-1],), "matmul_bias")
@@ -460,9 +468,10 @@ def _skip_layernorm(params: Params, inputs: Sequence[TensorType]) -> tuple[Tenso
     if skip.shape != x.shape:
         # onnxruntime's kernel takes equal shapes; a broadcast residual is left unfused.
         raise OpError(f"skiplayernorm skip {list(skip.shape)} differs from {list(x.shape)}")
-    if packed.shape != (2 * n,):
+    if packed.shape not in ((2 * n,), (3 * n,)):
         raise OpError(
-            f"skiplayernorm scale and bias must be packed as [{2 * n}], got {list(packed.shape)}"
+            f"skiplayernorm scale and bias must be packed as [{2 * n}] (or [{3 * n}] with an "
+            f"input bias), got {list(packed.shape)}"
         )
     return (TensorType(x.shape),)
 
@@ -706,7 +715,8 @@ OPS: dict[str, OpSpec] = {
             "epsilon",
             _skip_layernorm,
             "layernorm(x + skip) with scale and bias packed as one [2N] tensor (com.microsoft "
-            "SkipLayerNormalization): one fused kernel",
+            "SkipLayerNormalization): one fused kernel; packed [3N], layernorm(x + skip + b) "
+            "with the input bias b third (made by relsat.graph.projections, never by a rule)",
         ),
         _spec("gelu", 1, "", _unary, "x * (1 + erf(x / sqrt 2)) / 2 (com.microsoft Gelu)"),
         _spec(
@@ -767,6 +777,15 @@ OPS: dict[str, OpSpec] = {
             "(scale, bias broadcast to [B, H, S, S]) and the heads merged back, [B, S, H * D] "
             "(com.microsoft Attention): one kernel; never in the e-graph, made from an extracted "
             "attention by relsat.graph.packing where it measures cheaper",
+        ),
+        _spec(
+            "linear",
+            2,
+            "",
+            _linear,
+            "x [..., K] @ w [K, N] over any leading dims (ONNX MatMul with a 2-D weight); "
+            "never in the e-graph, made from a flattened 2-D projection by "
+            "relsat.graph.projections where it measures cheaper",
         ),
         _spec(
             "repeatkv",

@@ -36,13 +36,15 @@ rows (self-attention: ``T == S``), and all three have ``H * D`` columns.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph, Node, Ref
+from relsat.graph.replay import Get, cut, rebuild, reshape, transpose
 
 __all__ = ["Projection", "Site", "fragment", "pack", "sites"]
 
@@ -257,33 +259,14 @@ def pack(graph: Graph, chosen: Iterable[Site]) -> Graph:
     split back out (a reshape and a transpose, which the merge after it cancels: consecutive
     transposes and reshapes are folded as the graph is rebuilt), and what only the attention
     read left out."""
-    by_node = {s.node: s for s in chosen}
-    b = GraphBuilder()
-    made: dict[int, tuple[Tensor, ...]] = {}
-
-    def get(ref: Ref) -> Tensor:
-        return made[ref.node][ref.index]
-
-    for n in graph.nodes:
-        site = by_node.get(n.id)
-        if site is not None:
-            made[n.id] = (_packed(b, site, get),)
-        elif n.op == "input":
-            made[n.id] = (b.input(n.shape, name=n.name),)
-        elif n.op == "weight":
-            made[n.id] = (b.weight(n.shape, name=n.name, value=graph.values.get(n.name or "")),)
-        elif n.op in ("transpose", "reshape"):
-            made[n.id] = (_layout(b, n, get(n.inputs[0])),)
-        else:
-            made[n.id] = b.add_node(n.op, [get(r) for r in n.inputs], n.params, name=n.name)
-    return b.build([get(r) for r in graph.outputs]).reachable()
+    return rebuild(graph, {s.node: partial(_packed, site=s) for s in chosen})
 
 
-def _packed(b: GraphBuilder, site: Site, get: Callable[[Ref], Tensor]) -> Tensor:
+def _packed(b: GraphBuilder, get: Get, *, site: Site) -> Tensor:
     x = get(site.x)
     hidden = x.shape[-1]
     if x.shape != (site.batch, site.seq, hidden):
-        x = _reshape(b, x, [site.batch, site.seq, hidden])
+        x = reshape(b, x, [site.batch, site.seq, hidden])
     ws, bs = [], []
     for i, p in enumerate((site.q, site.k, site.v)):
         w = get(p.w)
@@ -300,35 +283,8 @@ def _packed(b: GraphBuilder, site: Site, get: Callable[[Ref], Tensor]) -> Tensor
     mask = get(site.mask) if site.mask is not None else b.scalar(0.0)
     out = b.mha(x, b.concat(1, ws), b.concat(0, bs), mask, site.heads, site.scale)
     size = site.q.width // site.heads
-    split = _reshape(b, out, [site.batch, site.seq, site.heads, size])
-    return _transpose(b, split, (0, 2, 1, 3), shuffle=True)
-
-
-def _layout(b: GraphBuilder, node: Node, x: Tensor) -> Tensor:
-    if node.op == "reshape":
-        return _reshape(b, x, list(node.params["shape"]))
-    return _transpose(b, x, tuple(node.params["perm"]), shuffle=bool(node.params["shuffle"]))
-
-
-def _reshape(b: GraphBuilder, x: Tensor, shape: Sequence[int]) -> Tensor:
-    """``x`` reshaped, a reshape of a reshape read from the first's input, none when the shape
-    is ``x``'s own."""
-    producer, inputs = b.producer(x)
-    if producer.op == "reshape":
-        x = inputs[0]
-    return x if tuple(shape) == x.shape else b.reshape(x, shape)
-
-
-def _transpose(b: GraphBuilder, x: Tensor, perm: tuple[int, ...], *, shuffle: bool) -> Tensor:
-    """``x`` transposed, a transpose of a transpose composed into one, none for the identity."""
-    producer, inputs = b.producer(x)
-    if producer.op == "transpose":
-        inner = producer.params["perm"]
-        perm = tuple(inner[p] for p in perm)
-        x = inputs[0]
-    if perm == tuple(range(len(perm))):
-        return x
-    return b.transpose(x, list(perm), shuffle=shuffle)
+    split = reshape(b, out, [site.batch, site.seq, site.heads, size])
+    return transpose(b, split, (0, 2, 1, 3), shuffle=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,25 +305,9 @@ def fragment(graph: Graph, site: Site) -> tuple[Graph, Site]:
             break
         out = Ref(reader.id, 0)
     weights = graph.all_weights()
-    cut = {site.x: "x"}
+    inputs = {site.x: "x"}
     if site.mask is not None and not weights[site.mask.node]:
-        cut[site.mask] = "mask"
-    b = GraphBuilder()
-    made: dict[Ref, Tensor] = {}
-
-    def build(ref: Ref) -> Tensor:
-        if ref in made:
-            return made[ref]
-        n = graph.node(ref)
-        if ref in cut:
-            made[ref] = b.input(graph.shape(ref), name=cut[ref])
-        elif n.op == "weight":
-            made[ref] = b.weight(n.shape, name=n.name, value=graph.values.get(n.name or ""))
-        else:
-            outs = b.add_node(n.op, [build(r) for r in n.inputs], n.params, name=n.name)
-            made.update({Ref(n.id, i): t for i, t in enumerate(outs)})
-        return made[ref]
-
-    part = b.build([build(out)])
+        inputs[site.mask] = "mask"
+    part = cut(graph, out, inputs)
     (found,) = sites(part)
     return part, found

@@ -477,6 +477,8 @@ class Exporter:
                 pads=_tensor_pads(x[2:], kernel, p["stride"], p["padding"]),
                 group=x[1] // w[1],
             )
+        elif node.op == "linear":
+            self.emit("MatMul", ins, outs)
         elif node.op in ("matmul", "matmul_bias"):
             if bias is not None:  # Gemm takes 2-D operands and a bias it broadcasts
                 self.with_activation("Gemm", node, [*ins, bias], outs[0])

@@ -481,7 +481,9 @@ class Importer:
             )
         used_outputs = [o for o in node.output if o and self.uses[o]]
         mapped = None
-        if handler is not None and all(self.is_float(o) for o in used_outputs):
+        # an output ONNX's inference leaves open (a contrib op it does not know) is float when
+        # a handler maps the node: relsat's tensors are float32
+        if handler is not None and all(self.dtype(o) in (FLOAT, 0) for o in used_outputs):
             try:
                 mapped = handler(self, node, attrs_of(node))
             except Unmapped:
@@ -498,6 +500,8 @@ class Importer:
                     f"relsat computes shape {list(t.shape)} for {name!r}, ONNX infers {list(want)}",
                     **where,
                 )
+            if self.dtype(name) == 0:
+                self.types[name] = (FLOAT, t.shape)
             self.env[name] = t
 
     def inferred_shape(self, name: str) -> tuple[int, ...] | None:

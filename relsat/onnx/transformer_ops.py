@@ -317,9 +317,8 @@ def emit(
         else:
             _layernorm_spelled(ex, ins, outs[0], eps, rank)
     elif op == "skiplayernorm":
-        scale, bias = _unpacked(ex, node)
         attrs = {"epsilon": float(params["epsilon"])}
-        _contrib(ex, "SkipLayerNormalization", [ins[0], ins[1], scale, bias], outs, **attrs)
+        _contrib(ex, "SkipLayerNormalization", [*ins[:2], *_unpacked(ex, node)], outs, **attrs)
     elif op == "nanzero":
         _nanzero(ex, ins[0], outs[0])
     elif op in ("attention", "gqa"):
@@ -361,23 +360,25 @@ def _layernorm_spelled(ex: ExportContext, ins: list[str], out: str, eps: float, 
     ex.emit("Add", [scaled, bias], [out])
 
 
-def _unpacked(ex: ExportContext, node: Node) -> tuple[str, str]:
-    """A skiplayernorm's packed ``[2N]`` scale and bias as two ``[N]`` tensors: two
-    initializers when weight-only (always, in practice), else a Split."""
+def _unpacked(ex: ExportContext, node: Node) -> list[str]:
+    """A skiplayernorm's packed ``[2N]`` scale and bias (``[3N]``: and input bias) as ``[N]``
+    tensors: initializers when weight-only (always, in practice), else a Split."""
     ref = node.inputs[2]
-    n = ex.graph.shape(ref)[0] // 2
+    n = ex.graph.shape(node.inputs[0])[-1]
+    parts = ex.graph.shape(ref)[0] // n
+    names = ("scale", "bias", "input_bias")[:parts]
     folded = ex.folded(ref)
     if folded is not None:
-        value = np.asarray(folded, dtype=np.float32).reshape(-1)
+        value = np.asarray(folded, dtype=np.float32).reshape(parts, n)
         base = ex.graph.node(ref).name or f"layernorm_{node.id}"
-        return ex.float_array(f"{base}_scale", value[:n]), ex.float_array(f"{base}_bias", value[n:])
+        return [ex.float_array(f"{base}_{what}", value[i]) for i, what in enumerate(names)]
     packed = ex.name_of(ref, node)
-    scale, bias = ex.fresh(f"{packed}_scale"), ex.fresh(f"{packed}_bias")
+    outs = [ex.fresh(f"{packed}_{what}") for what in names]
     if ex.opset >= 13:
-        ex.emit("Split", [packed, ex.const("split", [n, n])], [scale, bias], axis=0)
+        ex.emit("Split", [packed, ex.const("split", [n] * parts)], outs, axis=0)
     else:
-        ex.emit("Split", [packed], [scale, bias], axis=0, split=[n, n])
-    return scale, bias
+        ex.emit("Split", [packed], outs, axis=0, split=[n] * parts)
+    return outs
 
 
 def _nanzero(ex: ExportContext, x: str, out: str) -> None:

@@ -169,8 +169,10 @@ def is_rejected(run: Run) -> bool:
 
 def unchanged(run: Run) -> bool:
     """No rewrite was chosen: every chosen e-node is the input's (duplicates that hash-consing
-    merged aside), or the graphs are the same computation."""
+    merged aside) and the ``pack`` stage rewrote nothing, or the graphs are the same
+    computation."""
     from relsat.pipeline.result import rewrites
 
     assert run.egraph is not None and run.optimized is not None
-    return not rewrites(run.egraph, run.choice) or same_computation(run.graph, run.optimized)
+    no_rule = not rewrites(run.egraph, run.choice) and not run.packed
+    return no_rule or same_computation(run.graph, run.optimized)

@@ -1,83 +1,180 @@
-"""The ``pack`` stage: attentions of the optimized graph packed with their projections into one
-com.microsoft Attention (:mod:`relsat.graph.packing`) where that measures faster.
+"""The ``pack`` stage: kernels of the optimized graph packed the way onnxruntime's encoder
+kernels take them, where that measures faster — attention with its Q, K and V projections into
+one com.microsoft Attention (:mod:`relsat.graph.packing`), then a projection's bias into the
+BiasGelu or SkipLayerNormalization after it, the projection one MatMul on its 3-D input
+(:mod:`relsat.graph.projections`).
 
-Rules cannot see the reshapes and transposes that split heads, so this choice is made on the
-extracted graph, priced the way the e-graph's operators are: by timing in onnxruntime. Each
-kind of site (shapes, heads, the mask it reads) is cut out with its projections and head merge
-(:func:`relsat.graph.packing.fragment`) and timed against its packed form with
-:func:`relsat.onnx.latency.compare_latency` (interleaved rounds, an A/A control, a
-:data:`FRAGMENT_TIMING` budget); it is packed only when the packed form is faster beyond noise.
-Verification, the onnxruntime check and the whole-model timing that follow see the packed graph.
+Rules cannot see the reshapes and transposes around these (heads split and merged, leading dims
+flattened for a 2-D GEMM), so these choices are made on the extracted graph, priced the way the
+e-graph's operators are: by timing in onnxruntime. Each kind of site (shapes, heads, the mask
+it reads, the kernel after a projection) is cut out (its ``fragment``) and timed against its
+rewritten form with :func:`relsat.onnx.latency.compare_latency` (interleaved rounds, an A/A
+control, a :data:`FRAGMENT_TIMING` budget); sites of that kind are rewritten only when the
+rewritten form is faster beyond noise. Verification, the onnxruntime check and the whole-model
+timing that follow see the rewritten graph.
 
-Packing runs for an ONNX input priced for the CPU (``ort-cpu``, or the analytic CPU roofline:
-com.microsoft Attention is an operator of onnxruntime's CPU provider), unless
-``Options.packing`` is False.
+The stage runs for an ONNX input priced for the CPU (``ort-cpu``, or the analytic CPU
+roofline: these are operators of onnxruntime's CPU provider), unless ``Options.packing`` is
+False.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
-from relsat.graph import packing
+from relsat.graph import packing, projections
 from relsat.graph.graph import Graph
 from relsat.graph.specialize import specialize
 from relsat.onnx.latency import Timing
 from relsat.onnx.runtime import OrtSettings
 from relsat.pipeline.run import Run
 
-__all__ = ["FRAGMENT_TIMING", "pack", "time_fragment"]
+__all__ = ["FOLD_TIMING", "FRAGMENT_TIMING", "LOWERINGS", "Lowering", "pack", "time_fragment"]
 
 #: How one site's two forms are timed against each other (a fragment runs in about a
-#: millisecond: a budget of a few seconds gives hundreds of rounds).
+#: millisecond: a budget of a few seconds gives hundreds of rounds): a packed attention must be
+#: 2 % faster.
 FRAGMENT_TIMING = Timing(max_seconds=2.0, min_gain=0.02)
+#: A folded projection saves a reshape pair and a bias add: 1-3 % of its fragment (a GEMM
+#: dominates it), too little to see alone, but repeated in every layer: the whole model is timed
+#: with all of them folded against none, and faster beyond the A/A control is enough.
+FOLD_TIMING = Timing(max_seconds=4.0, min_gain=0.0)
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """One rewrite of the extracted graph: what it does (``what``, for the note), how to find
+    its ``sites``, what a site's price depends on (``kind``), the ``fragment`` a site is timed
+    on (with the site as found in it), how to ``apply`` it to chosen sites, and the ``timing``
+    a fragment's two forms are compared with; ``whole``: the whole model is timed with every
+    site rewritten against none instead (for rewrites that each save too little to measure
+    alone)."""
+
+    what: str
+    sites: Callable[[Graph], Sequence[Any]]
+    kind: Callable[[Graph, Any], Hashable]
+    fragment: Callable[[Graph, Any], tuple[Graph, Any]]
+    apply: Callable[[Graph, Sequence[Any]], Graph]
+    timing: Timing = FRAGMENT_TIMING
+    whole: bool = False
+
+
+def _attention_kind(graph: Graph, site: packing.Site) -> Hashable:
+    constant = graph.all_weights()
+    mask = (graph.shape(site.mask), constant[site.mask.node]) if site.mask else None
+    shapes = tuple(graph.shape(r) for r in (site.x, site.q.w))
+    return shapes, mask, site.heads, site.q.bias is None, graph.node(site.node).op
+
+
+def _projection_kind(graph: Graph, site: projections.Site) -> Hashable:
+    skip = site.skip is not None and graph.all_weights()[site.skip.node]
+    return site.kind, graph.shape(site.x), graph.shape(site.w), skip
+
+
+#: The rewrites, in the order they are tried (packing an attention takes its projections; the
+#: projection after it is folded next).
+LOWERINGS = (
+    Lowering(
+        "attentions packed with their projections (com.microsoft Attention)",
+        packing.sites,
+        _attention_kind,
+        packing.fragment,
+        packing.pack,
+    ),
+    Lowering(
+        "projection biases folded into BiasGelu / SkipLayerNormalization",
+        projections.sites,
+        _projection_kind,
+        projections.fragment,
+        projections.fold,
+        FOLD_TIMING,
+        whole=True,
+    ),
+)
 
 
 def pack(run: Run) -> Run:
-    """``run`` with the attentions of ``run.optimized`` that measure faster packed, packed; the
-    same run when packing does not apply or nothing was found."""
+    """``run`` with the sites of each of :data:`LOWERINGS` that measure faster rewritten; the
+    same run when the stage does not apply or finds nothing."""
     graph = run.optimized
     model = run.cost_model
     cpu = model is not None and (model.name == "ort-cpu" or model.device == "cpu")
     if graph is None or run.source is None or not run.options.packing or not cpu:
         return run
-    found = packing.sites(graph)
-    if not found:
-        return run
     size = run.shapes.dims.value if run.shapes is not None and run.shapes.dims else None
-    constant = graph.all_weights()
-    kinds: dict[tuple[object, ...], list[packing.Site]] = {}
+    notes, count = [], 0
+    for lowering in LOWERINGS:
+        found = lowering.sites(graph)
+        if not found:
+            continue
+        if lowering.whole:
+            faster, ratio = _time_models(run, graph, lowering.apply(graph, found), lowering)
+            chosen, ratios = (list(found) if faster else []), [f"whole model {ratio:.3f}"]
+        else:
+            chosen, ratios = _by_fragments(run, graph, found, lowering, size)
+        notes.append(
+            f"{len(chosen)} of {len(found)} {lowering.what} "
+            f"(timed rewritten/as extracted: {', '.join(ratios)})"
+        )
+        if chosen:
+            graph = lowering.apply(graph, chosen)
+            count += len(chosen)
+    if not notes:
+        return run
+    return replace(run, optimized=graph, packing="; ".join(notes), packed=count)
+
+
+def _by_fragments(
+    run: Run, graph: Graph, found: Sequence[Any], lowering: Lowering, size: Any
+) -> tuple[list[Any], list[str]]:
+    """The sites of the kinds whose fragment times faster rewritten, and each kind's ratio."""
+    kinds: dict[Hashable, list[Any]] = {}
     for site in found:  # sites alike in all a price depends on are timed once
-        mask = (graph.shape(site.mask), constant[site.mask.node]) if site.mask else None
-        shapes = tuple(graph.shape(r) for r in (site.x, site.q.w))
-        kind = (shapes, mask, site.heads, site.q.bias is None, graph.node(site.node).op)
-        kinds.setdefault(kind, []).append(site)
-    chosen: list[packing.Site] = []
+        kinds.setdefault(lowering.kind(graph, site), []).append(site)
+    chosen: list[Any] = []
     ratios = []
     for group in kinds.values():
-        part, site = packing.fragment(graph, group[0])
-        packed = packing.pack(part, [site])
+        part, site = lowering.fragment(graph, group[0])
+        rewritten = lowering.apply(part, [site])
         if size is not None:  # timed at the pricing shape, not at the markers
-            part, packed = specialize(part, size), specialize(packed, size)
-        faster, ratio = time_fragment(part, packed, run.options.ort)
+            part, rewritten = specialize(part, size), specialize(rewritten, size)
+        faster, ratio = time_fragment(part, rewritten, run.options.ort, lowering.timing)
         ratios.append(f"{ratio:.2f}")
         if faster:
             chosen += group
-    note = (
-        f"{len(chosen)} of {len(found)} attentions packed with their projections "
-        f"(com.microsoft Attention; timed packed/unpacked {', '.join(ratios)})"
+    return chosen, ratios
+
+
+def _time_models(run: Run, before: Graph, after: Graph, lowering: Lowering) -> tuple[bool, float]:
+    """``after`` against ``before``, both written as the input's interface at the pricing shape
+    and timed whole in onnxruntime (``lowering.timing``): faster beyond noise?, the ratio."""
+    from relsat import onnx as ronnx
+    from relsat.onnx.latency import compare_latency
+    from relsat.pipeline.ort import at_shapes
+
+    assert run.source is not None
+    like = run.source.proto()
+    dims = run.shapes.dims if run.shapes is not None else None
+    models = [
+        ronnx.to_model(specialize(g, dims.value) if dims is not None else g, like=like)
+        for g in (before, after)
+    ]
+    shapes = at_shapes(run, checking=False)[0][1]
+    timed = compare_latency(
+        *models, settings=run.options.ort, timing=lowering.timing, shapes=shapes
     )
-    if not chosen:
-        return replace(run, packing=note)
-    return replace(run, optimized=packing.pack(graph, chosen), packing=note)
+    return timed.verdict == "faster", timed.ratio
 
 
-def time_fragment(part: Graph, packed: Graph, settings: OrtSettings) -> tuple[bool, float]:
-    """Whether ``packed`` runs faster than ``part`` beyond noise in onnxruntime (``settings``,
-    :data:`FRAGMENT_TIMING`), and the ratio of their medians (packed / unpacked)."""
+def time_fragment(
+    part: Graph, rewritten: Graph, settings: OrtSettings, timing: Timing = FRAGMENT_TIMING
+) -> tuple[bool, float]:
+    """Whether ``rewritten`` runs faster than ``part`` beyond noise in onnxruntime
+    (``settings``, ``timing``), and the ratio of their medians."""
     from relsat.onnx import to_model
     from relsat.onnx.latency import compare_latency
 
-    timed = compare_latency(
-        to_model(part), to_model(packed), settings=settings, timing=FRAGMENT_TIMING
-    )
+    timed = compare_latency(to_model(part), to_model(rewritten), settings=settings, timing=timing)
     return timed.verdict == "faster", timed.ratio

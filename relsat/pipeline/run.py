@@ -121,6 +121,7 @@ class Run:
     optimized: Graph | None = None
     # pack
     packing: str = "off"  # what packing did, in words
+    packed: int = 0  # the sites it rewrote
     # verify
     verified: bool = False
     verification: str = "skipped"
