@@ -206,6 +206,7 @@ def test_pipeline_times_the_packing_and_says_what_it_did() -> None:
     result = optimize(model, options)
     assert result.packing.endswith(")") and " of 1 attentions packed" in result.packing
     assert result.ort_check == "passed"  # packed or not, onnxruntime agrees with the input
+    assert f"pack     {result.packing}" in result.report()
     packed = "mha" in result.graph.op_counts()
     assert packed == result.packing.startswith("1 of 1")
     off = optimize(model, replace(options, packing=False))

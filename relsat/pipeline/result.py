@@ -149,9 +149,9 @@ class Result:
         return graph_dot(self.graph, self.original, title="optimized (changed: orange)")
 
     def report(self, *, gains: bool = False) -> str:
-        """A few lines: costs, exploration, extraction, verification, for an ONNX input the
-        timing and the model kept, rewrites, op counts, options; with ``gains`` also each top
-        rule's marginal priced gain (:meth:`attribution`, re-extracts)."""
+        """A few lines: costs, exploration, extraction, the pack stage, verification, for an ONNX
+        input the timing and the model kept, rewrites, op counts, options; with ``gains`` also
+        each top rule's marginal priced gain (:meth:`attribution`, re-extracts)."""
         ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
         changed = sorted(set(ops_before) | set(ops_after))
         lines = [
@@ -159,6 +159,7 @@ class Result:
             self._cost_line(),
             self._explore_line(),
             self._extract_line(),
+            *([f"pack     {self.packing}"] if self.packing != "off" else []),
             f"verify   {self.verification}"
             + (f"; onnxruntime {self.ort_check}" if self.ort_check else "")
             + (f" at {' | '.join(self.checked_at)}" if self.checked_at else ""),
