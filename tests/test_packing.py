@@ -21,7 +21,7 @@ from relsat.cli import main
 from relsat.errors import GraphError
 from relsat.graph import projections
 from relsat.graph.builder import Tensor
-from relsat.graph.execute import compare
+from relsat.graph.execute import compare, run
 from relsat.graph.graph import Graph
 from relsat.graph.packing import fragment, pack, sites
 from relsat.rewrite.rulefile import RULES_DIR, load_rules
@@ -130,7 +130,13 @@ def test_packs_self_attention_and_computes_the_same(kind: dict[str, object]) -> 
     assert comparison.ok, comparison
 
 
-def test_packed_graph_runs_in_onnxruntime_as_com_microsoft_attention() -> None:
+@pytest.mark.parametrize(
+    "fill", [np.finfo(np.float32).min, -np.inf], ids=["lowest (Hugging Face)", "-inf (torch)"]
+)
+def test_packed_graph_runs_in_onnxruntime_as_com_microsoft_attention(fill: float) -> None:
+    """Padding keys, and one sequence whose keys are all masked: the guarded softmax gives its
+    rows 0 with -inf (com.microsoft Attention alone gives NaN: the export guards it) and the
+    mean of v with float32's lowest."""
     graph = _block()
     packed = pack(graph, sites(graph))
     model = ronnx.to_model(packed)
@@ -138,14 +144,17 @@ def test_packed_graph_runs_in_onnxruntime_as_com_microsoft_attention() -> None:
     assert ("com.microsoft", "Attention") in ops
     x = np.random.default_rng(1).standard_normal((B, S, E)).astype(np.float32)
     mask = np.zeros((B, 1, 1, S), np.float32)
-    mask[1, ..., S - 2 :] = np.finfo(np.float32).min  # padding, as Hugging Face fills it
+    mask[0, ..., S - 2 :] = fill  # padding
+    mask[1] = fill  # every key masked
     want, got = (
         ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
             None, {"x": x, "mask": mask}
         )[0]
         for m in (ronnx.to_model(graph), model)  # the same weights, drawn by name
     )
+    assert not np.isnan(got).any()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, run(packed, {"x": x, "mask": mask})[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
