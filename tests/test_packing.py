@@ -22,7 +22,7 @@ from relsat.errors import GraphError
 from relsat.graph import projections
 from relsat.graph.builder import Tensor
 from relsat.graph.execute import compare, run
-from relsat.graph.graph import Graph
+from relsat.graph.graph import Graph, Ref
 from relsat.graph.packing import fragment, pack, sites
 from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
@@ -352,3 +352,54 @@ def test_a_model_rewritten_only_by_the_pack_stage_is_written(
     assert result.packing.startswith("2 of 2 projection biases")
     assert result.kept == "optimized" and result.ort_check == "passed"
     assert "linear" in result.graph.op_counts()
+
+
+@pytest.mark.parametrize(
+    ("fill", "proved"),
+    [(float(np.finfo(np.float32).min), True), (-1e9, True), (-np.inf, False)],
+    ids=["lowest", "-1e9", "-inf"],
+)
+def test_a_mask_proved_free_of_infinity_needs_no_guard(fill: float, proved: bool) -> None:
+    """Where(keep, 0, fill) from a boolean input: read back through the opaque nodes of the
+    imported graph, its values are {0, fill}; the exported mha is guarded only when fill may be
+    infinite."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from relsat.onnx.masks import no_infinity
+
+    nodes = [
+        helper.make_node("Where", ["keep", "zero", "fill"], ["bias"]),
+        helper.make_node("Add", ["x", "bias"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        numpy_helper.from_array(np.array(fill, np.float32), "fill"),
+    ]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "mask",
+            [
+                helper.make_tensor_value_info("keep", TensorProto.BOOL, [B, 1, 1, S]),
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, 1, 1, S]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, 1, 1, S])],
+            inits,
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    graph = ronnx.load(model)
+    where = next(n for n in graph.nodes if n.op == "opaque" and n.params["type"] == "Where")
+    assert no_infinity(graph, Ref(where.id, 0)) == proved
+    assert not no_infinity(graph, Ref(graph.tensor("x").id, 0))  # a float input: unknown
+    # the same mask read by a packed attention: the export's guard follows the proof
+    for extra in (False, True):
+        b = GraphBuilder()
+        x = b.input([B, S, E], name="x")
+        mask = b.weight([B, 1, 1, S], name="m", value=np.full((B, 1, 1, S), fill, np.float32))
+        if extra:  # an input added to it: nothing is known
+            mask = b.add(mask, b.input([B, 1, 1, S], name="extra"))
+        w = b.weight([E, 3 * E])
+        y = b.mha(x, w, b.weight([3 * E]), mask, H, 0.5)
+        guards = [n.op_type for n in ronnx.to_model(b.build(y)).graph.node].count("IsNaN")
+        assert guards == (0 if proved and not extra else 1)

@@ -19,12 +19,17 @@ integer mask holds 0 and 1 only; nor does transformers 5's ``Where(mask, 0, finf
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
 from typing import Protocol
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
-__all__ = ["is_finite", "value_range"]
+from relsat.graph.graph import Graph as RelsatGraph
+from relsat.graph.graph import Ref
+
+__all__ = ["GraphView", "is_finite", "no_infinity", "value_range"]
 
 Range = tuple[float, float]
 
@@ -76,6 +81,79 @@ class Graph(Protocol):
     def producer(self, name: str) -> object | None: ...
 
     def dtype(self, name: str) -> int: ...
+
+
+class GraphView:
+    """A relsat graph read as the ONNX graph :func:`value_range` walks: a tensor is named
+    ``"<node>:<index>"``; an opaque node is its ONNX node (its constant inputs, kept in its
+    attributes, named ``"c<node>:<position>"``); reshape, transpose and ``finite`` keep values
+    (Identity); weights and scalars are constants; other relsat ops are not read back."""
+
+    def __init__(self, graph: RelsatGraph) -> None:
+        self.graph = graph
+        self.consts: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, int] = {}
+
+    @staticmethod
+    def name(ref: Ref) -> str:
+        return f"{ref.node}:{ref.index}"
+
+    def const(self, name: str) -> np.ndarray | None:
+        if name.startswith("c"):
+            return self.consts.get(name)
+        n = self.graph.node(self._ref(name))
+        if n.op == "weight":
+            return self.graph.values.get(n.name or "")
+        if n.op == "scalar":
+            return np.asarray(n.params["value"], np.float32)
+        return None
+
+    def producer(self, name: str) -> object | None:
+        if name.startswith("c"):
+            return None
+        n = self.graph.node(self._ref(name))
+        if n.op in ("reshape", "transpose", "finite"):
+            return SimpleNamespace(op_type="Identity", domain="", input=[self.name(n.inputs[0])])
+        if n.op != "opaque":
+            return None
+        meta = json.loads(n.params["attrs"]).get("_onnx", {})
+        tensors = iter(n.inputs)
+        dtypes = iter(meta.get("in_dtypes", []))
+        names = []
+        for i, entry in enumerate(meta.get("inputs", [])):
+            if entry == "t":
+                names.append(self.name(next(tensors)))
+                dtype = next(dtypes, None)
+                if dtype is not None:
+                    self.dtypes[names[-1]] = TensorProto.DataType.Value(dtype)
+            elif isinstance(entry, dict):
+                names.append(f"c{n.id}:{i}")
+                code = TensorProto.DataType.Value(entry["dtype"])
+                self.dtypes[names[-1]] = code
+                if code != TensorProto.STRING:
+                    kind = helper.tensor_dtype_to_np_dtype(code)
+                    value = np.array(entry["data"], dtype=kind).reshape(entry["dims"])
+                    self.consts[names[-1]] = value
+            else:
+                names.append("")
+        domain = meta.get("domain", "")
+        return SimpleNamespace(op_type=n.params["type"], domain=domain, input=names)
+
+    def dtype(self, name: str) -> int:
+        if name in self.dtypes:
+            return self.dtypes[name]
+        return 0 if name.startswith("c") else TensorProto.FLOAT
+
+    def _ref(self, name: str) -> Ref:
+        node, index = name.split(":")
+        return Ref(int(node), int(index))
+
+
+def no_infinity(graph: RelsatGraph, ref: Ref) -> bool:
+    """Whether tensor ``ref`` of a relsat graph provably holds no infinity and no NaN (its
+    :func:`value_range` read back through a :class:`GraphView` lies within float32's)."""
+    r = value_range(GraphView(graph), GraphView.name(ref))
+    return r is not None and -FLT_MAX <= r[0] and r[1] <= FLT_MAX
 
 
 def is_finite(g: Graph, name: str) -> bool:

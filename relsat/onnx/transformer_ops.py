@@ -408,11 +408,12 @@ def _mha_out(ex: ExportContext, params: Any, ins: list[str], out: str, node: Nod
     """com.microsoft Attention: packed input projections, no mask index or past state, the
     additive mask as ``attention_bias`` (as :func:`_mask_in` writes it). A query row whose keys
     are all masked with -inf comes out NaN from that kernel, where ``mha`` (as torch's guard)
-    gives 0: unless the mask is marked ``finite``, the output is guarded (Where(IsNaN))."""
+    gives 0: unless the mask provably holds no infinity (:func:`relsat.onnx.masks.no_infinity`:
+    Hugging Face's ``Where(mask, 0, finfo.min)`` does), the output is guarded (Where(IsNaN))."""
     s = ex.graph.shape(node.inputs[0])[1]
     bias = _mask_in(ex, node, out, s, s, nudge=True)
     attrs = {"num_heads": int(params["heads"]), "scale": float(params["scale"])}
-    finite = ex.graph.node(node.inputs[3]).op == "finite"
+    finite = masks.no_infinity(ex.graph, node.inputs[3])
     raw = ex.fresh(f"{out}_unguarded") if bias and not finite else out
     _contrib(ex, "Attention", [*ins[:3], *(["", "", bias] if bias else [])], [raw], **attrs)
     if raw != out:
