@@ -6,14 +6,17 @@ packed form measures faster."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import pytest
-from test_attention import _sdpa_model
-from test_dynamic import HIDDEN, _attention_block, _dims_of, _same_at
+import test_attention
+import test_dynamic
+from test_dynamic import HIDDEN, _dims_of, _same_at
 
 from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
@@ -206,11 +209,26 @@ def test_mha_shape_check_names_what_is_wrong() -> None:
 # --- the pipeline ----------------------------------------------------------------------------
 
 
+def _drawn(module: Any, build: Callable[[], onnx.ModelProto]) -> onnx.ModelProto:
+    """``build()`` of another test module, its weights drawn without moving that module's
+    random generator (its own tests draw from it in order)."""
+    state = module.RNG.bit_generator.state
+    try:
+        return build()
+    finally:
+        module.RNG.bit_generator.state = state
+
+
+def _sdpa() -> onnx.ModelProto:
+    """tests/test_attention.py's torch SDPA block, masked and guarded."""
+    return _drawn(test_attention, lambda: test_attention._sdpa_model(mask=True, guard=True))
+
+
 RULES = load_rules(RULES_DIR / "transformer.rules")
 
 
 def test_pipeline_times_the_packing_and_says_what_it_did() -> None:
-    model = _sdpa_model(mask=True, guard=True)  # torch's SDPA block
+    model = _sdpa()  # torch's SDPA block
     options = Options(rules=RULES, keep_slower=True, cost_model="analytic-cpu")
     result = optimize(model, options)
     assert result.packing.endswith(")") and " of 1 attentions packed" in result.packing
@@ -226,7 +244,7 @@ def test_packing_is_off_for_a_graph_input_and_for_gpu_prices() -> None:
     graph = _block()
     result = optimize(graph, Options(rules=RULES))
     assert result.packing == "off" and "mha" not in result.graph.op_counts()
-    model = _sdpa_model(mask=True, guard=True)
+    model = _sdpa()
     gpu = optimize(model, Options(rules=RULES, cost_model="analytic", keep_slower=True))
     assert gpu.graph.op_counts()["attention"] == 1 and gpu.packing == "off"
 
@@ -234,7 +252,7 @@ def test_packing_is_off_for_a_graph_input_and_for_gpu_prices() -> None:
 def test_onnx_helper_block_is_a_site_after_extraction() -> None:
     """The e-graph fuses torch's spelling into attention; the extracted graph around it is
     what packing recognizes (whatever the timing then decides)."""
-    model = _sdpa_model(mask=True, guard=True)  # torch's SDPA block
+    model = _sdpa()  # torch's SDPA block
     options = Options(rules=RULES, cost_model="analytic-cpu", packing=False)
     result = optimize(model, options)
     assert result.graph.op_counts()["attention"] == 1
@@ -253,7 +271,7 @@ def test_a_packed_model_keeps_its_symbolic_dims_and_runs_at_every_shape(
     from relsat.pipeline import pack as stage
 
     monkeypatch.setattr(stage, "time_fragment", lambda part, packed, settings, timing: (True, 0.5))
-    model = _attention_block()
+    model = _drawn(test_dynamic, test_dynamic._attention_block)
     result = optimize(model, Options(rules=RULES, cost_model="analytic-cpu", keep_slower=True))
     assert result.packing.startswith("1 of 1") and "mha" in result.graph.op_counts()
     assert len(result.checked_at) == 3 and result.ort_check == "passed"
@@ -269,7 +287,7 @@ def test_cli_says_what_packing_did_and_can_turn_it_off(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = tmp_path / "sdpa.onnx"
-    onnx.save(_sdpa_model(mask=True, guard=True), src)
+    onnx.save(_sdpa(), src)
     common = ["--cost-model", "analytic-cpu", "--timing-seconds", "0.2", "--threads", "1"]
     common += ["--keep-slower", "--rules", str(RULES_DIR / "transformer.rules")]
     assert main(["optimize", str(src), "-o", str(tmp_path / "a.onnx"), *common]) == 0

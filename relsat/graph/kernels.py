@@ -346,12 +346,8 @@ def _mha(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     heads = node.params["heads"]
     q, k, v = np.split(np.matmul(x, w) + b, 3, axis=-1)
     q, k, v = (t.reshape(batch, seq, heads, -1).transpose(0, 2, 1, 3) for t in (q, k, v))
-    with np.errstate(invalid="ignore"):
-        probs = _nanzero(
-            _softmax(np.matmul(q, k.transpose(0, 1, 3, 2)) * node.params["scale"] + bias)
-        )
-    out = np.matmul(probs, v).transpose(0, 2, 1, 3)
-    return (out.reshape(batch, seq, -1),)
+    (out,) = _attention(node, [q, k.transpose(0, 1, 3, 2), v, bias])  # mha's own scale
+    return (out.transpose(0, 2, 1, 3).reshape(batch, seq, -1),)
 
 
 def _gqa(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:

@@ -484,6 +484,14 @@ def _bias_gelu(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
     return (TensorType(x.shape),)
 
 
+def _scores_bias(op: str, bias: TensorType, scores: Shape) -> None:
+    """An attention's additive mask must broadcast to its scores ``[B, H, S, T]``: a bias that
+    would broadcast the scores up (or not at all) is another computation."""
+    padded = (1,) * (4 - bias.rank) + bias.shape
+    if bias.rank > 4 or any(x not in (1, y) for x, y in zip(padded, scores, strict=True)):
+        raise OpError(f"{op} bias {list(bias.shape)} does not broadcast to {list(scores)}")
+
+
 def _attention(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     _float(params, "scale", positive=True)
     q, kt, v, bias = inputs
@@ -500,11 +508,7 @@ def _attention(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
             f"attention needs q [B, H, S, D], kt [B, H, D, T], v [B, H, T, Dv]; got "
             f"{list(q.shape)}, {list(kt.shape)}, {list(v.shape)}"
         )
-    scores = (b, h, s, kt.shape[3])
-    padded = (1,) * (4 - bias.rank) + bias.shape
-    if bias.rank > 4 or any(x not in (1, y) for x, y in zip(padded, scores, strict=True)):
-        # a bias that would broadcast the scores up (or not at all) is another computation
-        raise OpError(f"attention bias {list(bias.shape)} does not broadcast to {list(scores)}")
+    _scores_bias("attention", bias, (b, h, s, kt.shape[3]))
     return (TensorType((b, h, s, v.shape[3]), (q.splits[0], q.splits[1], q.splits[2], ())),)
 
 
@@ -523,10 +527,7 @@ def _mha(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]
         )
     if b.shape != (w.shape[1],):
         raise OpError(f"mha b must have shape [{w.shape[1]}], got {list(b.shape)}")
-    scores = (batch, heads, seq, seq)
-    padded = (1,) * (4 - bias.rank) + bias.shape
-    if bias.rank > 4 or any(p not in (1, y) for p, y in zip(padded, scores, strict=True)):
-        raise OpError(f"mha bias {list(bias.shape)} does not broadcast to {list(scores)}")
+    _scores_bias("mha", bias, (batch, heads, seq, seq))
     return (TensorType((batch, seq, hidden), (x.splits[0], x.splits[1], ())),)
 
 

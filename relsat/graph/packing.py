@@ -146,14 +146,13 @@ def _site(graph: Graph, node: Node, parts: Parts, weights: list[bool]) -> Site |
     traced = [t for t in maybe if t is not None]
     if len(traced) != 3:
         return None
-    (_, xq, fq), (_, xk, fk), (_, xv, fv) = traced
+    (_, xq, fq, _), (_, xk, fk, _), (_, xv, fv, _) = traced
     if not xq == xk == xv or fv != 1.0:
         return None
     layout = (batch, heads, seq, size)
     projections = []
-    refs = (q_ref, kt_ref, v_ref)
-    for (proj, _x, _f), ref, keys in zip(traced, refs, (False, True, False), strict=True):
-        start = _head_split(graph, proj, ref, layout, transposed=keys)
+    for (proj, _x, _f, chain), keys in zip(traced, (False, True, False), strict=True):
+        start = _head_split(graph, proj, chain, layout, transposed=keys)
         if start is None:
             return None
         p = graph.node(proj)
@@ -169,11 +168,13 @@ def _site(graph: Graph, node: Node, parts: Parts, weights: list[bool]) -> Site |
     return Site(node.id, xq, batch, seq, heads, scale, q, k, v, mask)
 
 
-def _trace(graph: Graph, ref: Ref, weights: list[bool]) -> tuple[Ref, Ref, float] | None:
+def _trace(graph: Graph, ref: Ref, weights: list[bool]) -> tuple[Ref, Ref, float, list[Ref]] | None:
     """``ref`` followed down through layout ops and scalar products to a projection: the
-    projection's output, its input ``x`` (below any reshapes) and the scalars' product; None
-    when it does not end at a plain projection of weights."""
+    projection's output, its input ``x`` (below any reshapes), the scalars' product and the
+    layout ops' outputs passed (from ``ref`` down); None when it does not end at a plain
+    projection of weights."""
     factor = 1.0
+    chain: list[Ref] = []
     while True:
         n = graph.node(ref)
         if n.op == "ewmul":
@@ -184,6 +185,7 @@ def _trace(graph: Graph, ref: Ref, weights: list[bool]) -> tuple[Ref, Ref, float
             c, ref = (a, b) if scalars[0] else (b, a)
             factor *= float(graph.node(c).params["value"])
         elif n.op in ("reshape", "transpose", "split"):
+            chain.append(ref)
             ref = n.inputs[0]
         elif n.op in ("matmul", "matmul_bias"):
             w = graph.shape(n.inputs[1])
@@ -195,7 +197,7 @@ def _trace(graph: Graph, ref: Ref, weights: list[bool]) -> tuple[Ref, Ref, float
                 return None
             if weights[n.inputs[0].node] or graph.shape(n.inputs[0])[-1] != w[0]:
                 return None
-            return ref, _below_reshapes(graph, n.inputs[0]), factor
+            return ref, _below_reshapes(graph, n.inputs[0]), factor, chain
         else:
             return None
 
@@ -207,23 +209,20 @@ def _below_reshapes(graph: Graph, ref: Ref) -> Ref:
 
 
 def _head_split(
-    graph: Graph, proj: Ref, ref: Ref, layout: tuple[int, int, int, int], *, transposed: bool
+    graph: Graph,
+    proj: Ref,
+    chain: list[Ref],
+    layout: tuple[int, int, int, int],
+    *,
+    transposed: bool,
 ) -> int | None:
-    """The first column of the block of the projection ``proj`` that ``ref`` holds split into
-    heads (``[B, H, S, D]``, or ``[B, H, D, S]`` when ``transposed``), or None when the layout
-    ops between them do something else."""
+    """The first column of the block of the projection ``proj`` that the layout ops ``chain``
+    (their outputs, from the attention's operand down, as :func:`_trace` passed them) split
+    into heads (``[B, H, S, D]``, or ``[B, H, D, S]`` when ``transposed``), or None when they
+    do something else."""
     shape = graph.shape(proj)
     if math.prod(shape) > MAX_INDEX or len(shape) < 2:
         return None
-    chain: list[Ref] = []  # the layout ops' outputs, from ref down
-    at = ref
-    while at != proj:
-        n = graph.node(at)
-        if n.op != "ewmul":
-            chain.append(at)
-            at = n.inputs[0]
-        else:
-            at = next(r for r in n.inputs if graph.node(r).op != "scalar")
     index = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
     for out in reversed(chain):
         n = graph.node(out)

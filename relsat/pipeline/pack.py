@@ -46,30 +46,29 @@ FOLD_TIMING = Timing(max_seconds=4.0, min_gain=0.0)
 @dataclass(frozen=True)
 class Lowering:
     """One rewrite of the extracted graph: what it does (``what``, for the note), how to find
-    its ``sites``, what a site's price depends on (``kind``), the ``fragment`` a site is timed
-    on (with the site as found in it), how to ``apply`` it to chosen sites, and the ``timing``
-    a fragment's two forms are compared with; ``whole``: the whole model is timed with every
-    site rewritten against none instead (for rewrites that each save too little to measure
-    alone)."""
+    its ``sites``, what a site's price depends on (``kind``, given which nodes are constant),
+    the ``fragment`` a site is timed on (with the site as found in it), how to ``apply`` it to
+    chosen sites, and the ``timing`` a fragment's two forms are compared with; ``whole``: the
+    whole model is timed with every site rewritten against none instead (for rewrites that each
+    save too little to measure alone)."""
 
     what: str
     sites: Callable[[Graph], Sequence[Any]]
-    kind: Callable[[Graph, Any], Hashable]
+    kind: Callable[[Graph, list[bool], Any], Hashable]
     fragment: Callable[[Graph, Any], tuple[Graph, Any]]
     apply: Callable[[Graph, Sequence[Any]], Graph]
     timing: Timing = FRAGMENT_TIMING
     whole: bool = False
 
 
-def _attention_kind(graph: Graph, site: packing.Site) -> Hashable:
-    constant = graph.all_weights()
+def _attention_kind(graph: Graph, constant: list[bool], site: packing.Site) -> Hashable:
     mask = (graph.shape(site.mask), constant[site.mask.node]) if site.mask else None
     shapes = tuple(graph.shape(r) for r in (site.x, site.q.w))
     return shapes, mask, site.heads, site.q.bias is None, graph.node(site.node).op
 
 
-def _projection_kind(graph: Graph, site: projections.Site) -> Hashable:
-    skip = site.skip is not None and graph.all_weights()[site.skip.node]
+def _projection_kind(graph: Graph, constant: list[bool], site: projections.Site) -> Hashable:
+    skip = site.skip is not None and constant[site.skip.node]
     return site.kind, graph.shape(site.x), graph.shape(site.w), skip
 
 
@@ -131,8 +130,9 @@ def _by_fragments(
 ) -> tuple[list[Any], list[str]]:
     """The sites of the kinds whose fragment times faster rewritten, and each kind's ratio."""
     kinds: dict[Hashable, list[Any]] = {}
+    constant = graph.all_weights()
     for site in found:  # sites alike in all a price depends on are timed once
-        kinds.setdefault(lowering.kind(graph, site), []).append(site)
+        kinds.setdefault(lowering.kind(graph, constant, site), []).append(site)
     chosen: list[Any] = []
     ratios = []
     for group in kinds.values():
