@@ -147,6 +147,9 @@ class _NumpyStandIn:
         node = types.SimpleNamespace(params={"epsilon": eps})
         return kernels._batchnorm(node, [x, scale, bias, mean, var])[0]
 
+    def matmul(self, a, b, activation):  # type: ignore[no-untyped-def]
+        return kernels._activate(np.matmul(a, b), activation)
+
     def conv2d(self, x, w, stride, padding, activation):  # type: ignore[no-untyped-def]
         params = {"stride": stride, "padding": padding, "activation": activation}
         node = types.SimpleNamespace(id=0, op="conv2d", params=params)
@@ -156,6 +159,136 @@ class _NumpyStandIn:
         params = {"kernel": kernel, "stride": stride, "padding": padding, "activation": activation}
         node = types.SimpleNamespace(id=0, op=op, params=params)
         return kernels._pool(node, [x])[0]
+
+
+def fused_graph() -> tuple[relsat.Graph, dict[str, np.ndarray]]:
+    """Every fused and transformer operator the executor runs in PyTorch (relsat.gpu.fused),
+    conv with its bias, and an attention mask that masks one batch entirely (its rows give 0)."""
+    b = GraphBuilder()
+    x = b.input([2, 8, 32], name="x")
+    mask = b.input([2, 1, 1, 8], name="mask")
+    att = b.mha(x, b.weight([32, 96], name="wqkv"), b.weight([96], name="bqkv"), mask, 4, 0.35)
+    lin = b.reshape(b.linear(att, b.weight([32, 32], name="wo")), [16, 32])
+    bias64 = b.weight([64], name="b64")
+    mb = b.matmul_bias(lin, b.weight([32, 64], name="w1"), bias64, "RELU")
+    mb_tanh = b.matmul_bias(lin, b.weight([32, 64], name="w2"), bias64, "TANH")
+    g, gt, bg = b.gelu(mb), b.gelu(mb_tanh, "tanh"), b.biasgelu(mb_tanh, bias64)
+    scale, shift = b.weight([64], name="scale"), b.weight([64], name="shift")
+    ln = b.layernorm(g, scale, shift)
+    sk2 = b.skiplayernorm(gt, bg, b.weight([128], name="packed2"))
+    sk3 = b.skiplayernorm(ln, sk2, b.weight([192], name="packed3"))
+    rms = b.rmsnorm(sk3, scale)
+    two = b.scalar(2.0)
+    pos = b.add(b.sigmoid(rms), b.relu6(g))
+    pieces = b.sub(b.div(b.sqrt(pos), b.pow(pos, two)), b.reciprocal(pos))
+    trig = b.add(b.neg(b.cos(pieces)), b.mul(b.sin(pieces), b.erf(pieces)))
+    soft = b.finite(b.nanzero(b.softmax(b.add(trig, b.reducemean(trig)))))
+    q, kt, v = (b.input([2, 4, 8, 8], name=n) for n in ("q", "kt", "v"))
+    kt2, v2 = b.input([2, 2, 8, 8], name="kt2"), b.input([2, 2, 8, 8], name="v2")
+    cos, sin = b.input([8, 4], name="cos"), b.input([8, 4], name="sin")
+    qr = b.rotary(q, cos, sin)
+    kr = b.rotary(b.transpose(kt, [0, 1, 3, 2]), cos, sin, interleaved=True)
+    a1 = b.attention(qr, b.transpose(kr, [0, 1, 3, 2]), v, mask, 0.5)
+    a2 = b.gqa(q, kt2, v2, mask, 0.5)
+    a3 = b.attention(q, b.repeatkv(kt2, 2), b.repeatkv(v2, 2), mask, 0.5)
+    cut = b.slice(a1, 2, 1, 5)
+    img = b.input([1, 8, 10, 10], name="img")
+    w3 = b.weight([16, 8, 3, 3], name="w3")
+    cb = b.weight([1, 16, 1, 1], name="cb")
+    convs = [b.conv2d_bias(img, w3, cb, 1, "SAME", act) for act in ("RELU", "NONE", "TANH")]
+    convs.append(b.conv2d_bias(img, w3, cb, 2, "VALID", "SIGMOID"))
+    graph = b.build(att, ln, sk3, rms, soft, a1, a2, a3, cut, *convs)
+    masked = np.zeros((2, 1, 1, 8), np.float32)
+    masked[0, ..., 5:] = -np.inf
+    masked[1] = -np.inf
+    return graph, {"mask": masked}
+
+
+class _CpuTorch:
+    """PyTorch without cuDNN's fused conv-bias-ReLU (a CUDA-only call): the executor's conv
+    takes its other path, PyTorch's conv2d."""
+
+    def __init__(self, torch) -> None:  # type: ignore[no-untyped-def]
+        self._torch = torch
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        if name == "cudnn_convolution_relu":
+            raise AttributeError(name)
+        return getattr(self._torch, name)
+
+
+class _TorchStandIn(_NumpyStandIn):
+    """The stand-in with PyTorch (CPU) for the fused kernels and the executor's own conv,
+    sharing NumPy's buffers through DLPack as the GPU shares CuPy's."""
+
+    def __init__(self, torch) -> None:  # type: ignore[no-untyped-def]
+        from relsat.gpu.executor import Gpu
+
+        super().__init__()
+        self.torch = _CpuTorch(torch)
+        self.t = torch.from_dlpack
+        self.cp.from_dlpack = np.from_dlpack
+        self.conv2d = functools.partial(Gpu.conv2d, self)
+        self.matmul = functools.partial(Gpu.matmul, self)
+        self._activate_t = functools.partial(Gpu._activate_t, self)
+
+
+def _assert_matches(got: list[np.ndarray], want: list[np.ndarray], rtol: float) -> None:
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.shape == w.shape, i
+        scale = float(np.nanmax(np.abs(w))) or 1.0
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=f"output {i}")
+
+
+def test_fused_kernels_on_torch_cpu(monkeypatch) -> None:
+    """relsat.gpu.fused's PyTorch kernels compute what relsat.graph.kernels computes (on the
+    CPU: the same code runs on the GPU's buffers)."""
+    torch = pytest.importorskip("torch")
+    import relsat.gpu.executor as gpu_module
+
+    stand_in = _TorchStandIn(torch)
+    monkeypatch.setattr(gpu_module, "load_gpu", lambda backend="auto": stand_in)
+    graph, values = fused_graph()
+    want = relsat.run(graph, values, dtype=np.float32)
+    assert np.all(want[0][1] == 0) and np.all(want[5][1] == 0)  # the masked batch gives 0
+    _assert_matches(gpu_module.run_gpu(graph, values), want, 1e-4)
+
+
+def test_fused_signatures_are_measured_by_the_executor_kernel() -> None:
+    """Every fused signature reaches a kernel (the GPU decides the time): none is 'unknown'."""
+    from relsat.cost import enode_signatures
+    from relsat.engine.egraph import EGraph
+    from relsat.gpu import fused
+    from relsat.gpu.measure import _bench_unit
+
+    graph, _ = fused_graph()
+    _, sigs = enode_signatures(EGraph.from_graph(graph))
+    ops = {s.op for s in sigs}
+    assert {"mha", "matmul_bias", "layernorm", "gelu", "attention", "conv2d_bias"} <= ops
+    for op in ops - set(fused.KERNELS) - {"conv2d_bias", "scalar", "split"}:
+        assert op in (
+            "input",
+            "weight",
+            "noop",
+            "reshape",
+            "transpose",
+            "ewadd",
+            "ewmul",
+            "sigmoid",
+            "relu",
+            "tanh",
+        ), op
+    from relsat.cost.ort import unit_graph
+
+    for sig in sigs:  # each rebuilds as the one-node graph the GPU times (mha: heads and scale)
+        if sig.op not in ("input", "weight", "noop"):
+            assert unit_graph(sig).nodes[-1].op == sig.op
+    (mha,) = (n for n in graph.nodes if n.op == "mha")
+    (mha_sig,) = (s for s in sigs if s.op == "mha")
+    assert unit_graph(mha_sig).nodes[-1].params == mha.params
+    with pytest.raises(relsat.errors.CostError, match="unknown operator"):
+        _bench_unit(None, OpSignature("opaque", (), "", ((2,),), (2,)))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["nasrnn", "squeezenet-optimized"])
@@ -233,13 +366,37 @@ def test_run_gpu_matches_numpy(cupy, name: str) -> None:
     from relsat.gpu.executor import run_gpu
 
     graph = models.load(name)
-    want = relsat.run(graph)
+    want = relsat.run(graph, dtype=np.float32)  # the GPU's leaf values (float32 draws)
     got = run_gpu(graph)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         scale = float(np.abs(w).max()) or 1.0
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4 * scale)
+
+
+@gpu
+def test_run_gpu_fused_operators_match_numpy(cupy) -> None:
+    from relsat.gpu.executor import run_gpu
+
+    graph, values = fused_graph()
+    _assert_matches(run_gpu(graph, values), relsat.run(graph, values, dtype=np.float32), 1e-3)
+
+
+@gpu
+def test_measures_fused_operators(cupy) -> None:
+    from relsat.cost import enode_signatures
+    from relsat.engine.egraph import EGraph
+    from relsat.gpu.measure import measure_signatures
+
+    graph, _ = fused_graph()
+    _, sigs = enode_signatures(EGraph.from_graph(graph))
+    model = MeasuredModel(runs=8, warmup=2)
+    table = measure_signatures(sigs, model)
+    assert not model.failures
+    assert len(table) == len(sigs)
+    for sig in sigs:
+        assert math.isfinite(table.get(model.device, sig))
 
 
 @gpu
@@ -250,3 +407,38 @@ def test_time_graph(cupy) -> None:
     assert time_graph(graph, warmup=3, runs=5) > 0
     detail = time_graph_detail(graph, warmup=1, runs=2)
     assert detail.precomputed > 0 and detail.operators > 0
+
+
+# --- the shipped measured table ------------------------------------------------------------
+
+
+def test_shipped_h200_table_says_what_measured_each_row() -> None:
+    """relsat/data/costs/h200.parquet (bench/measure_costs.py on an H200): every row names the
+    card, the backend and the software versions, and holds a finite time."""
+    import json
+    from importlib import resources
+
+    import pyarrow.parquet as pq
+
+    ref = resources.files("relsat") / "data" / "costs" / "h200.parquet"
+    with resources.as_file(ref) as path:
+        rows = pq.read_table(path).to_pylist()
+    assert len(rows) > 2000
+    for row in rows:
+        assert row["device"] == "h200" and "H200" in row["gpu"]
+        assert row["source"] == "zero-cost" or row["source"].startswith("measured:")
+        assert math.isfinite(row["ms"]) and row["ms"] >= 0
+        assert (row["ms"] == 0) == (row["source"] == "zero-cost")
+    versions = json.loads(rows[0]["versions"])
+    assert {"gpu", "cupy", "torch", "cudnn", "driver"} <= set(versions)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnext50"])
+def test_cost_model_h200_prices_from_the_table(name: str) -> None:
+    """``cost_model="h200"`` prices from the shipped table (which holds every signature of the
+    benchmarks' explored e-graphs, k_multi 1 and 2) and counts what it had to take from the
+    roofline: nothing here."""
+    result = relsat.optimize(models.load(name), relsat.Options(cost_model="h200"))
+    assert result.cost_model == "table h200"
+    assert result.cost_fallbacks == 0
+    assert result.cost_after <= result.cost_before

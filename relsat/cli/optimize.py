@@ -93,7 +93,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
     _number(p, "--time-limit", float, 3600.0, "exploration seconds")
     p.add_argument(
         "--cost-model",
-        help="ort-cpu, analytic, h100 or t4 (default: ort-cpu for an ONNX input, else analytic)",
+        help="ort-cpu, analytic, analytic-<device>, or a device (h100, h200, a100, v100, t4): "
+        "its shipped measured table (relsat/data/costs/<device>.parquet; h200 is shipped) "
+        "with the device's roofline for what the table lacks, else the roofline "
+        "(default: ort-cpu for an ONNX input, else analytic)",
     )
     p.add_argument("--extractor", default="ilp", choices=("ilp", "greedy", "greedy-dag"))
     _number(
@@ -425,6 +428,9 @@ def _final_table(result: Result) -> Any:
         f"{result.cost_before:.4f}",
         f"{result.cost_after:.4f} ({100 * result.reduction:.1f} % less)",
     )
+    t.add_row("cost model", "", result.cost_model)
+    if result.cost_fallbacks is not None:  # a measured table: signatures it lacked
+        t.add_row("  by fallback", "", f"{result.cost_fallbacks} signatures")
     for label, latency in result.latencies or ((("", result.latency),) if result.latency else ()):
         t.add_row(
             "latency (ms)" + (f" at {label}" if label and len(result.latencies) > 1 else ""),

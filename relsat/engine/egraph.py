@@ -29,6 +29,7 @@ from relsat.graph.ops import (
     ACTIVATIONS,
     FLOAT_PARAMS,
     INT_PARAMS,
+    MIXED_PARAMS,
     PADDINGS,
     Params,
     infer,
@@ -80,7 +81,7 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
         s = repr(float(p["epsilon"]))
     elif op == "opaque":
         s = f"{p['type']}|{p['attrs']}|{json.dumps(p['shapes'], separators=(',', ':'))}"
-    elif op in FLOAT_PARAMS or op in INT_PARAMS:  # a scalar's value or an epsilon as float32
+    elif op in FLOAT_PARAMS or op in INT_PARAMS or op in MIXED_PARAMS:  # float32 bits, ints
         ints = param_ints(op, p) or []  # bits, a slice's bounds: so that rules can spell them
     return op, [*ints, -1, -1, -1, -1, -1, -1][:6], s
 

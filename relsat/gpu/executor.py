@@ -1,12 +1,15 @@
 """The GPU executor: a whole :class:`~relsat.graph.graph.Graph` on an NVIDIA GPU, and its real
 runtime.
 
-Values are CuPy fp32 arrays. Element-wise ops, matmul (cuBLAS), concat, split, reshape, transpose,
-enlarge, merge and batchnorm run in CuPy; conv2d and the pools run through PyTorch's cuDNN path on
-the same buffers (DLPack, no copies). The semantics are :mod:`relsat.graph.kernels`' (SAME padding
-as
-TASO passes it to cuDNN, cropped to the declared size; grouped conv; average pooling excludes the
-padding; ``merge`` materialized with the group count of the conv that consumes it).
+Values are CuPy fp32 arrays. Element-wise ops, concat, split, reshape, transpose, enlarge, merge
+and batchnorm run in CuPy; matmul (cuBLAS), conv2d, conv2d_bias and the pools run through
+PyTorch's cuBLAS and cuDNN paths on the same buffers (DLPack, no copies); the other fused and
+transformer operators
+(Gemm, LayerNorm, GELU, attention, ...) run as PyTorch's kernels (:mod:`relsat.gpu.fused`).
+``opaque`` has no GPU kernel (:class:`~relsat.errors.ExecutionError`). The semantics are
+:mod:`relsat.graph.kernels`' (SAME padding as TASO passes it to cuDNN, cropped to the declared
+size; grouped conv; average pooling excludes the padding; ``merge`` materialized with the group
+count of the conv that consumes it).
 
 * :func:`run_gpu` runs a graph and copies its outputs back (compare with :func:`relsat.run`);
 * :func:`time_graph` is TASO's end-to-end measurement (100 warm-ups, then 100 timed runs between
@@ -15,7 +18,9 @@ padding; ``merge`` materialized with the group count of the conv that consumes i
   cost model (:mod:`relsat.gpu.measure`) times.
 
 Runs are eager Python: each op costs a few microseconds of host time to launch, so a graph of
-many tiny ops can be host-bound; :class:`GraphTiming` gives the wall time beside the GPU time.
+many tiny ops is host-bound; :class:`GraphTiming` gives the wall time beside the GPU time, and
+with ``cuda_graph=True`` the time of the run captured once as a CUDA graph and replayed (the
+GPU's own time; CuPy's and PyTorch's kernels are captured on one stream).
 No CUDA library is imported until a function needs it; without a GPU they raise
 :class:`~relsat.gpu.measure.GpuUnavailableError`.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -33,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from relsat.errors import ExecutionError, GpuUnavailableError
+from relsat.gpu import fused
 from relsat.graph.execute import _flat_outputs, _leaf_values
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.kernels import Lazy, _at, _merged
@@ -89,6 +95,29 @@ class Gpu:
         self._batchnorm: Any = None
 
     # --- plumbing -------------------------------------------------------------------------
+
+    def versions(self) -> dict[str, str]:
+        """The GPU's name and what ran on it: driver, CUDA runtime, CuPy, PyTorch, cuDNN."""
+        cp, t = self.cp, self.torch
+        out = {"gpu": self.name, "cupy": cp.__version__, "torch": t.__version__}
+        out["torch_cuda"] = str(t.version.cuda)
+        out["cudnn"] = str(t.backends.cudnn.version())
+        for key, get in (
+            ("cuda_runtime", cp.cuda.runtime.runtimeGetVersion),
+            ("cuda_driver_api", cp.cuda.runtime.driverGetVersion),
+        ):
+            with suppress(Exception):
+                out[key] = str(get())
+        with suppress(Exception):
+            import pynvml
+
+            pynvml.nvmlInit()
+            driver = pynvml.nvmlSystemGetDriverVersion()
+            out["driver"] = driver.decode() if isinstance(driver, bytes) else str(driver)
+        if self.cudnn is not None:
+            with suppress(Exception):
+                out["cudnn_frontend"] = str(self.cudnn.__version__)
+        return out
 
     def synchronize(self) -> None:
         self.cp.cuda.Device().synchronize()
@@ -167,6 +196,8 @@ class Gpu:
             return cp.maximum(x, 0, out=out)
         if activation == "TANH":
             return cp.tanh(x, out=out)
+        if activation == "RELU6":
+            return cp.clip(x, 0, 6, out=out)
         if activation == "SIGMOID":
             if self._sigmoid is None:
                 self._sigmoid = cp.ElementwiseKernel(
@@ -179,13 +210,7 @@ class Gpu:
         return x
 
     def _activate_t(self, y: Any, activation: str) -> Any:
-        if activation == "RELU":
-            return y.relu_()
-        if activation == "TANH":
-            return y.tanh_()
-        if activation == "SIGMOID":
-            return y.sigmoid_()
-        return y
+        return fused.activate(self.torch, y, activation)
 
     def batchnorm(self, x: Any, scale: Any, bias: Any, mean: Any, var: Any, eps: float) -> Any:
         """Inference batch normalization over channel dim 1, one fused kernel."""
@@ -201,16 +226,33 @@ class Gpu:
         args = [a.reshape(shape) for a in (scale, bias, mean, var)]
         return self._batchnorm(x, *args, np.float32(eps))
 
-    def conv2d(self, x: Any, w: Any, stride: tuple[int, int], padding: str, activation: str) -> Any:
-        """Grouped conv (groups = C / weight dim 1) with TASO's SAME padding, then activation."""
+    def matmul(self, a: Any, b: Any, activation: str) -> Any:
+        """Batched ``a @ b`` (cuBLAS through PyTorch: CuPy's cuBLAS calls refuse to be captured
+        in a CUDA graph), then the activation."""
+        y = self.torch.matmul(self.t(a), self.t(b))
+        return self.cp.from_dlpack(fused.activate(self.torch, y, activation))
+
+    def conv2d(
+        self,
+        x: Any,
+        w: Any,
+        stride: tuple[int, int],
+        padding: str,
+        activation: str,
+        bias: Any = None,
+    ) -> Any:
+        """Grouped conv (groups = C / weight dim 1) with TASO's SAME padding, plus ``bias``
+        (any shape holding one value per output channel) when given, then activation; cuDNN's
+        fused conv-bias-ReLU for a ReLU."""
         t, f = self.torch, self.torch.nn.functional
         groups = x.shape[1] // w.shape[1]
         pads, (ho, wo) = _pads(x.shape, w.shape[2:], stride, padding)
         tx, tw = self.t(x).contiguous(), self.t(w).contiguous()
+        tb = None if bias is None else self.t(bias).reshape(-1).contiguous()
         if activation == "RELU" and hasattr(t, "cudnn_convolution_relu"):
-            y = t.cudnn_convolution_relu(tx, tw, None, stride, pads, (1, 1), groups)
+            y = t.cudnn_convolution_relu(tx, tw, tb, stride, pads, (1, 1), groups)
         else:
-            y = self._activate_t(f.conv2d(tx, tw, None, stride, pads, 1, groups), activation)
+            y = self._activate_t(f.conv2d(tx, tw, tb, stride, pads, 1, groups), activation)
         return self.cp.from_dlpack(y[:, :, :ho, :wo].contiguous())
 
     def pool(
@@ -435,6 +477,13 @@ def _apply(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
             raise ExecutionError("a merged weight cannot be a conv input", node=node.id, op=op)
         groups = x.shape[1] // w.shape[1]
         return (gpu.conv2d(x, _at(w, groups), p["stride"], p["padding"], p["activation"]),)
+    if op == "conv2d_bias":
+        x, w, b = args
+        if isinstance(x, Lazy) or isinstance(b, Lazy):
+            raise ExecutionError("a merged weight cannot be a conv input", node=node.id, op=op)
+        groups = x.shape[1] // w.shape[1]
+        w = _at(w, groups)
+        return (gpu.conv2d(x, w, p["stride"], p["padding"], p["activation"], bias=b),)
     if op in ("merge", "enlarge", "concat", "split"):
         return _weight_op(gpu, node, args)
     for pos, a in enumerate(args):
@@ -449,8 +498,7 @@ def _apply(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
     if op == "ewmul":
         return (cp.multiply(args[0], args[1]),)
     if op == "matmul":
-        y = cp.matmul(args[0], args[1])
-        return (gpu.activate(y, p["activation"], out=y),)
+        return (gpu.matmul(args[0], args[1], p["activation"]),)
     if op in ("relu", "tanh", "sigmoid"):
         return (gpu.activate(args[0], op.upper()),)
     if op == "dropout":
@@ -464,6 +512,12 @@ def _apply(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
     if op == "batchnorm":
         x, scale, bias, mean, var = args
         return (gpu.batchnorm(x, scale, bias, mean, var, float(p["epsilon"])),)
+    if op == "scalar":
+        return (cp.asarray(p["value"], dtype=cp.float32),)
+    kernel = fused.KERNELS.get(op)
+    if kernel is not None:  # PyTorch's kernel on the same buffers (relsat.gpu.fused)
+        outs = kernel(gpu.torch, node, [gpu.t(a) for a in args])
+        return tuple(cp.from_dlpack(o) for o in outs)
     raise ExecutionError(f"no GPU kernel for {op!r}", node=node.id, op=op)
 
 
@@ -589,8 +643,10 @@ def _plan(
             steps.append(node)
     if precompute_weights:  # a merged weight read by a conv: materialize it at that conv's groups
         for i, node in enumerate(steps):
-            if node.op == "conv2d" and isinstance(consts.get(node.inputs[1]), Lazy):
-                x_ref, w_ref = node.inputs
+            if node.op in ("conv2d", "conv2d_bias") and isinstance(
+                consts.get(node.inputs[1]), Lazy
+            ):
+                x_ref, w_ref = node.inputs[:2]
                 groups = graph.shape(x_ref)[1] // graph.shape(w_ref)[1]
                 key = Ref(-1 - node.id, 0)  # a private constant for this conv
                 consts[key] = consts[w_ref].at(groups)
@@ -603,7 +659,8 @@ def _plan(
 
 
 def _with_weight(node: Node, ref: Ref) -> Node:
-    return Node(node.id, node.op, node.params, (node.inputs[0], ref), node.outputs, node.name)
+    inputs = (node.inputs[0], ref, *node.inputs[2:])
+    return Node(node.id, node.op, node.params, inputs, node.outputs, node.name)
 
 
 def run_gpu(
@@ -634,7 +691,9 @@ def run_gpu(
 @dataclass(frozen=True)
 class GraphTiming:
     """One :func:`time_graph_detail` measurement: GPU ms per run between CUDA events, host wall
-    ms per run (≈ ``ms`` when the run is host-bound), and how it was taken."""
+    ms per run (≈ ``ms`` when the run is host-bound), and how it was taken. ``graph_ms`` is the
+    ms per replay of the run captured as one CUDA graph (no host launch cost: the GPU's own
+    time), None when not asked for or when the capture failed (``graph_error`` says why)."""
 
     ms: float
     wall_ms: float
@@ -643,6 +702,8 @@ class GraphTiming:
     precomputed: int  # weight-only operators evaluated once beforehand
     operators: int  # operators run each time
     device: str
+    graph_ms: float | None = None
+    graph_error: str = ""
 
 
 def time_graph_detail(
@@ -653,10 +714,15 @@ def time_graph_detail(
     precompute_weights: bool = True,
     tf32: bool = True,
     seed: int = 0,
+    cuda_graph: bool = False,
+    graph_warmup: int | None = None,
+    graph_runs: int | None = None,
 ) -> GraphTiming:
     """TASO's end-to-end measurement (§6.4): ``warmup`` untimed runs, then ``runs`` runs between
     two CUDA events; ms per run. With ``precompute_weights`` every weight-only operator is
-    evaluated once beforehand (TASO's ``preprocess_weights``)."""
+    evaluated once beforehand (TASO's ``preprocess_weights``). With ``cuda_graph`` the run is
+    also captured as a CUDA graph and its replays timed the same way (``graph_ms``;
+    ``graph_warmup`` and ``graph_runs`` default to ``warmup`` and ``runs``)."""
     if runs < 1 or warmup < 0:
         raise ValueError("runs must be >= 1 and warmup >= 0")
     gpu = load_gpu()
@@ -674,10 +740,56 @@ def time_graph_detail(
         stop.record()
         stop.synchronize()
         wall = time.perf_counter() - t
+        graph_ms, graph_error = None, ""
+        if cuda_graph:
+            try:
+                graph_ms = _time_captured(
+                    gpu,
+                    plan,
+                    warmup if graph_warmup is None else graph_warmup,
+                    runs if graph_runs is None else graph_runs,
+                )
+            except Exception as exc:  # a kernel that cannot be captured: eager numbers only
+                graph_error = f"{type(exc).__name__}: {exc}"
+                gpu.synchronize()
     ms = float(cp.cuda.get_elapsed_time(start, stop)) / runs
     return GraphTiming(
-        ms, 1e3 * wall / runs, warmup, runs, plan.precomputed, len(plan.steps), gpu.name
+        ms,
+        1e3 * wall / runs,
+        warmup,
+        runs,
+        plan.precomputed,
+        len(plan.steps),
+        gpu.name,
+        graph_ms,
+        graph_error,
     )
+
+
+def _time_captured(gpu: Gpu, plan: _Plan, warmup: int, runs: int) -> float:
+    """Ms per replay of one run of ``plan`` captured as a CUDA graph on a side stream (CuPy's
+    and PyTorch's work both on it). The values the replays compute are not read: only the
+    time, so buffers the run frees and reuses within itself are fine."""
+    cp, torch = gpu.cp, gpu.torch
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
+        plan.run()  # warm on this stream: algorithms chosen, pool blocks cached
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            env = plan.run()
+        finally:
+            captured = stream.end_capture()
+        for _ in range(max(warmup, 1)):
+            captured.launch(stream)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        for _ in range(runs):
+            captured.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+    del env
+    return float(cp.cuda.get_elapsed_time(start, stop)) / runs
 
 
 def time_graph(

@@ -9,6 +9,7 @@ op                          how it runs (and the ``source`` recorded for it)
 ==========================  ==================================================================
 ewadd, ewmul, activations   CuPy element-wise kernels (``measured:cupy``)
 concat, batchnorm           CuPy copy / one fused element-wise kernel (``measured:cupy``)
+split, scalar               CuPy, as the executor runs them (``measured:cupy``)
 matmul                      cuBLAS through ``cupy.matmul``, then the fused activation as a
                             separate kernel, as TASO does (``measured:cupy-cublas``)
 conv2d                      cuDNN. Through NVIDIA's cuDNN frontend (``cudnn``) when it imports
@@ -23,6 +24,10 @@ conv2d                      cuDNN. Through NVIDIA's cuDNN frontend (``cudnn``) w
                             bias-add kernel, as TASO does, so conv+ReLU ≤ conv holds as in TENSAT.
 poolmax, poolavg            PyTorch on the CuPy buffers (``avg_pool2d(count_include_pad=False)``),
                             the fused activation in the same timed region (``measured:torch``)
+fused and transformer ops   the executor's kernel on the operator's one-node graph
+(conv2d_bias, matmul_bias,  (:mod:`relsat.gpu.fused`: PyTorch's cuDNN conv with bias, cuBLAS
+layernorm, gelu, attention, addmm, layer_norm, gelu, scaled_dot_product_attention, ...;
+mha, rmsnorm, rotary, ...)  ``measured:torch``)
 zero-cost ops               0 ms without touching the GPU (``zero-cost``)
 opaque                      :class:`~relsat.errors.CostError`: no backend can run it
 ==========================  ==================================================================
@@ -226,7 +231,8 @@ def _bench(gpu: Gpu, sig: OpSignature) -> tuple[Callable[[], object], str]:
     """A closure running ``sig``'s op once on fresh random buffers, and the backend's source."""
     cp, op, p = gpu.cp, sig.op, sig.params
     arity = {"ewadd": 2, "ewmul": 2, "matmul": 2, "conv2d": 2, "batchnorm": 5}.get(op, 1)
-    if op != "concat" and len(sig.inputs) != arity:
+    taso = op in ("relu", "tanh", "sigmoid", "poolmax", "poolavg") or arity > 1
+    if taso and len(sig.inputs) != arity:
         raise sig.error(f"expected {arity} input(s), got {len(sig.inputs)}", model="measured")
     if op == "opaque":
         raise sig.error("an opaque operator has no GPU kernel to measure", model="measured")
@@ -263,7 +269,23 @@ def _bench(gpu: Gpu, sig: OpSignature) -> tuple[Callable[[], object], str]:
         eps = float(sig.s) if sig.s else 1e-5
         x, scale, bias, mean, var = ins
         return (lambda: gpu.batchnorm(x, scale, bias, mean, var, eps)), "measured:cupy"
-    raise sig.error("unknown operator", model="measured")
+    return _bench_unit(gpu, sig)
+
+
+def _bench_unit(gpu: Gpu, sig: OpSignature) -> tuple[Callable[[], object], str]:
+    """Any other operator: the executor's own kernel for it, on the one-operator graph of
+    ``sig`` (so a fused operator is timed as the executor runs it)."""
+    from relsat.cost.ort import unit_graph
+    from relsat.gpu import fused
+    from relsat.gpu.executor import _apply
+
+    if sig.op not in fused.KERNELS and sig.op not in ("conv2d_bias", "scalar", "split"):
+        raise sig.error("unknown operator", model="measured")
+    graph = unit_graph(sig)
+    node = graph.nodes[-1]
+    args = [gpu.random(s) for s in sig.inputs]
+    backend = "cupy" if sig.op in ("scalar", "split") else "torch"
+    return (lambda: _apply(gpu, node, args)), f"measured:{backend}"
 
 
 def measure_signatures(

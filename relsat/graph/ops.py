@@ -860,6 +860,9 @@ INT_PARAMS = {
     "repeatkv": ("count",),
 }
 
+#: Ops with an integer parameter in ``p0`` and a float one, as float32 bits, in ``p1``.
+MIXED_PARAMS = {"mha": ("heads", "scale")}
+
 
 def int_params(op: str, p: Sequence[int]) -> Params | None:
     """The parameters of an op with a float parameter (:data:`FLOAT_PARAMS`) or integer
@@ -868,6 +871,9 @@ def int_params(op: str, p: Sequence[int]) -> Params | None:
         return Params({FLOAT_PARAMS[op]: from_f32_bits(p[0])})
     if op in INT_PARAMS:
         return Params(dict(zip(INT_PARAMS[op], p, strict=False)))
+    if op in MIXED_PARAMS:
+        count, value = MIXED_PARAMS[op]
+        return Params({count: int(p[0]), value: from_f32_bits(p[1])})
     return None
 
 
@@ -882,6 +888,9 @@ def param_ints(op: str, params: Params) -> list[int] | None:
         return [f32_bits(params[FLOAT_PARAMS[op]])]
     if op in INT_PARAMS:
         return [int(params[k]) for k in INT_PARAMS[op]]
+    if op in MIXED_PARAMS:
+        count, value = MIXED_PARAMS[op]
+        return [int(params[count]), f32_bits(params[value])]
     return None
 
 
