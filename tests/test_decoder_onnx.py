@@ -211,6 +211,34 @@ def test_unit_prices_time_the_fused_kernel() -> None:
     assert {node.op_type for node in model.graph.node} == {"RotaryEmbedding"}
 
 
+def test_run_time_rotary_tables_are_priced_as_the_kernel_and_laid_out_once() -> None:
+    """Tables computed at run time (a dynamic sequence length): the unit is priced as the kernel
+    with constant caches, and the export lays each table out as a cache once, shared by every
+    rotary that reads it (one Reshape per table, not one per rotary), computing what NumPy
+    computes."""
+    from relsat.cost.ort import OrtModel
+
+    qs, cs = (1, H, S, D), (1, 1, S, D // 2)
+    model = OrtModel(cache=False)
+    run_time = OpSignature("rotary", (0,), "", (qs, cs, cs), qs, (False, False, False))
+    constant = OpSignature("rotary", (0,), "", (qs, cs, cs), qs, (False, True, True))
+    assert model.canonical(run_time) == model.canonical(constant)
+
+    b = GraphBuilder()
+    angles = b.input([1, 1, S, D // 2], name="angles")
+    cos, sin = b.cos(angles), b.sin(angles)
+    outs = [b.rotary(b.input(list(qs), name=f"x{i}"), cos, sin) for i in range(4)]
+    graph = b.build(*outs)
+    exported = ronnx.to_model(graph)
+    nodes = exported.graph.node
+    assert [nd.op_type for nd in nodes].count("Reshape") == 2
+    rotaries = [nd for nd in nodes if nd.op_type == "RotaryEmbedding"]
+    assert len(rotaries) == 4 and len({tuple(nd.input[1:]) for nd in rotaries}) == 1
+    feeds = _feeds(exported)
+    for got, want in zip(_ort(exported, feeds), run(graph, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 # --- rotary embedding -----------------------------------------------------------------------
 
 

@@ -571,6 +571,9 @@ class OrtModel(CostModel):
 def _one_kernel(sig: OpSignature) -> OpSignature:
     """The unit onnxruntime runs ``sig`` as, when another signature is the same kernel.
 
+    A rotary embedding whose cos and sin tables are computed at run time is the kernel with
+    constant caches: its tables' layout is a Reshape per table, written once per model.
+
     onnxruntime runs a Conv with or without a bias, with or without a fused activation, as one
     kernel (bias and activation in its epilogue), and fuses MatMul + bias Add into a Gemm (and
     Gemm + activation): those are priced as one measured unit, the activation free. Measured
@@ -588,6 +591,11 @@ def _one_kernel(sig: OpSignature) -> OpSignature:
             inputs=(x, w, (1, w[0], 1, 1)),
             constants=(sig.constants[0], True, True),
         )
+    if sig.op == "rotary" and (sig.constants is None or not any(sig.constants[1:])):
+        # tables computed at run time: the export lays each out as the kernel's cache once,
+        # shared by every rotary reading it (measured, 4 rotaries of [1, 4, 128, 32] on two
+        # threads: 37 us fused with run-time caches, 71 us spelled out); the kernel is the unit
+        return replace(sig, constants=(False, True, True))
     if sig.op in ("matmul", "matmul_bias") and len(sig.inputs[0]) == 2 and constant_weight:
         a, w = sig.inputs[:2]
         assert sig.constants is not None

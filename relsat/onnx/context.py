@@ -18,7 +18,7 @@ JSON).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
@@ -117,6 +117,9 @@ class ExportContext(Protocol):
     graph: Graph
     #: The default-domain opset the model is written at.
     opset: int
+    #: Tensors emitted once per export and shared by every emitter that needs the same one (a
+    #: rotary table laid out as the fused kernel's cache), by a key of the emitter's choosing.
+    memo: dict[Hashable, str]
 
     def emit(
         self,

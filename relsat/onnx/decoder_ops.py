@@ -36,7 +36,7 @@ import numpy as np
 from onnx import NodeProto, TensorProto
 
 from relsat.graph.builder import Tensor
-from relsat.graph.graph import Node
+from relsat.graph.graph import Node, Ref
 from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
 from relsat.onnx.opmap import halves
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
@@ -392,19 +392,31 @@ def _rotary_out(ex: ExportContext, ins: list[str], out: str, node: Node, interle
     b, _, s, d = shape
     caches = []
     for ref, name, t in zip(node.inputs[1:], ins[1:], padded, strict=True):
-        folded = ex.folded(ref)
-        if folded is not None:
-            value = np.broadcast_to(np.asarray(folded, np.float32).reshape(t), (b, 1, s, d // 2))
-            caches.append(ex.float_array(f"{name}_cache", value.reshape(b, s, d // 2)))
-            continue
-        flat = ex.fresh(f"{name}_cache")
-        ex.emit("Reshape", [name, ex.const("cache_shape", [t[0], t[2], t[3]])], [flat])
-        if (t[0], t[2]) != (b, s):
-            full = ex.fresh(f"{name}_cache")
-            ex.emit("Expand", [flat, ex.const("cache_shape", [b, s, d // 2])], [full])
-            flat = full
-        caches.append(flat)
+        key = ("rotary-cache", name, (b, s, d // 2))  # one cache per table: the layers share it
+        if key not in ex.memo:
+            ex.memo[key] = _rotary_cache(ex, ref, name, t, (b, s, d // 2))
+        caches.append(ex.memo[key])
     ex.emit("RotaryEmbedding", [ins[0], *caches], [out], interleaved=int(interleaved))
+
+
+def _rotary_cache(
+    ex: ExportContext, ref: Ref, name: str, table: tuple[int, ...], cache: tuple[int, int, int]
+) -> str:
+    """Rotary table ``name`` (``[b', 1, s', D/2]``, broadcast to ``cache`` ``[B, S, D/2]``) as
+    the fused kernel's cache: an initializer when computed from weights, else a Reshape (and
+    an Expand where it broadcasts)."""
+    folded = ex.folded(ref)
+    if folded is not None:
+        b, s, half = cache
+        value = np.broadcast_to(np.asarray(folded, np.float32).reshape(table), (b, 1, s, half))
+        return ex.float_array(f"{name}_cache", value.reshape(cache))
+    flat = ex.fresh(f"{name}_cache")
+    ex.emit("Reshape", [name, ex.const("cache_shape", [table[0], table[2], table[3]])], [flat])
+    if (table[0], table[2]) != cache[:2]:
+        full = ex.fresh(f"{name}_cache")
+        ex.emit("Expand", [flat, ex.const("cache_shape", list(cache))], [full])
+        flat = full
+    return flat
 
 
 def _rotary_spelled(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -173,6 +173,7 @@ class Exporter:
         self.foldable = self._foldable()
         self.values: dict[Ref, Value] = {}
         self._leaves: dict[str, np.ndarray] | None = None
+        self.memo: dict[Hashable, str] = {}
 
     # --- opsets ---------------------------------------------------------------------------
 
