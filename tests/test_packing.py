@@ -22,7 +22,7 @@ from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.cli import main
 from relsat.errors import GraphError
-from relsat.graph import projections
+from relsat.graph import projections, residuals
 from relsat.graph.builder import Tensor
 from relsat.graph.execute import compare, run
 from relsat.graph.graph import Graph, Ref
@@ -360,16 +360,93 @@ def test_a_model_rewritten_only_by_the_pack_stage_is_written(
     exported, checked and handed back."""
     from relsat.pipeline import pack as stage
 
+    def only_projections(faster: bool) -> Callable[..., tuple[bool, float]]:
+        return lambda run, graph, rewritten, lowering: (
+            faster and lowering.what.startswith("projection"),
+            0.9,
+        )
+
     monkeypatch.setattr(stage, "time_fragment", lambda *args: (True, 0.5))
-    monkeypatch.setattr(stage, "_time_models", lambda *args: (False, 1.0))
+    monkeypatch.setattr(stage, "_time_models", only_projections(False))
     model = ronnx.to_model(_encoder_tail(), opset=20)  # ONNX Gelu
     result = optimize(model, Options(rules=[], cost_model="analytic-cpu", keep_slower=True))
-    assert result.packing.startswith("0 of 2 projection biases") and result.kept == "original"
-    monkeypatch.setattr(stage, "_time_models", lambda *args: (True, 0.9))
+    assert "0 of 2 projection biases" in result.packing and result.kept == "original"
+    monkeypatch.setattr(stage, "_time_models", only_projections(True))
     result = optimize(model, Options(rules=[], cost_model="analytic-cpu", keep_slower=True))
-    assert result.packing.startswith("2 of 2 projection biases")
+    assert "0 of 1 layer norms kept apart" in result.packing
+    assert "2 of 2 projection biases" in result.packing
     assert result.kept == "optimized" and result.ort_check == "passed"
     assert "linear" in result.graph.op_counts()
+
+
+# --- layer norms kept apart from their residual add -----------------------------------------
+
+
+def _residual(*, read_twice: bool = False, broadcast: bool = False, output: bool = False) -> Graph:
+    """``layernorm(x + skip)`` feeding a projection, as extraction leaves a post-LN encoder."""
+    b = GraphBuilder()
+    x = b.input([B, S, E], name="x")
+    skip = b.input([1, 1, E] if broadcast else [B, S, E], name="skip")
+    added = b.add(x, skip)
+    normed = b.layernorm(added, b.weight([E]), b.weight([E]), 1e-12)
+    flat = b.matmul_bias(b.reshape(normed, [B * S, E]), b.weight([E, E]), b.weight([E]))
+    outs = [b.reshape(flat, [B, S, E]), normed]
+    return b.build([*outs, b.relu(added)] if read_twice else [*outs, added] if output else outs)
+
+
+def _fused_by_onnxruntime(graph: Graph, tmp_path: Path) -> set[str]:
+    """The op types onnxruntime runs ``graph``'s export as, after its own fusions."""
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    model = ronnx.to_model(graph)
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return {n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node}
+
+
+def test_layer_norm_kept_apart_computes_the_same_and_is_not_fused(tmp_path: Path) -> None:
+    """onnxruntime fuses the residual add into its layer norm (SkipLayerNormalization); over
+    the 2-D view it does not, and the projection reads the 2-D output directly."""
+    graph = _residual()
+    found = residuals.sites(graph)
+    assert len(found) == 1
+    kept = residuals.apart(graph, found)
+    assert compare(graph, kept).ok
+    layernorm = next(n for n in kept.nodes if n.op == "layernorm")
+    assert len(layernorm.shape) == 2
+    projection = next(n for n in kept.nodes if n.op == "matmul_bias")
+    assert projection.inputs[0] == Ref(layernorm.id, 0)  # the reshapes folded
+    assert "SkipLayerNormalization" in _fused_by_onnxruntime(graph, tmp_path)
+    fused = _fused_by_onnxruntime(kept, tmp_path)
+    assert "SkipLayerNormalization" not in fused and "LayerNormalization" in fused
+    part, site = residuals.fragment(graph, found[0])
+    assert [n.name for n in part.nodes if n.op == "input"] == ["x", "skip"]
+    assert compare(part, residuals.apart(part, [site])).ok
+
+
+def test_layer_norm_near_misses_are_not_sites() -> None:
+    """The add read elsewhere too, a broadcast residual or the add a graph output: onnxruntime
+    does not fuse these, so there is nothing to keep apart."""
+    for graph in (_residual(read_twice=True), _residual(broadcast=True), _residual(output=True)):
+        assert residuals.sites(graph) == []
+
+
+def test_pipeline_keeps_layer_norms_apart_where_that_times_faster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relsat.pipeline import pack as stage
+
+    def residuals_faster(run: Any, graph: Graph, rewritten: Graph, lowering: Any) -> Any:
+        return lowering.what.startswith("layer norms"), 0.93
+
+    monkeypatch.setattr(stage, "_time_models", residuals_faster)
+    model = ronnx.to_model(_residual())
+    result = optimize(model, Options(rules=[], cost_model="analytic-cpu", keep_slower=True))
+    assert (
+        "1 of 1 layer norms kept apart" in result.packing and "whole model 0.930" in result.packing
+    )
+    assert result.kept == "optimized" and result.ort_check == "passed"
+    (layernorm,) = (n for n in result.graph.nodes if n.op == "layernorm")
+    assert len(layernorm.shape) == 2
 
 
 @pytest.mark.parametrize(

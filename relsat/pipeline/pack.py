@@ -1,6 +1,8 @@
 """The ``pack`` stage: kernels of the optimized graph packed the way onnxruntime's encoder
 kernels take them, where that measures faster — attention with its Q, K and V projections into
-one com.microsoft Attention (:mod:`relsat.graph.packing`), then a projection's bias into the
+one com.microsoft Attention (:mod:`relsat.graph.packing`); layer norms written so that
+onnxruntime does not fuse their residual add into them (:mod:`relsat.graph.residuals`: its
+SkipLayerNormalization is the slower kernel on some CPUs); then a projection's bias into the
 BiasGelu or SkipLayerNormalization after it, the projection one MatMul on its 3-D input
 (:mod:`relsat.graph.projections`).
 
@@ -24,8 +26,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from relsat.graph import packing, projections
-from relsat.graph.graph import Graph
+from relsat.graph import packing, projections, residuals
+from relsat.graph.graph import Graph, Ref
 from relsat.graph.specialize import specialize
 from relsat.onnx.latency import Timing
 from relsat.onnx.runtime import OrtSettings
@@ -72,8 +74,13 @@ def _projection_kind(graph: Graph, constant: list[bool], site: projections.Site)
     return site.kind, graph.shape(site.x), graph.shape(site.w), skip
 
 
-#: The rewrites, in the order they are tried (packing an attention takes its projections; the
-#: projection after it is folded next).
+def _residual_kind(graph: Graph, constant: list[bool], site: residuals.Site) -> Hashable:
+    return graph.shape(Ref(site.node, 0))
+
+
+#: The rewrites, in the order they are tried (packing an attention takes its projections; a
+#: layer norm kept apart from its residual add is no SkipLayerNormalization site for the
+#: projection fold after it).
 LOWERINGS = (
     Lowering(
         "attentions packed with their projections (com.microsoft Attention)",
@@ -81,6 +88,15 @@ LOWERINGS = (
         _attention_kind,
         packing.fragment,
         packing.pack,
+    ),
+    Lowering(
+        "layer norms kept apart from their residual add (no SkipLayerNormalization)",
+        residuals.sites,
+        _residual_kind,
+        residuals.fragment,
+        residuals.apart,
+        FOLD_TIMING,
+        whole=True,
     ),
     Lowering(
         "projection biases folded into BiasGelu / SkipLayerNormalization",
