@@ -498,3 +498,37 @@ def test_a_mask_proved_free_of_infinity_needs_no_guard(fill: float, proved: bool
         y = b.mha(x, w, b.weight([3 * E]), mask, H, 0.5)
         guards = [n.op_type for n in ronnx.to_model(b.build(y)).graph.node].count("IsNaN")
         assert guards == (0 if proved and not extra else 1)
+
+
+def test_whole_model_timing_sees_the_model_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model with dynamic dims is timed with its dims symbolic, as it is written (onnxruntime
+    fuses a residual add into SkipLayerNormalization only at static dims, so timing a static
+    copy would keep layer norms apart for nothing)."""
+    import relsat.onnx.latency as latency
+    from relsat.pipeline import pack as stage
+
+    timed: list[onnx.ModelProto] = []
+    real = latency.compare_latency
+
+    def spy(before: onnx.ModelProto, after: onnx.ModelProto, **kwargs: Any) -> Any:
+        timed.extend([before, after])
+        return real(before, after, **kwargs)
+
+    monkeypatch.setattr(latency, "compare_latency", spy)
+    monkeypatch.setattr(stage, "time_fragment", lambda *args: (False, 1.0))
+    h = onnx.helper
+    x, skip = (h.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["batch", S, E]) for n in "xs")
+    y = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", S, E])
+    scale, bias = (onnx.numpy_helper.from_array(np.ones(E, np.float32), n) for n in "gb")
+    nodes = [
+        h.make_node("Add", ["x", "s"], ["sum"]),
+        h.make_node("LayerNormalization", ["sum", "g", "b"], ["y"], axis=-1, epsilon=1e-5),
+    ]
+    graph = h.make_graph(nodes, "residual", [x, skip], [y], [scale, bias])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    fast = Options(rules=[], cost_model="analytic-cpu", keep_slower=True, timing=stage.FOLD_TIMING)
+    result = optimize(model, fast)
+    assert "layer norms kept apart" in result.packing
+    assert timed, "the pack stage timed whole models"
+    for written in timed:
+        assert written.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"

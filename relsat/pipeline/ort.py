@@ -19,9 +19,11 @@ the verdict is the worst of them.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from relsat.graph.graph import same_computation
+from relsat.graph.graph import Graph, same_computation
 from relsat.graph.specialize import specialize
+from relsat.onnx.errors import SymbolicDimError
 from relsat.pipeline.run import Run
 from relsat.pipeline.verify import VerificationError
 
@@ -49,26 +51,31 @@ def export(run: Run) -> Run:
         return run
     if unchanged(run):
         return replace(run, kept="original", why="no rewrite", ort_check="not needed (unchanged)")
+    assert run.optimized is not None, "export runs after decode"
+    model, exc = written(run, run.optimized)
+    if exc is None:
+        return replace(run, exported=model)
+    assert run.shapes is not None and run.shapes.dims is not None
+    why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
+    note = f"written at {run.shapes.dims.describe()} (fixed): {why}"  # said, never silent
+    return replace(run, exported=model, shapes=replace(run.shapes, symbolic=False, note=note))
+
+
+def written(run: Run, graph: Graph) -> tuple[Any, SymbolicDimError | None]:
+    """``graph`` as the ONNX model the run writes: the input's interface, its dynamic dims
+    symbolic where the run keeps them so; where a value cannot be written symbolically, at the
+    pricing shape, with the error that says why."""
     from relsat import onnx as ronnx
 
-    assert run.optimized is not None, "export runs after decode"
+    assert run.source is not None
     like = run.source.proto()
-    shapes = run.shapes
-    if shapes is None or shapes.dims is None:
-        return replace(run, exported=ronnx.to_model(run.optimized, like=like))
-    dims = shapes.dims
+    dims = run.shapes.dims if run.shapes is not None else None
+    if dims is None:
+        return ronnx.to_model(graph, like=like), None
     try:
-        model = ronnx.to_model(run.optimized, like=like, dims=dims)
-    except ronnx.SymbolicDimError as exc:  # said, never silent: the model at the pricing shape
-        fixed = specialize(run.optimized, dims.value)
-        why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
-        note = f"written at {dims.describe()} (fixed): {why}"
-        return replace(
-            run,
-            exported=ronnx.to_model(fixed, like=like),
-            shapes=replace(shapes, symbolic=False, note=note),
-        )
-    return replace(run, exported=model)
+        return ronnx.to_model(graph, like=like, dims=dims), None
+    except ronnx.SymbolicDimError as exc:
+        return ronnx.to_model(specialize(graph, dims.value), like=like), exc
 
 
 def check(run: Run) -> Run:

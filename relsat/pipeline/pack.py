@@ -164,19 +164,14 @@ def _by_fragments(
 
 
 def _time_models(run: Run, before: Graph, after: Graph, lowering: Lowering) -> tuple[bool, float]:
-    """``after`` against ``before``, both written as the input's interface at the pricing shape
-    and timed whole in onnxruntime (``lowering.timing``): faster beyond noise?, the ratio."""
-    from relsat import onnx as ronnx
+    """``after`` against ``before``, both written as the run writes its output (the input's
+    interface, dynamic dims symbolic: onnxruntime's own fusions differ between static and
+    symbolic dims) and timed whole in onnxruntime at the pricing shape (``lowering.timing``):
+    faster beyond noise?, the ratio."""
     from relsat.onnx.latency import compare_latency
-    from relsat.pipeline.ort import at_shapes
+    from relsat.pipeline.ort import at_shapes, written
 
-    assert run.source is not None
-    like = run.source.proto()
-    dims = run.shapes.dims if run.shapes is not None else None
-    models = [
-        ronnx.to_model(specialize(g, dims.value) if dims is not None else g, like=like)
-        for g in (before, after)
-    ]
+    models = [written(run, g)[0] for g in (before, after)]
     shapes = at_shapes(run, checking=False)[0][1]
     timed = compare_latency(
         *models, settings=run.options.ort, timing=lowering.timing, shapes=shapes
