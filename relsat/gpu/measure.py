@@ -61,7 +61,7 @@ from relsat.errors import CostError, RelsatError
 from relsat.graph.ops import ACTIVATIONS, PADDINGS
 
 if TYPE_CHECKING:
-    from relsat.gpu.executor import Gpu
+    from relsat.gpu.device import Gpu
 
 __all__ = [
     "BACKENDS",
@@ -164,7 +164,7 @@ class MeasuredModel(CostModel):
     def gpu(self) -> Gpu:
         """The loaded GPU libraries (loads them; :class:`GpuUnavailableError` if impossible)."""
         if self._gpu is None:
-            from relsat.gpu.executor import load_gpu
+            from relsat.gpu.device import load_gpu
 
             self._gpu = load_gpu(self.backend)
         return self._gpu
