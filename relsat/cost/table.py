@@ -141,6 +141,7 @@ class TableModel(CostModel):
     ) -> None:
         self.table = table
         self.device = device
+        self.name = f"table {device}"  # the report names the device whose table priced it
         self.fallback = fallback if fallback is not None else AnalyticModel(device)
         self.fallbacks = 0
 

@@ -4,8 +4,8 @@ runtime.
 Values are CuPy fp32 arrays. Element-wise ops, concat, split, reshape, transpose, enlarge, merge
 and batchnorm run in CuPy; matmul (cuBLAS), conv2d, conv2d_bias and the pools run through
 PyTorch's cuBLAS and cuDNN paths on the same buffers (DLPack, no copies); the other fused and
-transformer operators
-(Gemm, LayerNorm, GELU, attention, ...) run as PyTorch's kernels (:mod:`relsat.gpu.fused`).
+transformer operators (Gemm, LayerNorm, GELU, attention, ...) run as PyTorch's kernels
+(:mod:`relsat.gpu.fused`).
 ``opaque`` has no GPU kernel (:class:`~relsat.errors.ExecutionError`). The semantics are
 :mod:`relsat.graph.kernels`' (SAME padding as TASO passes it to cuDNN, cropped to the declared
 size; grouped conv; average pooling excludes the padding; ``merge`` materialized with the group
@@ -51,19 +51,13 @@ def _apply(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
     """The outputs of ``node`` (CuPy arrays, or :class:`~relsat.graph.kernels.Lazy` merged
     weights)."""
     cp, p, op = gpu.cp, node.params, node.op
-    if op == "conv2d":
-        x, w = args
-        if isinstance(x, Lazy):
+    if op in ("conv2d", "conv2d_bias"):
+        x, w, *bias = args
+        if isinstance(x, Lazy) or any(isinstance(b, Lazy) for b in bias):
             raise ExecutionError("a merged weight cannot be a conv input", node=node.id, op=op)
         groups = x.shape[1] // w.shape[1]
-        return (gpu.conv2d(x, _at(w, groups), p["stride"], p["padding"], p["activation"]),)
-    if op == "conv2d_bias":
-        x, w, b = args
-        if isinstance(x, Lazy) or isinstance(b, Lazy):
-            raise ExecutionError("a merged weight cannot be a conv input", node=node.id, op=op)
-        groups = x.shape[1] // w.shape[1]
-        w = _at(w, groups)
-        return (gpu.conv2d(x, w, p["stride"], p["padding"], p["activation"], bias=b),)
+        conv = (x, _at(w, groups), p["stride"], p["padding"], p["activation"])
+        return (gpu.conv2d(*conv, *bias),)  # conv2d_bias passes its bias, the last argument
     if op in ("merge", "enlarge", "concat", "split"):
         return _weight_op(gpu, node, args)
     for pos, a in enumerate(args):

@@ -9,7 +9,7 @@ op                          how it runs (and the ``source`` recorded for it)
 ==========================  ==================================================================
 ewadd, ewmul, activations   CuPy element-wise kernels (``measured:cupy``)
 concat, batchnorm           CuPy copy / one fused element-wise kernel (``measured:cupy``)
-split, scalar               CuPy, as the executor runs them (``measured:cupy``)
+scalar                      CuPy, as the executor makes it (``measured:cupy``)
 matmul                      cuBLAS through ``cupy.matmul``, then the fused activation as a
                             separate kernel, as TASO does (``measured:cupy-cublas``)
 conv2d                      cuDNN. Through NVIDIA's cuDNN frontend (``cudnn``) when it imports
@@ -227,12 +227,19 @@ def _padding(sig: OpSignature, code: int) -> str:
     return PADDINGS[code]
 
 
+#: Inputs of the operators :func:`_bench` times with a closure of its own.
+_ARITY = {
+    **dict.fromkeys(("ewadd", "ewmul", "matmul", "conv2d"), 2),
+    **dict.fromkeys(("relu", "tanh", "sigmoid", "poolmax", "poolavg"), 1),
+    "batchnorm": 5,
+}
+
+
 def _bench(gpu: Gpu, sig: OpSignature) -> tuple[Callable[[], object], str]:
     """A closure running ``sig``'s op once on fresh random buffers, and the backend's source."""
     cp, op, p = gpu.cp, sig.op, sig.params
-    arity = {"ewadd": 2, "ewmul": 2, "matmul": 2, "conv2d": 2, "batchnorm": 5}.get(op, 1)
-    taso = op in ("relu", "tanh", "sigmoid", "poolmax", "poolavg") or arity > 1
-    if taso and len(sig.inputs) != arity:
+    arity = _ARITY.get(op)  # the operators timed here; the others' units check their own
+    if arity is not None and len(sig.inputs) != arity:
         raise sig.error(f"expected {arity} input(s), got {len(sig.inputs)}", model="measured")
     if op == "opaque":
         raise sig.error("an opaque operator has no GPU kernel to measure", model="measured")
@@ -279,12 +286,12 @@ def _bench_unit(gpu: Gpu, sig: OpSignature) -> tuple[Callable[[], object], str]:
     from relsat.gpu import fused
     from relsat.gpu.executor import _apply
 
-    if sig.op not in fused.KERNELS and sig.op not in ("conv2d_bias", "scalar", "split"):
+    if sig.op not in fused.KERNELS and sig.op not in ("conv2d_bias", "scalar"):
         raise sig.error("unknown operator", model="measured")
     graph = unit_graph(sig)
     node = graph.nodes[-1]
     args = [gpu.random(s) for s in sig.inputs]
-    backend = "cupy" if sig.op in ("scalar", "split") else "torch"
+    backend = "cupy" if sig.op == "scalar" else "torch"
     return (lambda: _apply(gpu, node, args)), f"measured:{backend}"
 
 

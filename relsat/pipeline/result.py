@@ -276,7 +276,7 @@ def result(run: Run) -> Result:
         verification=run.verification,
         seconds=dict(run.seconds),
         options=run.options,
-        cost_model=_model_label(run.cost_model),
+        cost_model=run.cost_model.name,
         cost_fallbacks=getattr(run.cost_model, "fallbacks", None),
         blocks=run.blocks,
         packing=run.packing,
@@ -303,9 +303,3 @@ def rewrites(egraph: EGraph, choice: Mapping[int, int]) -> dict[str, int]:
         "GROUP BY rule ORDER BY 2 DESC, 1"
     )
     return {str(r[0]): int(r[1]) for r in rows}
-
-
-def _model_label(model: Any) -> str:
-    """The cost model's name, with the device of a measured table (``table h200``)."""
-    device = getattr(model, "device", None)
-    return f"{model.name} {device}" if model.name == "table" and device else str(model.name)
