@@ -152,6 +152,8 @@ REAL_TORCH: dict[str, tuple[str, str, dict[str, Any]]] = {
     "hf-resnet50": ("hfmodels", "resnet50", {}),
 }
 _TINY = {"layers": 2, "hidden": 128}
+#: The tiny Llama-style decoder's decode step (bench/dynamic.py): one token after 128 cached.
+DECODE_TINY = _TINY | {"heads": 4, "kv_heads": 2, "past": 128}
 #: bench/today.py's Hugging Face models (each through both exporters).
 TODAY_HF: dict[str, tuple[str, str, dict[str, Any]]] = {
     "bert-tiny": ("hfmodels", "bert", _TINY | {"heads": 2, "ffn": 512, "seq": 64, "vocab": 1024}),
@@ -263,9 +265,24 @@ DYNAMIC_AXES: dict[str, dict[str, dict[int, str]]] = {
 }
 
 
+def decode_axes(exporter: str, layers: int) -> dict[str, dict[int, str]]:
+    """A decode step's dynamic axes: the batch, the cache's length and the mask's, which spans
+    the cache and the new token. dynamo spells the mask's as ``past_sequence_length + 1`` (a
+    derived dim); the legacy export names it on its own, ``total_sequence_length``, as
+    onnxruntime-genai's models do (the model ties it to the cache's)."""
+    past = "past_sequence_length"
+    total = f"{past} + 1" if exporter == "dynamo" else "total_sequence_length"
+    axes = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch", 1: total}}
+    for i in range(layers):
+        axes |= {f"past_key_{i}": {0: "batch", 2: past}, f"past_value_{i}": {0: "batch", 2: past}}
+    return axes
+
+
 def dynamic() -> dict[str, Entry]:
     """bench/dynamic.py's corpus (issue 27): today's tiny HF models exported with dynamic axes
-    (batch and sequence; batch for ViT) through both exporters (``<model>.<exporter>.dyn``)."""
+    (batch and sequence; batch for ViT), the tiny Llama-style decoder's decode step with a
+    dynamic cache (:func:`decode_axes`) and, when timm imports, timm's ResNet-18 with a dynamic
+    batch, each through both exporters (``<model>.<exporter>.dyn``)."""
     entries: list[Entry] = []
     if importlib.util.find_spec("torch") is None:
         return {}
@@ -276,6 +293,16 @@ def dynamic() -> dict[str, Entry]:
             name = f"{model}.{exporter}.dyn"
             make = _torch(name, build, exporter, dynamic=axes)
             entries.append(Entry(name, "hf", exporter, make))
+    decode = _builder("hfmodels", "llama_decode", DECODE_TINY)
+    for exporter in ("dynamo", "legacy"):
+        name = f"llama-tiny-decode.{exporter}.dyn"
+        axes = decode_axes(exporter, DECODE_TINY["layers"])
+        entries.append(Entry(name, "hf", exporter, _torch(name, decode, exporter, dynamic=axes)))
+    if timm_available():
+        for exporter in ("dynamo", "legacy"):
+            name = f"timm-resnet18.{exporter}.dyn"
+            make = _torch(name, _timm("resnet18"), exporter, dynamic={"input": {0: "batch"}})
+            entries.append(Entry(name, "timm", exporter, make))
     return {e.name: e for e in entries}
 
 

@@ -48,10 +48,13 @@ import corpus
 import timing
 
 NAN = float("nan")
-#: The pricing shape relsat defaults to, and the three shapes outputs are compared at.
+#: The pricing shape relsat defaults to, and the three shapes outputs are compared at: text
+#: (batch, sequence), images (batch), a decode step (batch, cached positions).
 SEQUENCE = 128
 TEXT_SHAPES = ((1, SEQUENCE), (2, SEQUENCE), (1, SEQUENCE // 2 + 1))
-IMAGE_BATCHES = (1, 2, 3)
+IMAGE_BATCHES = ((1,), (2,), (3,))
+DECODE_SHAPES = ((1, SEQUENCE), (2, SEQUENCE), (1, SEQUENCE // 2 + 1))
+SCHEMES = {"text": TEXT_SHAPES, "image": IMAGE_BATCHES, "decode": DECODE_SHAPES}
 CSV_HEADERS = [
     "model",
     "exporter",
@@ -99,18 +102,35 @@ def dims_of(path: Path) -> list[list[int | str]]:
     return [[d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in values]
 
 
+def scheme(path: Path) -> str:
+    """``decode`` for a model with a KV cache (``past_*`` inputs), ``image`` for one with a 4-D
+    float input, else ``text``."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    if any(vi.name.startswith("past_") for vi in graph.input):
+        return "decode"
+    floats = [vi for vi in graph.input if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
+    return "image" if any(len(vi.type.tensor_type.shape.dim) == 4 for vi in floats) else "text"
+
+
 def inputs_at(path: Path, shape: tuple[int, ...], seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs of the model at ``shape``: ``(batch, sequence)`` for token models (ids below 100,
-    an all-ones mask), ``(batch,)`` for an image model (the other dims as declared)."""
+    an all-ones mask), ``(batch,)`` for an image model (the other dims as declared), ``(batch,
+    past)`` for a decode step (one token; the mask spans the cache and the token)."""
     graph = onnx.load(str(path), load_external_data=False).graph
     inits = {t.name for t in graph.initializer}
     rng = np.random.default_rng(seed)
+    decode = scheme(path) == "decode"
     out: dict[str, np.ndarray] = {}
     for vi in graph.input:
         if vi.name in inits:
             continue
         declared = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         dims = [*shape, *declared[len(shape) :]]
+        if decode:
+            batch, past = shape
+            dims = {"input_ids": [batch, 1], "attention_mask": [batch, past + 1]}.get(
+                vi.name, [batch, declared[1], past, declared[3]]
+            )
         if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
             out[vi.name] = rng.standard_normal(dims).astype(np.float32)
         elif "mask" in vi.name:
@@ -141,7 +161,9 @@ def bench_model(entry: corpus.Entry, args: argparse.Namespace) -> Row:
     row.exporter = made.exporter
     common.log(f"  {entry.name}: {made.exporter}")
     options = ["--threads", str(args.threads), *shlex.split(args.relsat_args)]
-    image = "pixel_values" in made.inputs
+    kind = scheme(made.path)
+    if kind == "decode":  # priced at 128 cached positions (legacy: the mask's dim on its own)
+        options += ["--input-shape", f"attention_mask=1,{SEQUENCE + 1}"]
     variants: dict[str, Path] = {}
     for variant, flags in (("dynamic", []), ("static", ["--static"])):
         if variant == "static" and args.no_static:
@@ -160,9 +182,8 @@ def bench_model(entry: corpus.Entry, args: argparse.Namespace) -> Row:
     if written is not None:
         want, got = dims_of(made.path), dims_of(written)
         row.interface = "kept" if want == got else f"{want} became {got}"
-        shapes = [(b,) for b in IMAGE_BATCHES] if image else list(TEXT_SHAPES)
-        row.outputs = outputs_equal(made.path, written, shapes)
-    pricing = (1,) if image else (1, SEQUENCE)
+        row.outputs = outputs_equal(made.path, written, list(SCHEMES[kind]))
+    pricing = SCHEMES[kind][0]
     row.timed = timing.side_by_side(
         made.path,
         variants,

@@ -108,18 +108,36 @@ def torch_export(
         what = "default opset"
         if dynamic:
             shapes = tuple(
-                {axis: torch.export.Dim.DYNAMIC for axis in dynamic.get(name, {})}
+                {axis: _dynamo_dim(dim, dynamic) for axis, dim in dynamic.get(name, {}).items()}
                 for name in input_names
             )
             params = inspect.signature(model.forward).parameters.values()
-            varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
-            options["dynamic_shapes"] = (shapes,) if varargs else shapes
+            varargs = [p.kind is p.VAR_POSITIONAL for p in params]
+            if any(varargs):  # ``forward(a, b, *rest)``: the rest's shapes as one tuple
+                i = varargs.index(True)
+                options["dynamic_shapes"] = (*shapes[:i], shapes[i:])
+            else:
+                options["dynamic_shapes"] = shapes
     if dynamic:
         what += ", dynamic axes " + ", ".join(f"{k}{sorted(v.items())}" for k, v in dynamic.items())
     with warnings.catch_warnings(), torch.no_grad(), stdout_to_stderr():
         warnings.simplefilter("ignore")  # TorchScript's deprecation, tracer warnings
         torch.onnx.export(model.eval(), tuple(example), str(path), **options)
     return f"torch {torch.__version__} torch.onnx.export(dynamo={exporter == 'dynamo'}), {what}"
+
+
+def _dynamo_dim(dim: str, dynamic: Mapping[str, Mapping[int, str]]) -> Any:
+    """torch.export's dim for a dim named ``dim``: ``Dim.DYNAMIC`` (the exporter names it),
+    or, for a dim another dim is spelled with (``past`` of ``past + 1``), a named ``Dim``, and
+    for ``name + k`` that ``Dim`` plus ``k`` (a derived dim: the exporter writes the sum)."""
+    import torch
+
+    base, _, plus = dim.partition(" + ")
+    spelled = {d.partition(" + ")[0] for axes in dynamic.values() for d in axes.values() if " + " in d}
+    if base not in spelled:
+        return torch.export.Dim.DYNAMIC
+    named = torch.export.Dim(base, min=1, max=1 << 16)
+    return named + int(plus) if plus else named
 
 
 def export(

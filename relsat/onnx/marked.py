@@ -26,12 +26,13 @@ import onnx
 
 from relsat.graph.graph import Graph
 from relsat.onnx.data import read_array
+from relsat.onnx.dimexpr import SUM_CONSTANT, Poly, linear
 from relsat.onnx.errors import DynamicShapeError, OnnxError, SymbolicDimError
 from relsat.onnx.importer import Importer, read_model, skeleton
 from relsat.onnx.shapefold import FOLD_LIMIT, MarkerClash, fold
-from relsat.onnx.symbolic import Dims, choose_markers, plan, static_numbers
+from relsat.onnx.symbolic import Dims, plan, remarked
 
-__all__ = ["MARKER_TRIES", "bound_dims", "load_symbolic", "tied_dims"]
+__all__ = ["MARKER_TRIES", "bound_dims", "load_symbolic", "summed_dims", "tied_dims"]
 
 #: Marker sets tried before giving up on keeping the dims symbolic.
 MARKER_TRIES = 4
@@ -48,7 +49,8 @@ def load_symbolic(
     dims = plan(model, input_shapes, batch, path=path)
     if dims is None:
         return Importer(model, path, input_shapes or {}, batch).run(), None
-    same = tied_dims(path_or_model, dims)
+    same: dict[str, str | Poly] = {**tied_dims(path_or_model, dims)}
+    same |= summed_dims(path_or_model, dims, same)
     if same:
         dims = plan(model, input_shapes, batch, path=path, same=same)
         assert dims is not None
@@ -88,11 +90,8 @@ def _import(
         return cache[name]
 
     avoid: set[int] = set()
-    static = static_numbers(model)
     for _ in range(MARKER_TRIES):
-        values = [d.value for d in dims.dims]
-        taken = [d.marker for d in dims.dims]
-        other = dims.with_markers(choose_markers(values, avoid, static, taken=taken))
+        other = remarked(dims, avoid, model, taken=[d.marker for d in dims.dims])
         try:
             folded = fold(model, dims, other, skeleton=skeleton, const=const)
             break
@@ -107,6 +106,7 @@ def _import(
             path=path,
         )
     try:
+        dims = folded.dims
         graph = Importer(folded.model, path, {}, None, symbolic=folded.symbolic).run()
     except DynamicShapeError as exc:
         raise SymbolicDimError(
@@ -163,6 +163,46 @@ def tied_dims(model: Any, dims: Dims) -> dict[str, str]:
         ]
         same.update(_classes(model, dims, together, bound, v + 1))
     return same
+
+
+def summed_dims(model: Any, dims: Dims, same: Mapping[str, Any]) -> dict[str, Poly]:
+    """Dim name → the sum of other dims it is (a legacy export's ``total`` beside ``past``
+    and ``sequence``: the attention mask spans the cache and the new tokens), for a dim whose
+    pricing value is the sum of two others' (or of another's and a constant up to
+    :data:`SUM_CONSTANT`) that the model ties so: onnxruntime runs the original at the pricing
+    shape, fails with the dim moved alone by one, and runs with it moved together with each
+    part of the sum in turn (judged as :func:`tied_dims`)."""
+    from relsat.onnx.verification import runs_at
+
+    value = {n: v for n, v in dims.pricing().items() if n not in same}
+    guesses: list[tuple[str, Poly]] = []
+    for t, vt in value.items():
+        parts = [n for n in value if n != t]
+        pairs = [(a, b) for i, a in enumerate(parts) for b in parts[i + 1 :]]
+        guesses += [(t, linear((a, b), 0)) for a, b in pairs if value[a] + value[b] == vt]
+        guesses += [
+            (t, linear((a,), vt - value[a])) for a in parts if 0 < vt - value[a] <= SUM_CONSTANT
+        ]
+    if not guesses:
+        return {}
+    tries: list[dict[str, int]] = [{}]
+    for t, poly in guesses:
+        tries.append({t: value[t] + 1})
+        tries += [{t: value[t] + 1, mono[0]: value[mono[0]] + 1} for mono, _ in poly if mono]
+    try:
+        ran = iter(runs_at(model, [dims.shapes(x) for x in tries]))
+    except OnnxError:
+        return {}
+    if not next(ran):
+        return {}
+    out: dict[str, Poly] = {}
+    for t, poly in guesses:
+        alone = next(ran)
+        together = [next(ran) for mono, _ in poly if mono]
+        made_of = {n for mono, _ in poly for n in mono}
+        if not alone and all(together) and t not in out and not made_of & set(out):
+            out[t] = poly
+    return out
 
 
 def _classes(

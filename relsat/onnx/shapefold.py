@@ -28,14 +28,15 @@ and onnxruntime's constant folding leave open at fixed input shapes
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from relsat.onnx.dimexpr import SUM_CONSTANT, Sum, linear, spell_poly
 from relsat.onnx.errors import SymbolicDimError
-from relsat.onnx.symbolic import SHAPE_LIKE, Dims
+from relsat.onnx.symbolic import SHAPE_LIKE, Dims, static_numbers
 
 __all__ = ["FOLD_LIMIT", "Folded", "MarkerClash", "fold"]
 
@@ -57,10 +58,12 @@ Shapes = dict[str, tuple[int | None, ...]]
 @dataclass(frozen=True)
 class Folded:
     """``model`` with its inputs at the first markers and its shape computations folded;
-    ``symbolic`` the folded tensors whose values stand for dims."""
+    ``symbolic`` the folded tensors whose values stand for dims; ``dims`` the first
+    assignment's dims with the sums found on the way (:meth:`_State.same`)."""
 
     model: onnx.ModelProto
     symbolic: frozenset[str]
+    dims: Dims
 
 
 class MarkerClash(Exception):
@@ -84,7 +87,7 @@ def fold(
     cheaply, ``const`` reads an initializer's value."""
     opset = {(o.domain or ""): o.version for o in model.opset_import}
     opset.setdefault("", opset.get("ai.onnx", 0))
-    state = _State(dims, other, const, opset[""])
+    state = _State(dims, other, const, opset[""], static_numbers(model))
     state.outputs = {o.name for o in model.graph.output}
     nodes_a = list(model.graph.node)  # folded nodes become Constants of their first values,
     nodes_b = list(model.graph.node)  # and here of their second (for the second inference)
@@ -104,17 +107,23 @@ def fold(
             break
     shapes_a = _infer(model, nodes_a, dims.marked(), skeleton)
     shapes_b = _infer(model, nodes_b, other.marked(), skeleton)
-    _check_dims(nodes_a, shapes_a, shapes_b, dims, other)
-    return Folded(_rebuilt(model, nodes_a, dims.marked()), frozenset(state.symbolic))
+    _check_dims(nodes_a, shapes_a, shapes_b, state)
+    model_a = _rebuilt(model, nodes_a, dims.marked())
+    return Folded(model_a, frozenset(state.symbolic), state.a)
 
 
 class _State:
     """The values known so far at both assignments, and which are dims' products."""
 
     def __init__(
-        self, a: Dims, b: Dims, const: Callable[[str], np.ndarray | None], opset: int
+        self,
+        a: Dims,
+        b: Dims,
+        const: Callable[[str], np.ndarray | None],
+        opset: int,
+        static: set[int],
     ) -> None:
-        self.a, self.b, self.const, self.opset = a, b, const, opset
+        self.a, self.b, self.const, self.opset, self.static = a, b, const, opset, static
         self.known_a: dict[str, np.ndarray] = {}
         self.known_b: dict[str, np.ndarray] = {}
         self.derived: set[str] = set()  # computed from a Shape or Size
@@ -127,6 +136,25 @@ class _State:
             return self.known_a[name], self.known_b[name]
         value = self.const(name)
         return None if value is None else (value, value)
+
+    def same(self, x: int, y: int) -> bool:
+        """Are ``x`` at the first assignment and ``y`` at the second the same product of dims
+        and sums? A sum found on the way (:func:`_found_sum`) is kept in both assignments'
+        dims; one that is no atom at these markers (:meth:`Dims.sum_clash`) raises
+        :class:`MarkerClash`."""
+        if _same_product(self.a, self.b, x, y):
+            return True
+        found = _found_sum(self.a, self.b, x, y)
+        if found is None:
+            return False
+        a = replace(self.a, sums=(*self.a.sums, found))
+        b = replace(self.b, sums=(*self.b.sums, found))
+        for dims in (a, b):
+            bad = dims.sum_clash(self.static)
+            if bad is not None:
+                raise MarkerClash(bad)
+        self.a, self.b = a, b
+        return _same_product(a, b, x, y)
 
     def fold(
         self, node: onnx.NodeProto, shapes_a: Shapes, shapes_b: Shapes
@@ -215,7 +243,7 @@ class _State:
         if va.ndim > 1 or va.size > SHAPE_LIKE:
             return False
         return all(
-            x == y or _same_product(self.a, self.b, int(x), int(y))
+            x == y or self.same(int(x), int(y))
             for x, y in zip(va.reshape(-1).tolist(), vb.reshape(-1).tolist(), strict=True)
         )
 
@@ -223,12 +251,35 @@ class _State:
 def _clash(dims: Dims, v: int) -> None:
     f = dims.factor(v)
     if f is not None:
-        raise MarkerClash(dims.dim(f[1][0][0]).marker)
+        raise MarkerClash(dims.marker_of(f[1][0][0]))
 
 
 def _same_product(a: Dims, b: Dims, x: int, y: int) -> bool:
     fa, fb = a.factor(x), b.factor(y)
     return fa is not None and fa == fb
+
+
+def _found_sum(a: Dims, b: Dims, x: int, y: int) -> Sum | None:
+    """A sum of one dim and a constant (up to :data:`SUM_CONSTANT`) or of two dims that ``x``
+    at ``a`` and ``y`` at ``b`` are the same product of (``past + 1``: a cache concatenated
+    with one new token), else None."""
+    if x <= 0 or y <= 0:
+        return None
+    names = list(a.names)
+    small = [k for k in range(-SUM_CONSTANT, SUM_CONSTANT + 1) if k]
+    guesses = [linear((n,), k) for n in names for k in small]
+    guesses += [linear((n, m), 0) for i, n in enumerate(names) for m in names[i + 1 :]]
+    ma, mb = a.markers(), b.markers()
+    for poly in guesses:
+        s = Sum(spell_poly(poly), poly, ())
+        sa, sb = s.at(ma), s.at(mb)
+        if sa < 2 or sb < 2 or x % sa or y % sb:
+            continue
+        ra, rb = x // sa, y // sb
+        fa, fb = a.factor(ra), b.factor(rb)
+        if (fa is None and fb is None and ra == rb) or (fa is not None and fa == fb):
+            return s
+    return None
 
 
 def _shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
@@ -298,10 +349,11 @@ def _infer(
 
 
 def _check_dims(
-    nodes: list[onnx.NodeProto], shapes_a: Shapes, shapes_b: Shapes, a: Dims, b: Dims
+    nodes: list[onnx.NodeProto], shapes_a: Shapes, shapes_b: Shapes, state: _State
 ) -> None:
-    """Every tensor's dims: a product of dims (the same at both assignments) or static (and then
-    not divisible by a marker); else :class:`SymbolicDimError` naming the dims it comes from."""
+    """Every tensor's dims: a product of dims and sums (the same at both assignments:
+    :meth:`_State.same`) or static (and then not divisible by a marker); else
+    :class:`SymbolicDimError` naming the dims it comes from."""
     producer = {o: n for n in nodes for o in n.output if o}
     for name, sa in shapes_a.items():
         sb = shapes_b.get(name)
@@ -311,8 +363,9 @@ def _check_dims(
             if x is None or y is None:
                 continue
             if x == y:
-                _clash(a, x)
-            elif not _same_product(a, b, x, y):
+                _clash(state.a, x)
+            elif not state.same(x, y):
+                a = state.a
                 node = producer.get(name)
                 source = _dims_of(node, shapes_a, a) if node is not None else a.names
                 made = f" ({node.op_type})" if node is not None else ""

@@ -31,6 +31,7 @@ from functools import cache
 from typing import Any
 
 from relsat.graph.specialize import SHAPE_LIKE
+from relsat.onnx.dimexpr import Poly, Sum, parse
 from relsat.onnx.errors import OnnxError
 
 __all__ = [
@@ -56,6 +57,8 @@ SMALLEST_MARKER = 23
 MARKER_FLOOR = 61
 #: Markers are looked for up to this many times the range's top when the range has none left.
 MARKER_CEILING = 8
+#: Marker sets tried for a model whose sums must read back (:meth:`Dims.sum_clash`).
+SUM_TRIES = 16
 
 
 @dataclass(frozen=True)
@@ -72,13 +75,19 @@ class Dim:
 @dataclass(frozen=True)
 class Dims:
     """The dynamic dims of one model and each input's dims (an int, or a dim's name);
-    ``fixed``: the dims the model itself fixes (it runs at no other value): name, value and
-    where in words (``("d3_2", 2, "grid dim 3 (d3_2)")``), static here and in the written
-    model's interface."""
+    ``sums``: the dims the model spells as expressions of others (``past + 1``:
+    :class:`~relsat.onnx.dimexpr.Sum`, their values following those dims'); ``fixed``: the dims
+    the model itself fixes (it runs at no other value): name, value and where in words
+    (``("d3_2", 2, "grid dim 3 (d3_2)")``), static here and in the written model's interface.
+
+    A sum of several terms is an *atom* of the products :meth:`factor` reads, beside the
+    markers: at the markers its value is divisible by none of them and divides no static
+    number of the model (:meth:`sum_clash`), so ``2*batch*(past + 1)`` reads back as such."""
 
     dims: tuple[Dim, ...]
     inputs: Mapping[str, tuple[int | str, ...]] = field(hash=False, compare=False)
     fixed: tuple[tuple[str, int, str], ...] = ()
+    sums: tuple[Sum, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", {k: tuple(v) for k, v in self.inputs.items()})
@@ -90,58 +99,79 @@ class Dims:
     def dim(self, name: str) -> Dim:
         return next(d for d in self.dims if d.name == name)
 
+    def sum(self, name: str) -> Sum | None:
+        return next((s for s in self.sums if s.name == name), None)
+
     def pricing(self) -> dict[str, int]:
         """Dim name → pricing value."""
         return {d.name: d.value for d in self.dims}
 
+    def markers(self) -> dict[str, int]:
+        """Dim name → marker."""
+        return {d.name: d.marker for d in self.dims}
+
+    def atoms(self) -> tuple[tuple[str, int], ...]:
+        """The sums of several terms, then the dims: ``(name, value at the markers)``."""
+        markers = self.markers()
+        sums = tuple((s.name, s.at(markers)) for s in self.sums if len(s.terms) > 1)
+        return sums + tuple(markers.items())
+
     def factor(self, v: int) -> tuple[int, tuple[tuple[str, int], ...]] | None:
-        """``v`` as ``(coefficient, ((dim, exponent), ...))`` when a marker divides it, else None
-        (a static number)."""
+        """``v`` as ``(coefficient, ((atom, exponent), ...))`` when an atom (a marker, or a sum's
+        value at the markers) divides it, else None (a static number)."""
         if v == 0:
             return None
         rest, powers = int(v), []
-        for d in self.dims:
+        for name, value in self.atoms():
             e = 0
-            while rest % d.marker == 0:
-                rest, e = rest // d.marker, e + 1
+            while rest % value == 0:
+                rest, e = rest // value, e + 1
             if e:
-                powers.append((d.name, e))
+                powers.append((name, e))
         return (rest, tuple(powers)) if powers else None
 
     def is_symbolic(self, v: int) -> bool:
         return self.factor(v) is not None
 
+    def resolve(self, values: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Every dim's and sum's value at ``values`` (missing dims: their pricing values)."""
+        want = {**self.pricing(), **(values or {})}
+        return want | {s.name: s.at(want) for s in self.sums}
+
     def value(self, v: int, values: Mapping[str, int] | None = None) -> int:
-        """``v`` with every marker replaced by its dim's value in ``values`` (missing ones, or
-        all when None: the pricing values)."""
+        """``v`` with every atom replaced by its value at ``values`` (missing dims, or all when
+        None: the pricing values)."""
         f = self.factor(v)
         if f is None:
             return int(v)
-        want = {**self.pricing(), **(values or {})}
+        want = self.resolve(values)
         coef, powers = f
         return coef * math.prod(want[n] ** e for n, e in powers)
 
     def spell(self, v: int) -> str:
-        """``v`` in words: ``4*batch*sequence``, or the number."""
+        """``v`` in words: ``4*batch*sequence``, ``2*(past + 1)``, or the number."""
         f = self.factor(v)
         if f is None:
             return str(v)
         coef, powers = f
         parts = [] if coef == 1 else [str(coef)]
-        parts += [n if e == 1 else f"{n}^{e}" for n, e in powers]
+        alone = coef == 1 and len(powers) == 1 and powers[0][1] == 1
+        for n, e in powers:
+            atom = n if alone or self.sum(n) is None else f"({n})"
+            parts.append(atom if e == 1 else f"{atom}^{e}")
         return "*".join(parts)
 
     def marked(self) -> dict[str, tuple[int, ...]]:
         """Each input's shape with markers for its dynamic dims."""
-        markers = {d.name: d.marker for d in self.dims}
+        at = {d.name: d.marker for d in self.dims}
+        at |= {s.name: s.at(at) for s in self.sums}
         return {
-            k: tuple(markers[d] if isinstance(d, str) else d for d in v)
-            for k, v in self.inputs.items()
+            k: tuple(at[d] if isinstance(d, str) else d for d in v) for k, v in self.inputs.items()
         }
 
     def shapes(self, values: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         """Each input's shape at ``values`` (dim name → value; missing ones: pricing)."""
-        want = {**self.pricing(), **(values or {})}
+        want = self.resolve(values)
         return {
             k: tuple(want[d] if isinstance(d, str) else d for d in v)
             for k, v in self.inputs.items()
@@ -152,6 +182,30 @@ class Dims:
         return replace(
             self, dims=tuple(replace(d, marker=m) for d, m in zip(self.dims, markers, strict=True))
         )
+
+    def sum_clash(self, static: Iterable[int]) -> int | None:
+        """A marker to choose again, when a sum of several terms is no atom at these markers:
+        below 2, divisible by a marker, dividing a static number of the model or another sum's
+        value; None when every sum is one."""
+        markers = self.markers()
+        numbers = {abs(int(n)) for n in static if n}
+        values = [(s, s.at(markers)) for s in self.sums if len(s.terms) > 1]
+        for s, v in values:
+            bad = (
+                v < 2
+                or any(v % m == 0 for m in markers.values())
+                or any(n % v == 0 for n in numbers)
+                or any(w != v and w % v == 0 for _, w in values)
+                or sum(w == v for _, w in values) > 1
+            )
+            if bad:
+                return markers[s.names[0]]
+        return None
+
+    def marker_of(self, atom: str) -> int:
+        """The marker of dim ``atom``, or of a sum's first dim (the one to choose again)."""
+        s = self.sum(atom)
+        return self.dim(s.names[0] if s is not None else atom).marker
 
     def describe(self, values: Mapping[str, int] | None = None) -> str:
         """``batch=1, sequence=128``."""
@@ -164,24 +218,32 @@ class Dims:
 
     def check_shapes(self) -> tuple[dict[str, int], ...]:
         """The dim values the onnxruntime check runs at: the pricing values; leading (batch)
-        dims one larger; the other dims at about half (or two larger when tiny). Where the model
-        has only one kind, the third varies that kind again."""
+        dims one larger; the other dims all moved down by half the smallest of them less one (128
+        to 65; two up when that is tiny), so that dims the model keeps apart by a constant (a mask of
+        ``past + 1`` beside a cache of ``past``) stay so. Where the model has only one kind,
+        the third varies that kind again."""
         price = self.pricing()
         batch = [d.name for d in self.dims if any(axis == 0 for _, axis in d.axes)]
         other = [d.name for d in self.dims if d.name not in batch]
         second = {n: price[n] + 1 for n in (batch or other)}
-        third = (
-            {n: price[n] // 2 + 1 if price[n] > 2 else price[n] + 2 for n in other}
-            if other and batch
-            else {n: price[n] + 2 for n in (batch or other)}
-        )
+        if other and batch:
+            down = min(price[n] for n in other) // 2
+            third = {n: price[n] - down + 1 if down > 1 else price[n] + 2 for n in other}
+        else:
+            third = {n: price[n] + 2 for n in (batch or other)}
         return ({**price}, {**price, **second}, {**price, **third})
 
     def where(self, name: str) -> str:
-        """Where dim ``name`` occurs first, in words: ``input_ids dim 1 (sequence)``."""
-        d = self.dim(name)
-        tensor, axis = d.axes[0]
-        return f"{tensor} dim {axis} ({name})"
+        """Where dim (or sum) ``name`` occurs first, in words: ``input_ids dim 1 (sequence)``;
+        a dim that occurs only inside sums, where the first of them does."""
+        s = self.sum(name)
+        axes = s.axes if s is not None else self.dim(name).axes
+        if not axes:
+            s = next(s for s in self.sums if name in s.names and s.axes)
+            axes = s.axes
+        tensor, axis = axes[0]
+        label = name if s is None or s.name == name else f"{s.name}, of {name}"
+        return f"{tensor} dim {axis} ({label})"
 
 
 def plan(
@@ -191,21 +253,26 @@ def plan(
     *,
     avoid: Iterable[int] = (),
     path: str | None = None,
-    same: Mapping[str, str] | None = None,
+    same: Mapping[str, str | Poly] | None = None,
     fixed: Mapping[str, int] | None = None,
 ) -> Dims | None:
     """The dynamic dims of ``model`` (an ``onnx.ModelProto``) with markers and pricing values,
     or None when every input dim is static. ``input_shapes`` gives pricing values by input and
     axis, ``batch`` those of dynamic leading dims; :class:`OnnxError` for unknown inputs, a wrong
-    rank, a static dim given another value, or one dim given two values. ``avoid``: primes not
-    to use (beside those dividing a static number of the model); ``path`` names the file in
-    errors; ``same`` maps a dim's name to the name of a dim it is one with (the model ties
-    them: :func:`relsat.onnx.marked.tied_dims`) and ``fixed`` a dim's name to the value the
-    model fixes it to (:func:`relsat.onnx.marked.bound_dims`: static here, listed in
+    rank, a static dim given another value, or one dim given two values. A ``dim_param`` that
+    spells an expression of dims (``past + 1``: :func:`relsat.onnx.dimexpr.parse`) is a
+    :class:`~relsat.onnx.dimexpr.Sum` of them: its value follows theirs, and a value given for
+    it gives the one dim of it not given otherwise. ``avoid``: primes not to use (beside those
+    dividing a static number of the model); ``path`` names the file in errors; ``same`` maps a
+    dim's name to the name of a dim it is one with (the model ties them:
+    :func:`relsat.onnx.marked.tied_dims`) or to the sum of dims it is
+    (:func:`relsat.onnx.marked.summed_dims`), and ``fixed`` a dim's name to the value the model
+    fixes it to (:func:`relsat.onnx.marked.bound_dims`: static here, listed in
     :attr:`Dims.fixed`). (Eight parameters: the model, the two ways a user gives pricing values,
     and what the importer knows of the model.)"""
     given = dict(input_shapes or {})
-    alias = dict(same or {})
+    alias = {k: v for k, v in (same or {}).items() if isinstance(v, str)}
+    summed = {k: v for k, v in (same or {}).items() if not isinstance(v, str)}
     pinned = dict(fixed or {})
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
@@ -215,9 +282,11 @@ def plan(
             f"input_shapes names unknown inputs {unknown}; inputs are {[vi.name for vi in inputs]}",
             path=path,
         )
+    spelled = _Spelled(inputs, alias, pinned, summed)
     layout: dict[str, tuple[int | str, ...]] = {}
     axes: dict[str, list[tuple[str, int]]] = {}
     values: dict[str, int] = {}
+    wanted: list[tuple[Sum, int, str, int]] = []  # sums given a value: sum, value, input, axis
     for vi in inputs:  # the values given, checked against the model and each other
         dims = vi.type.tensor_type.shape.dim
         shape = given.get(vi.name)
@@ -235,54 +304,165 @@ def plan(
                     tensor=vi.name,
                     path=path,
                 )
-            name = d.dim_param or f"{vi.name}[{i}]"
-            name = alias.get(name, name)
-            if static is None and shape is not None:
-                if values.get(name, shape[i]) != shape[i]:
-                    first = axes[name][0]
-                    raise OnnxError(
-                        f"input_shapes gives dim {name!r} = {shape[i]} here and {values[name]} "
-                        f"for {first[0]} dim {first[1]}",
-                        tensor=vi.name,
-                        path=path,
-                    )
-                values[name] = int(shape[i])
-                axes.setdefault(name, []).append((vi.name, i))
+            if static is not None or shape is None:
+                continue
+            name, expr = spelled.dim(vi.name, i, d)
+            if isinstance(expr, int) and expr != shape[i]:
+                raise OnnxError(
+                    f"input_shapes gives dim {i} = {shape[i]}, the model fixes it to {expr}",
+                    tensor=vi.name,
+                    path=path,
+                )
+            if expr is not None:
+                if isinstance(expr, Sum):
+                    wanted.append((expr, int(shape[i]), vi.name, i))
+                continue
+            if values.get(name, shape[i]) != shape[i]:
+                first = axes[name][0]
+                raise OnnxError(
+                    f"input_shapes gives dim {name!r} = {shape[i]} here and {values[name]} "
+                    f"for {first[0]} dim {first[1]}",
+                    tensor=vi.name,
+                    path=path,
+                )
+            values[name] = int(shape[i])
+            axes.setdefault(name, []).append((vi.name, i))
+    _solve(wanted, values, path)
+    sums: dict[str, Sum] = {}
     for vi in inputs:  # every dim: static, or a name with a value (given, or a default)
         row: list[int | str] = []
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 row.append(int(d.dim_value))
                 continue
-            name = d.dim_param or f"{vi.name}[{i}]"
-            name = alias.get(name, name)
+            name, expr = spelled.dim(vi.name, i, d)
+            if isinstance(expr, int):  # a sum of dims the model fixes
+                row.append(expr)
+                continue
             if name in pinned:  # the model fixes it: static, said in Dims.fixed
                 if (vi.name, i) not in axes.setdefault(name, []):
                     axes[name].append((vi.name, i))
                 row.append(pinned[name])
                 continue
-            if name not in values:
-                values[name] = (
-                    batch
-                    if i == 0 and batch is not None
-                    else (PRICING_BATCH if i == 0 else PRICING_OTHER)
-                )
-            if (vi.name, i) not in axes.setdefault(name, []):
+            for n in expr.names if expr is not None else (name,):
+                if n not in values:
+                    lead = i == 0 and expr is None
+                    values[n] = batch if lead and batch is not None else _default(lead)
+            if expr is not None:
+                held_axes = sums[name].axes if name in sums else ()
+                sums[name] = Sum(name, expr.terms, (*held_axes, (vi.name, i)))
+            elif (vi.name, i) not in axes.setdefault(name, []):
                 axes[name].append((vi.name, i))
             row.append(name)
         layout[vi.name] = tuple(row)
     held = tuple(
-        (n, v, f"{axes[n][0][0]} dim {axes[n][0][1]} ({n})") for n, v in pinned.items() if n in axes
+        (n, v, f"{axes[n][0][0]} dim {axes[n][0][1]} ({n})")
+        for n, v in pinned.items()
+        if axes.get(n)
     )
     values = {n: v for n, v in values.items() if n not in pinned}
     if not values:
         return None
-    markers = choose_markers(list(values.values()), set(avoid), static_numbers(model))
-    dims = tuple(
-        Dim(name, m, values[name], tuple(axes[name]))
-        for name, m in zip(values, markers, strict=True)
-    )
-    return Dims(dims, layout, held)
+    spec = tuple(Dim(name, 0, v, tuple(axes.get(name, ()))) for name, v in values.items())
+    return remarked(Dims(spec, layout, held, tuple(sums.values())), set(avoid), model)
+
+
+def remarked(dims: Dims, avoid: set[int], model: Any, *, taken: Iterable[int] = ()) -> Dims:
+    """``dims`` with markers (:func:`choose_markers`, not ``avoid`` nor ``taken``) at which
+    each of its sums is an atom (:meth:`Dims.sum_clash`); :class:`OnnxError` when tries run
+    out."""
+    static = static_numbers(model)
+    avoid = set(avoid)
+    for _ in range(SUM_TRIES):
+        markers = choose_markers([d.value for d in dims.dims], avoid, static, taken=taken)
+        out = dims.with_markers(markers)
+        bad = out.sum_clash(static)
+        if bad is None:
+            return out
+        avoid.add(bad)
+    names = ", ".join(s.name for s in dims.sums)
+    raise OnnxError(f"no markers found at which the dims {names} read back as sums")
+
+
+class _Spelled:
+    """Each input dim's name after the ties and, for a ``dim_param`` spelling an expression,
+    its :class:`Sum` (with the dims tied renamed and those fixed put in; an int when nothing
+    is left)."""
+
+    def __init__(
+        self,
+        inputs: Sequence[Any],
+        alias: Mapping[str, str],
+        pinned: Mapping[str, int],
+        summed: Mapping[str, Poly],
+    ):
+        self.alias, self.pinned, self.summed = alias, pinned, summed
+        self.plain = {
+            d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.dim_param
+        }
+
+    def dim(self, tensor: str, axis: int, d: Any) -> tuple[str, Sum | int | None]:
+        name = d.dim_param or f"{tensor}[{axis}]"
+        poly = self.summed.get(name) or (parse(name, self.plain) if d.dim_param else None)
+        if poly is None:
+            return self.alias.get(name, name), None
+        terms: dict[tuple[str, ...], int] = {}
+        for mono, c in poly:
+            kept = []
+            for n in mono:
+                n = self.alias.get(n, n)
+                if n in self.pinned:
+                    c *= self.pinned[n]
+                else:
+                    kept.append(n)
+            key = tuple(sorted(kept))
+            terms[key] = terms.get(key, 0) + c
+        canon = tuple(sorted((m, c) for m, c in terms.items() if c))
+        if all(not m for m, _ in canon):
+            return name, sum(c for _, c in canon)
+        if len(canon) == 1 and canon[0][1] == 1 and len(canon[0][0]) == 1:
+            return canon[0][0][0], None  # the expression is one dim
+        return name, Sum(name, canon, ())
+
+
+def _default(leading: bool) -> int:
+    return PRICING_BATCH if leading else PRICING_OTHER
+
+
+def _solve(
+    wanted: list[tuple[Sum, int, str, int]], values: dict[str, int], path: str | None
+) -> None:
+    """Work out the dims the values given for sums fix (``past + 1`` given 129: past = 128),
+    and check the sums whose dims are all known; :class:`OnnxError` naming the dim that
+    disagrees or cannot be worked out."""
+    pending = list(wanted)
+    while pending:
+        left = []
+        for expr, v, tensor, axis in pending:
+            if all(n in values for n in expr.names):
+                if expr.at(values) != v:
+                    at = ", ".join(f"{n} = {values[n]}" for n in expr.names)
+                    raise OnnxError(
+                        f"input_shapes gives dim {axis} ({expr.name}) = {v}; with {at} it is "
+                        f"{expr.at(values)}",
+                        tensor=tensor,
+                        path=path,
+                    )
+                continue
+            solved = expr.solve(v, values)
+            if solved is None:
+                left.append((expr, v, tensor, axis))
+            else:
+                values[solved[0]] = solved[1]
+        if len(left) == len(pending):
+            expr, v, tensor, axis = left[0]
+            raise OnnxError(
+                f"input_shapes gives dim {axis} ({expr.name}) = {v}, which does not fix its "
+                f"dims {', '.join(n for n in expr.names if n not in values)}; give them too",
+                tensor=tensor,
+                path=path,
+            )
+        pending = left
 
 
 def choose_markers(

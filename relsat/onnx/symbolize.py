@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
+from relsat.onnx.dimexpr import Poly
 from relsat.onnx.errors import SymbolicDimError
 from relsat.onnx.names import fresh_name
 from relsat.onnx.symbolic import SHAPE_LIKE, Dims
@@ -133,16 +134,63 @@ class _Writer:
     # --- values ---------------------------------------------------------------------------
 
     def _dim(self, name: str) -> str:
-        """A ``[1]`` int64 tensor holding dim ``name``, read off an input's shape."""
+        """A ``[1]`` int64 tensor holding dim (or sum) ``name``: read off an input's shape where
+        one has it, else a sum computed from its dims, a dim worked out from a sum."""
         if name not in self.dim_tensor:
-            tensor, axis = next((t, a) for t, a in self.dims.dim(name).axes if t in self.inputs)
-            if tensor not in self.shape_tensor:
-                self.shape_tensor[tensor] = self.emit("Shape", [tensor], f"{tensor}_shape")
-            index = self.const(f"{name}_axis", [axis])
-            self.dim_tensor[name] = self.emit(
-                "Gather", [self.shape_tensor[tensor], index], name, axis=0
-            )
+            s = self.dims.sum(name)
+            axes = s.axes if s is not None else self.dims.dim(name).axes
+            place = next(((t, a) for t, a in axes if t in self.inputs), None)
+            if place is not None:
+                tensor, axis = place
+                if tensor not in self.shape_tensor:
+                    self.shape_tensor[tensor] = self.emit("Shape", [tensor], f"{tensor}_shape")
+                index = self.const("dim_axis", [axis])
+                self.dim_tensor[name] = self.emit(
+                    "Gather", [self.shape_tensor[tensor], index], "dim", axis=0
+                )
+            elif s is not None:
+                self.dim_tensor[name] = self._polynomial(s.terms)
+            else:
+                self.dim_tensor[name] = self._solved(name)
         return self.dim_tensor[name]
+
+    def _polynomial(self, terms: Poly) -> str:
+        """A ``[1]`` int64 tensor holding ``terms`` (a polynomial over dims)."""
+        value = ""
+        for mono, c in terms:
+            term = self.const("dim_const", [c]) if not mono else self._product(mono, c)
+            value = term if not value else self.emit("Add", [value, term], "dim_sum")
+        return value
+
+    def _product(self, names: Sequence[str], coef: int) -> str:
+        factors = [self._dim(n) for n in names]
+        if coef != 1:
+            factors.append(self.const("dim_coef", [coef]))
+        value = factors[0]
+        for f in factors[1:]:
+            value = self.emit("Mul", [value, f], "dim_product")
+        return value
+
+    def _solved(self, name: str) -> str:
+        """Dim ``name``, which no input has alone, from a sum an input has: ``past`` is
+        ``(past + 1) - 1``."""
+        for s in self.dims.sums:
+            own = [c for mono, c in s.terms if mono == (name,)]
+            rest = tuple((m, c) for m, c in s.terms if m != (name,))
+            if (
+                own in ([1], [-1])
+                and not any(name in m for m, _ in rest)
+                and any(t in self.inputs for t, _ in s.axes)
+            ):
+                total = self._dim(s.name)
+                left = (
+                    self.emit("Sub", [total, self._polynomial(rest)], "dim_sum") if rest else total
+                )
+                return left if own == [1] else self.emit("Neg", [left], "dim_neg")
+        raise SymbolicDimError(
+            f"dim {name} occurs on no input alone nor in a sum it can be worked out from",
+            dims=(name,),
+        )
 
     def _element(self, v: int) -> str:
         """A ``[1]`` int64 tensor holding ``v`` (a product of dims and a constant)."""
@@ -150,13 +198,7 @@ class _Writer:
         if f is None:
             return self.const("dim_const", [v])
         coef, powers = f
-        terms = [self._dim(n) for n, e in powers for _ in range(e)]
-        if coef != 1:
-            terms.append(self.const("dim_coef", [coef]))
-        value = terms[0]
-        for term in terms[1:]:
-            value = self.emit("Mul", [value, term], "dim_product")
-        return value
+        return self._product([n for n, e in powers for _ in range(e)], coef)
 
     def _vector(self, values: Sequence[int]) -> str:
         """A 1-D int64 tensor of ``values``: runs of static values as constants, each product of

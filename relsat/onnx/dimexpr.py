@@ -1,0 +1,143 @@
+"""Dims spelled as expressions of other dims: ``past + 1``, ``s0 + s1``, ``2*s0``.
+
+torch's dynamo exporter names a dim it derives from others by the expression (a KV-cache
+decoder's attention mask is ``[batch, past + 1]`` beside a past of ``[batch, 2, past, 32]``);
+:func:`parse` reads such a ``dim_param`` into a polynomial over dim names, and :class:`Sum`
+is one of them kept as a dim of its own: its value follows the dims it is made of, so a model
+priced, checked or run at other values of ``past`` gets ``past + 1`` with them.
+
+>>> parse("past + 1", {"past"})
+(((), 1), (('past',), 1))
+>>> spell_poly(parse("2*s0 - 1", set()))  # spaces around + and -, or a *: an expression
+'2*s0 - 1'
+>>> parse("sequence-length", set()) is None  # a name with a hyphen, not a difference
+True
+>>> Sum("past + 1", parse("past + 1", {"past"}), ()).at({"past": 128})
+129
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+__all__ = ["SUM_CONSTANT", "Poly", "Sum", "linear", "parse", "spell_poly"]
+
+#: A polynomial over dim names: ((monomial: sorted names, repeated for powers), coefficient),
+#: the constant's monomial ``()``; canonical (sorted, no zero coefficients).
+Poly = tuple[tuple[tuple[str, ...], int], ...]
+
+#: The largest constant a dim plus a constant is guessed with, where a model's sums are worked
+#: out rather than spelled (:func:`relsat.onnx.marked.summed_dims`,
+#: :func:`relsat.onnx.shapefold.fold`).
+SUM_CONSTANT = 2
+
+
+@dataclass(frozen=True)
+class Sum:
+    """A dim that is a polynomial of other dims and not a product of them (``past + 1``): its
+    ``name`` (the ``dim_param`` the model spells it with), its ``terms`` and the ``(input,
+    axis)`` places it occurs."""
+
+    name: str
+    terms: Poly
+    axes: tuple[tuple[str, int], ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The dims it is made of, in order of first occurrence."""
+        return tuple(dict.fromkeys(n for mono, _ in self.terms for n in mono))
+
+    def at(self, values: Mapping[str, int]) -> int:
+        """Its value with the dims at ``values``."""
+        return sum(c * math.prod(values[n] for n in mono) for mono, c in self.terms)
+
+    def solve(self, value: int, known: Mapping[str, int]) -> tuple[str, int] | None:
+        """The one dim of it not in ``known`` and its value when the sum is ``value`` (a dim
+        that occurs once, to the first power, and divides out), else None."""
+        unknown = [n for n in self.names if n not in known]
+        if len(unknown) != 1:
+            return None
+        (name,) = unknown
+        linear = [c for mono, c in self.terms if mono == (name,)]
+        if len(linear) != 1 or any(name in mono for mono, _ in self.terms if mono != (name,)):
+            return None
+        rest = sum(
+            c * math.prod(known[n] for n in mono) for mono, c in self.terms if mono != (name,)
+        )
+        q, r = divmod(value - rest, linear[0])
+        return (name, q) if r == 0 and q > 0 else None
+
+
+def linear(names: tuple[str, ...], constant: int) -> Poly:
+    """The sum of ``names`` and ``constant``."""
+    terms: list[tuple[tuple[str, ...], int]] = [((n,), 1) for n in names]
+    return _canonical(terms + ([((), constant)] if constant else []))
+
+
+def parse(text: str, names: Collection[str]) -> Poly | None:
+    """``text`` (a ``dim_param``) as a polynomial over dim names when it spells an expression:
+    it parses as integers and names with ``+``, ``-`` and ``*``, and either every name in it is
+    a dim of ``names`` or it is written as exporters write one (spaces around ``+`` and ``-``,
+    or a ``*``). None for a plain name or anything else (``sequence-length`` is a name)."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    if isinstance(tree, ast.Name):
+        return None
+    try:
+        poly = _poly(tree)
+    except ValueError:
+        return None
+    used = {n for mono, _ in poly for n in mono}
+    if not used:
+        return None  # a number spelled as a name: not a dim
+    spelled = " + " in text or " - " in text or "*" in text
+    return poly if spelled or used <= set(names) else None
+
+
+def spell_poly(poly: Poly) -> str:
+    """``poly`` in words, as dynamo writes it: ``past + 1``, ``2*s0 - 1``."""
+    out = ""
+    for mono, c in sorted(poly, key=lambda t: (t[0] == (), t[0])):
+        body = "*".join(mono)
+        text = str(abs(c)) if not mono else (body if abs(c) == 1 else f"{abs(c)}*{body}")
+        if not out:
+            out = text if c > 0 else f"-{text}"
+        else:
+            out += f" + {text}" if c > 0 else f" - {text}"
+    return out or "0"
+
+
+def _poly(node: ast.AST) -> Poly:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return (((), int(node.value)),) if node.value else ()
+    if isinstance(node, ast.Name):
+        return (((node.id,), 1),)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _scaled(_poly(node.operand), -1)
+    if isinstance(node, ast.BinOp):
+        left, right = _poly(node.left), _poly(node.right)
+        if isinstance(node.op, ast.Add):
+            return _canonical([*left, *right])
+        if isinstance(node.op, ast.Sub):
+            return _canonical([*left, *_scaled(right, -1)])
+        if isinstance(node.op, ast.Mult):
+            return _canonical(
+                [(tuple(sorted(a + b)), ca * cb) for a, ca in left for b, cb in right]
+            )
+    raise ValueError(ast.dump(node))
+
+
+def _scaled(poly: Poly, k: int) -> Poly:
+    return tuple((mono, c * k) for mono, c in poly)
+
+
+def _canonical(terms: list[tuple[tuple[str, ...], int]]) -> Poly:
+    out: dict[tuple[str, ...], int] = {}
+    for mono, c in terms:
+        out[mono] = out.get(mono, 0) + c
+    return tuple(sorted((m, c) for m, c in out.items() if c))
