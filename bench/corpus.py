@@ -40,6 +40,9 @@ TIMM_NOTE = (
 )
 #: timm families tried when timm imports (random init, ``pretrained=False``).
 TIMM_MODELS = ("resnet18", "mobilenetv3_small_100", "efficientnet_b0", "convnext_atto")
+#: Those bench/dynamic.py exports with a dynamic batch: a plain CNN and one with layer norms
+#: and GELUs.
+DYNAMIC_TIMM = ("resnet18", "convnext_atto")
 
 
 @dataclass(frozen=True)
@@ -281,8 +284,8 @@ def decode_axes(exporter: str, layers: int) -> dict[str, dict[int, str]]:
 def dynamic() -> dict[str, Entry]:
     """bench/dynamic.py's corpus (issue 27): today's tiny HF models exported with dynamic axes
     (batch and sequence; batch for ViT), the tiny Llama-style decoder's decode step with a
-    dynamic cache (:func:`decode_axes`) and, when timm imports, timm's ResNet-18 with a dynamic
-    batch, each through both exporters (``<model>.<exporter>.dyn``)."""
+    dynamic cache (:func:`decode_axes`) and, when timm imports, :data:`DYNAMIC_TIMM` with a
+    dynamic batch, each through both exporters (``<model>.<exporter>.dyn``)."""
     entries: list[Entry] = []
     if importlib.util.find_spec("torch") is None:
         return {}
@@ -298,10 +301,10 @@ def dynamic() -> dict[str, Entry]:
         name = f"llama-tiny-decode.{exporter}.dyn"
         axes = decode_axes(exporter, DECODE_TINY["layers"])
         entries.append(Entry(name, "hf", exporter, _torch(name, decode, exporter, dynamic=axes)))
-    if timm_available():
+    for model in DYNAMIC_TIMM if timm_available() else ():
         for exporter in ("dynamo", "legacy"):
-            name = f"timm-resnet18.{exporter}.dyn"
-            make = _torch(name, _timm("resnet18"), exporter, dynamic={"input": {0: "batch"}})
+            name = f"timm-{model}.{exporter}.dyn"
+            make = _torch(name, _timm(model), exporter, dynamic={"input": {0: "batch"}})
             entries.append(Entry(name, "timm", exporter, make))
     return {e.name: e for e in entries}
 

@@ -128,9 +128,12 @@ def inputs_at(path: Path, shape: tuple[int, ...], seed: int = 0) -> dict[str, np
         dims = [*shape, *declared[len(shape) :]]
         if decode:
             batch, past = shape
-            dims = {"input_ids": [batch, 1], "attention_mask": [batch, past + 1]}.get(
-                vi.name, [batch, declared[1], past, declared[3]]
-            )
+            if vi.name == "input_ids":
+                dims = [batch, 1]
+            elif vi.name == "attention_mask":
+                dims = [batch, past + 1]
+            else:  # a cache: batch, key/value heads, past, head size
+                dims = [batch, declared[1], past, declared[3]]
         if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
             out[vi.name] = rng.standard_normal(dims).astype(np.float32)
         elif "mask" in vi.name:
@@ -276,7 +279,8 @@ def main() -> None:
     if args.list:
         for e in available.values():
             print(f"{e.name}\t{e.family}\t{e.exporter}")
-        print(f"# {corpus.TIMM_NOTE}")
+        if not corpus.timm_available():
+            print(f"# {corpus.TIMM_NOTE}")
         return
     try:
         entries = corpus.select(available, args.models)

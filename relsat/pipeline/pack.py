@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from relsat.graph import packing, projections, residuals
+from relsat.graph import packing, projections, replay, residuals
 from relsat.graph.graph import Graph, Ref
 from relsat.graph.specialize import specialize
 from relsat.onnx.latency import Timing
@@ -120,6 +120,11 @@ def pack(run: Run) -> Run:
         return run
     size = run.shapes.dims.value if run.shapes is not None and run.shapes.dims else None
     notes, count = [], 0
+    folded = replay.rebuild(graph, {})  # layout chains folded: fewer nodes, the same values
+    saved = _layout_ops(graph) - _layout_ops(folded)
+    if saved > 0:
+        notes.append(f"{saved} consecutive reshapes and transposes folded")
+        graph = folded
     for lowering in LOWERINGS:
         found = lowering.sites(graph)
         if not found:
@@ -139,6 +144,11 @@ def pack(run: Run) -> Run:
     if not notes:
         return run
     return replace(run, optimized=graph, packing="; ".join(notes), packed=count)
+
+
+def _layout_ops(graph: Graph) -> int:
+    counts = graph.op_counts()
+    return counts.get("reshape", 0) + counts.get("transpose", 0)
 
 
 def _by_fragments(
