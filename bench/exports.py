@@ -133,11 +133,12 @@ def _dynamo_dim(dim: str, dynamic: Mapping[str, Mapping[int, str]]) -> Any:
     import torch
 
     base, _, plus = dim.partition(" + ")
-    spelled = {d.partition(" + ")[0] for axes in dynamic.values() for d in axes.values() if " + " in d}
+    named = [d for axes in dynamic.values() for d in axes.values()]
+    spelled = {d.partition(" + ")[0] for d in named if " + " in d}
     if base not in spelled:
         return torch.export.Dim.DYNAMIC
-    named = torch.export.Dim(base, min=1, max=1 << 16)
-    return named + int(plus) if plus else named
+    dim_ = torch.export.Dim(base, min=1, max=1 << 16)
+    return dim_ + int(plus) if plus else dim_
 
 
 def export(

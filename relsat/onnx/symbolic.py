@@ -218,10 +218,10 @@ class Dims:
 
     def check_shapes(self) -> tuple[dict[str, int], ...]:
         """The dim values the onnxruntime check runs at: the pricing values; leading (batch)
-        dims one larger; the other dims all moved down by half the smallest of them less one (128
-        to 65; two up when that is tiny), so that dims the model keeps apart by a constant (a mask of
-        ``past + 1`` beside a cache of ``past``) stay so. Where the model has only one kind,
-        the third varies that kind again."""
+        dims one larger; the other dims all moved down by half the smallest of them less one
+        (128 to 65; two up when that is tiny), so that dims the model keeps apart by a constant
+        (a mask of ``past + 1`` beside a cache of ``past``) stay so. Where the model has only
+        one kind, the third varies that kind again."""
         price = self.pricing()
         batch = [d.name for d in self.dims if any(axis == 0 for _, axis in d.axes)]
         other = [d.name for d in self.dims if d.name not in batch]
