@@ -235,14 +235,19 @@ class Dims:
 
     def where(self, name: str) -> str:
         """Where dim (or sum) ``name`` occurs first, in words: ``input_ids dim 1 (sequence)``;
-        a dim that occurs only inside sums, where the first of them does."""
+        a dim that occurs only inside sums, where the first of them does; a sum found inside
+        the model, by its first dim."""
         s = self.sum(name)
+        if s is not None and not s.axes:
+            return f"{name}, of {self.where(s.names[0])}"
         axes = s.axes if s is not None else self.dim(name).axes
+        label = name
         if not axes:
-            s = next(s for s in self.sums if name in s.names and s.axes)
-            axes = s.axes
+            holder = next((h for h in self.sums if name in h.names and h.axes), None)
+            if holder is None:
+                return name
+            axes, label = holder.axes, f"{holder.name}, of {name}"
         tensor, axis = axes[0]
-        label = name if s is None or s.name == name else f"{s.name}, of {name}"
         return f"{tensor} dim {axis} ({label})"
 
 
