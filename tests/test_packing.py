@@ -22,7 +22,7 @@ from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.cli import main
 from relsat.errors import GraphError
-from relsat.graph import projections, residuals
+from relsat.graph import projections, residuals, views
 from relsat.graph.builder import Tensor
 from relsat.graph.execute import compare, run
 from relsat.graph.graph import Graph, Ref
@@ -546,3 +546,32 @@ def test_consecutive_reshapes_of_the_extracted_graph_are_folded_before_packing()
         if n.op == "reshape" and result.graph.node(n.inputs[0]).op == "reshape"
     ]
     assert chains == [] and result.ort_check == "passed"
+
+
+def test_projections_lose_their_2d_views() -> None:
+    """A projection between a flatten and an unflatten of its leading dims is one MatMul on the
+    N-D input (a linear), the reshape after it kept only where it splits the heads; a matmul
+    whose output is read as 2-D, or read twice, is no site."""
+    b = GraphBuilder()
+    x = b.input([1, 16, 32], name="x")
+    flat = b.reshape(x, [16, 32])
+    heads = b.reshape(b.matmul(flat, b.weight([32, 32])), [1, 16, 4, 8])
+    two_d = b.relu(b.matmul(flat, b.weight([32, 8])))  # read as 2-D: stays
+    g = b.build([b.relu(b.reshape(heads, [1, 16, 32])), two_d])
+    (site,) = views.sites(g)
+    undone = views.undo(g, [site])
+    assert undone.op_counts()["linear"] == 1 and undone.op_counts()["matmul"] == 1
+    assert compare(g, undone).ok
+    part, found = views.fragment(g, site)
+    assert compare(part, views.undo(part, [found])).ok and part.op_counts()["matmul"] == 1
+
+
+def test_a_decode_step_writes_its_projections_as_one_matmul_each() -> None:
+    """The pipeline's pack stage takes the 2-D views away where the whole model times faster
+    (here: a KV-cache decode step, nanoseconds of GEMM between reshapes), and says so."""
+    import test_dynamic_sums
+
+    model = test_dynamic_sums._decode_step("past + 1", "past + 1")
+    result = optimize(model, Options(keep_slower=True, cost_model="analytic-cpu"))
+    assert "projections written as one MatMul on their N-D input" in result.packing
+    assert result.ort_check == "passed"

@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from relsat.graph import packing, projections, replay, residuals
+from relsat.graph import packing, projections, replay, residuals, views
 from relsat.graph.graph import Graph, Ref
 from relsat.graph.specialize import specialize
 from relsat.onnx.latency import Timing
@@ -78,9 +78,13 @@ def _residual_kind(graph: Graph, constant: list[bool], site: residuals.Site) -> 
     return graph.shape(Ref(site.node, 0))
 
 
+def _view_kind(graph: Graph, constant: list[bool], site: views.Site) -> Hashable:
+    return graph.shape(site.x), graph.shape(site.w), graph.shape(Ref(site.out, 0))
+
+
 #: The rewrites, in the order they are tried (packing an attention takes its projections; a
 #: layer norm kept apart from its residual add is no SkipLayerNormalization site for the
-#: projection fold after it).
+#: projection fold after it; what neither took loses its 2-D views last).
 LOWERINGS = (
     Lowering(
         "attentions packed with their projections (com.microsoft Attention)",
@@ -104,6 +108,15 @@ LOWERINGS = (
         _projection_kind,
         projections.fragment,
         projections.fold,
+        FOLD_TIMING,
+        whole=True,
+    ),
+    Lowering(
+        "projections written as one MatMul on their N-D input (no 2-D view reshapes)",
+        views.sites,
+        _view_kind,
+        views.fragment,
+        views.undo,
         FOLD_TIMING,
         whole=True,
     ),
