@@ -575,3 +575,22 @@ def test_a_decode_step_writes_its_projections_as_one_matmul_each() -> None:
     result = optimize(model, Options(keep_slower=True, cost_model="analytic-cpu"))
     assert "projections written as one MatMul on their N-D input" in result.packing
     assert result.ort_check == "passed"
+
+
+def test_a_fragment_faster_only_by_its_median_is_decided_on_the_whole_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kind whose fragment timing saw a gain it could not tell from noise is not dropped: the
+    whole model, timed with those sites rewritten against without, decides (and says so)."""
+    import relsat.pipeline.pack as pack_stage
+
+    monkeypatch.setattr(pack_stage, "time_fragment", lambda *args: (False, 0.9))
+    model = _sdpa()
+    options = Options(rules=RULES, keep_slower=True, cost_model="analytic-cpu")
+    result = optimize(model, options)
+    assert "attentions packed" in result.packing
+    assert "(timed rewritten/as extracted: 0.90, the undecided on the whole model" in result.packing
+    assert result.ort_check == "passed"
+    monkeypatch.setattr(pack_stage, "time_fragment", lambda *args: (False, 0.99))  # no gain
+    result = optimize(model, options)
+    assert "0 of 1 attentions" in result.packing and "undecided" not in result.packing
