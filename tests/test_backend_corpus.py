@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relsat import Options, optimize
 from relsat import onnx as ronnx
-from relsat.onnx.symbolic import MARKER_FLOOR, SMALLEST_MARKER, choose_markers
+from relsat.onnx.dimplan import MARKER_FLOOR, SMALLEST_MARKER, choose_markers
 
 ort = pytest.importorskip("onnxruntime")
 ANALYTIC = Options(cost_model="analytic", timing=None)
@@ -195,8 +195,8 @@ def test_a_written_model_declares_the_fixed_dim() -> None:
 def test_a_dim_that_runs_when_another_moves_with_it_is_not_fixed() -> None:
     """x[a, 4] + m[b, 4]: ``a`` moved alone fails, moved with ``b`` it runs (the batch of a
     dynamo export's input_ids and attention_mask, which the tie probe may leave apart)."""
+    from relsat.onnx.dimplan import plan
     from relsat.onnx.marked import bound_dims
-    from relsat.onnx.symbolic import plan
 
     inputs = [
         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", 4]),

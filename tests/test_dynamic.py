@@ -18,9 +18,9 @@ from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.graph.execute import random_values
 from relsat.graph.specialize import specialize, substitute
+from relsat.onnx.dimplan import plan, static_numbers
 from relsat.onnx.inputs import draw
 from relsat.onnx.latency import Timing
-from relsat.onnx.symbolic import plan, static_numbers
 from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
 ort = pytest.importorskip("onnxruntime")

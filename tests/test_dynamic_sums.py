@@ -13,9 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relsat import Options, optimize
 from relsat.onnx.dimexpr import Sum, linear, parse, spell_poly
+from relsat.onnx.dimplan import plan
 from relsat.onnx.errors import OnnxError
 from relsat.onnx.inputs import draw
-from relsat.onnx.symbolic import plan
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(0)

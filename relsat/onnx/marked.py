@@ -1,6 +1,6 @@
 """Import with symbolic dims: :func:`relsat.onnx.load_symbolic`.
 
-The dims are planned (:func:`relsat.onnx.symbolic.plan`: a marker and a pricing value each),
+The dims are planned (:func:`relsat.onnx.dimplan.plan`: a marker and a pricing value each),
 the model's shape computations folded at two marker assignments
 (:func:`relsat.onnx.shapefold.fold`; other markers when a static size turns out divisible by
 one), and the folded model imported at the first markers (:class:`~relsat.onnx.importer.
@@ -27,10 +27,11 @@ import onnx
 from relsat.graph.graph import Graph
 from relsat.onnx.data import read_array
 from relsat.onnx.dimexpr import SUM_CONSTANT, Poly, linear
+from relsat.onnx.dimplan import plan, remarked
 from relsat.onnx.errors import DynamicShapeError, OnnxError, SymbolicDimError
 from relsat.onnx.importer import Importer, read_model, skeleton
 from relsat.onnx.shapefold import FOLD_LIMIT, MarkerClash, fold
-from relsat.onnx.symbolic import Dims, plan, remarked
+from relsat.onnx.symbolic import Dims
 
 __all__ = ["MARKER_TRIES", "bound_dims", "load_symbolic", "summed_dims", "tied_dims"]
 

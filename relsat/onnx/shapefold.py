@@ -35,8 +35,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from relsat.onnx.dimexpr import SUM_CONSTANT, Sum, linear, spell_poly
+from relsat.onnx.dimplan import static_numbers
 from relsat.onnx.errors import SymbolicDimError
-from relsat.onnx.symbolic import SHAPE_LIKE, Dims, static_numbers
+from relsat.onnx.symbolic import SHAPE_LIKE, Dims
 
 __all__ = ["FOLD_LIMIT", "Folded", "MarkerClash", "fold"]
 

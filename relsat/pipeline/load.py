@@ -55,7 +55,7 @@ def load(model: Any, options: Options, on_phase: OnPhase | None = None) -> Run:
 def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     """The graph of an ONNX ``model`` and what became of its dynamic dims (None: it has none)."""
     from relsat import onnx as ronnx
-    from relsat.onnx.symbolic import plan
+    from relsat.onnx.dimplan import plan
 
     given, batch = options.input_shapes, options.batch
     proto = model if _is_proto(model) else _inputs_only(model)

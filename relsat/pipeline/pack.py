@@ -4,7 +4,10 @@ one com.microsoft Attention (:mod:`relsat.graph.packing`); layer norms written s
 onnxruntime does not fuse their residual add into them (:mod:`relsat.graph.residuals`: its
 SkipLayerNormalization is the slower kernel on some CPUs); then a projection's bias into the
 BiasGelu or SkipLayerNormalization after it, the projection one MatMul on its 3-D input
-(:mod:`relsat.graph.projections`).
+(:mod:`relsat.graph.projections`); last, the projections none of these took written as one
+MatMul on their N-D input, without the 2-D views around them (:mod:`relsat.graph.views`).
+Before them, consecutive reshapes and transposes are folded (always: fewer nodes, the same
+values; onnxruntime folds such chains itself only at static dims).
 
 Rules cannot see the reshapes and transposes around these (heads split and merged, leading dims
 flattened for a 2-D GEMM), so these choices are made on the extracted graph, priced the way the
