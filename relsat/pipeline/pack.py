@@ -149,7 +149,7 @@ def pack(run: Run) -> Run:
             continue
         if lowering.whole:
             after = lowering.apply(graph, found)
-            faster, ratio = _time_models(run, graph, after, lowering.timing)
+            faster, ratio = _time_models(run, graph, after, lowering)
             chosen, ratios = (list(found) if faster else []), [f"whole model {ratio:.3f}"]
         else:
             chosen, ratios = _by_fragments(run, graph, found, lowering, size)
@@ -195,23 +195,25 @@ def _by_fragments(
     if unsure:  # faster by the median, not beyond the fragment's noise: the whole model decides
         before = lowering.apply(graph, chosen) if chosen else graph
         after = lowering.apply(graph, chosen + unsure)
-        faster, ratio = _time_models(run, before, after, FOLD_TIMING)
+        whole = replace(lowering, timing=FOLD_TIMING)
+        faster, ratio = _time_models(run, before, after, whole)
         ratios.append(f"the undecided on the whole model {ratio:.3f}")
         if faster:
             chosen += unsure
     return chosen, ratios
 
 
-def _time_models(run: Run, before: Graph, after: Graph, timing: Timing) -> tuple[bool, float]:
+def _time_models(run: Run, before: Graph, after: Graph, lowering: Lowering) -> tuple[bool, float]:
     """``after`` against ``before``, both written as the run writes its output (the input's
     interface, dynamic dims symbolic: onnxruntime's own fusions differ between static and
-    symbolic dims) and timed whole in onnxruntime at the pricing shape (``timing``):
+    symbolic dims) and timed whole in onnxruntime at the pricing shape (``lowering.timing``):
     faster beyond noise?, the ratio."""
     from relsat.onnx.latency import compare_latency
     from relsat.pipeline.ort import at_shapes, written
 
     models = [written(run, g)[0] for g in (before, after)]
     shapes = at_shapes(run, checking=False)[0][1]
+    timing = lowering.timing
     timed = compare_latency(*models, settings=run.options.ort, timing=timing, shapes=shapes)
     return timed.verdict == "faster", timed.ratio
 
