@@ -10,14 +10,19 @@ The corpus (bench/corpus.py's ``dynamic``): today's tiny Hugging Face BERT, GPT-
 decoder and ViT exported with dynamic axes — ``batch`` and ``sequence`` on ``input_ids`` and
 ``attention_mask`` (ViT: ``batch`` on ``pixel_values``) — through both exporters (``legacy``:
 ``dynamic_axes``; ``dynamo``: ``dynamic_shapes`` with ``Dim.DYNAMIC``, which names the dims
-``s21``, ``s35``, ...). timm is not here: it does not import beside the pinned CPU torch.
+``s21``, ``s35``, ...); the tiny decoder's decode step (one token after a cache) with a dynamic
+batch and cache (bench/corpus.py's ``decode_axes``: dynamo spells the mask's dim
+``past_sequence_length + 1``, the legacy export names it ``total_sequence_length``; priced with
+``--input-shape attention_mask=1,129``); and, where timm imports (not beside the pinned CPU
+torch), timm's ResNet-18 and ConvNeXt-atto with a dynamic batch.
 
 Per model: ``relsat optimize IN -o OUT --threads N`` (dims symbolic, priced at batch 1 and
 sequence 128), and unless ``--no-static`` the same with ``--static`` (fixed at the pricing
 shape), in subprocesses (bench/calls.py). Then, in onnxruntime, independently of relsat's own
 check: whether the written model keeps the original's interface (each input's and output's
 dims, names included), and whether its outputs equal the original's (rtol 1e-4, atol 1e-5) at
-three shapes — batch 1 and sequence 128, batch 2, sequence 65 (ViT: batch 1, 2, 3) — on token
+three shapes — batch 1 and sequence 128, batch 2, sequence 65 (images: batch 1, 2, 3; the decode
+step: 128 cached positions, batch 2, 65 cached) — on token
 ids below 100 (every tiny model's vocabulary is larger), an all-ones mask, N(0, 1) pixels. Last,
 latency at the pricing shape: the original, an A/A session of it, relsat's dynamic output and
 the static one, side by side (bench/timing.py: ``--threads``, ``--rounds`` interleaved rounds,
@@ -304,8 +309,9 @@ def main() -> None:
     print(
         "\ndims: what relsat did with the dynamic dims. interface: the written model's inputs "
         "and outputs have the original's dims (names included). outputs: onnxruntime, written "
-        "vs original, at batch 1 / seq 128, batch 2, seq 65 (ViT: batch 1, 2, 3). ratio: median "
-        "latency at batch 1, seq 128 over the original's (below 1 = faster); A/A: a second "
+        "vs original, at batch 1 / seq 128, batch 2, seq 65 (images: batch 1, 2, 3; a decode "
+        "step: 128, 128 at batch 2, 65 cached). ratio: median latency at batch 1, seq 128 (128 "
+        "cached) over the original's (below 1 = faster); A/A: a second "
         "session of the original (noise); static: the --static run's output."
     )
     path = common.append_csv("dynamic", CSV_HEADERS, [csv_row(r, args, machine) for r in rows])
