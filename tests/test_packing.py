@@ -566,9 +566,10 @@ def test_projections_lose_their_2d_views() -> None:
     assert compare(part, views.undo(part, [found])).ok and part.op_counts()["matmul"] == 1
 
 
-def test_a_decode_step_writes_its_projections_as_one_matmul_each() -> None:
-    """The pipeline's pack stage takes the 2-D views away where the whole model times faster
-    (here: a KV-cache decode step, nanoseconds of GEMM between reshapes), and says so."""
+def test_the_pack_stage_times_a_decode_steps_projections_without_their_2d_views() -> None:
+    """The pipeline's pack stage finds a KV-cache decode step's projections between 2-D views,
+    times the whole model with them written as one MatMul each (taken where faster), says so,
+    and what it hands back passes the onnxruntime check."""
     import test_dynamic_sums
 
     model = test_dynamic_sums._decode_step("past + 1", "past + 1")

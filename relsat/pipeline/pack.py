@@ -148,8 +148,7 @@ def pack(run: Run) -> Run:
         if not found:
             continue
         if lowering.whole:
-            after = lowering.apply(graph, found)
-            faster, ratio = _time_models(run, graph, after, lowering)
+            faster, ratio = _time_models(run, graph, lowering.apply(graph, found), lowering)
             chosen, ratios = (list(found) if faster else []), [f"whole model {ratio:.3f}"]
         else:
             chosen, ratios = _by_fragments(run, graph, found, lowering, size)
@@ -213,8 +212,9 @@ def _time_models(run: Run, before: Graph, after: Graph, lowering: Lowering) -> t
 
     models = [written(run, g)[0] for g in (before, after)]
     shapes = at_shapes(run, checking=False)[0][1]
-    timing = lowering.timing
-    timed = compare_latency(*models, settings=run.options.ort, timing=timing, shapes=shapes)
+    timed = compare_latency(
+        *models, settings=run.options.ort, timing=lowering.timing, shapes=shapes
+    )
     return timed.verdict == "faster", timed.ratio
 
 
