@@ -23,7 +23,18 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-__all__ = ["SUM_CONSTANT", "Poly", "Sum", "linear", "parse", "spell_poly"]
+__all__ = [
+    "SUM_CONSTANT",
+    "Poly",
+    "Sum",
+    "add",
+    "constant",
+    "linear",
+    "multiply",
+    "parse",
+    "sign",
+    "spell_poly",
+]
 
 #: A polynomial over dim names: ((monomial: sorted names, repeated for powers), coefficient),
 #: the constant's monomial ``()``; canonical (sorted, no zero coefficients).
@@ -77,6 +88,41 @@ def linear(names: tuple[str, ...], constant: int) -> Poly:
     return _canonical(terms + ([((), constant)] if constant else []))
 
 
+def constant(k: int) -> Poly:
+    """The number ``k`` as a polynomial."""
+    return (((), int(k)),) if k else ()
+
+
+def add(*polys: Poly) -> Poly:
+    """The sum of ``polys``."""
+    return _canonical([t for p in polys for t in p])
+
+
+def multiply(a: Poly, b: Poly) -> Poly:
+    """The product of ``a`` and ``b``."""
+    return _canonical([(tuple(sorted(ma + mb)), ca * cb) for ma, ca in a for mb, cb in b])
+
+
+def sign(poly: Poly) -> int | None:
+    """The sign ``poly`` has at every value of its dims (each >= 0): 0 for the zero polynomial,
+    1 when no coefficient is negative (>= 0 throughout), -1 when none is positive (<= 0), None
+    when its coefficients differ in sign.
+
+    >>> sign(parse("past + 1", {"past"})), sign(parse("past - 1", {"past"}))
+    (1, None)
+    >>> past = ((("past",), 1),)
+    >>> sign(add(parse("past + 1", {"past"}), constant(-1), multiply(constant(-1), past)))
+    0
+    """
+    if not poly:
+        return 0
+    if all(c > 0 for _, c in poly):
+        return 1
+    if all(c < 0 for _, c in poly):
+        return -1
+    return None
+
+
 def parse(text: str, names: Collection[str]) -> Poly | None:
     """``text`` (a ``dim_param``) as a polynomial over dim names when it spells an expression:
     it parses as integers and names with ``+``, ``-`` and ``*``, and either every name in it is
@@ -114,7 +160,7 @@ def spell_poly(poly: Poly) -> str:
 
 def _poly(node: ast.AST) -> Poly:
     if isinstance(node, ast.Constant) and type(node.value) is int:
-        return (((), int(node.value)),) if node.value else ()
+        return constant(node.value)
     if isinstance(node, ast.Name):
         return (((node.id,), 1),)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -122,13 +168,11 @@ def _poly(node: ast.AST) -> Poly:
     if isinstance(node, ast.BinOp):
         left, right = _poly(node.left), _poly(node.right)
         if isinstance(node.op, ast.Add):
-            return _canonical([*left, *right])
+            return add(left, right)
         if isinstance(node.op, ast.Sub):
-            return _canonical([*left, *_scaled(right, -1)])
+            return add(left, _scaled(right, -1))
         if isinstance(node.op, ast.Mult):
-            return _canonical(
-                [(tuple(sorted(a + b)), ca * cb) for a, ca in left for b, cb in right]
-            )
+            return multiply(left, right)
     raise ValueError(ast.dump(node))
 
 

@@ -23,7 +23,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -41,6 +41,9 @@ from relsat.onnx.errors import DynamicShapeError, EmptyTensorError, OnnxError
 from relsat.onnx.opmap import HANDLERS
 from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
+
+if TYPE_CHECKING:
+    from relsat.onnx.symbolic import Dims
 
 __all__ = ["Importer", "load_model", "read_model", "skeleton"]
 
@@ -208,9 +211,11 @@ class Importer:
         batch: int | None,
         source: str | None = None,
         symbolic: frozenset[str] = frozenset(),
+        dims: Dims | None = None,
     ) -> None:
         self.path = path
         self.symbolic = symbolic  # constants standing for dims: never folded further here
+        self.dims = dims  # what the markers stand for (None: every dim static)
         self.source = source or path  # the file holding the model (and beside it, its data)
         self.data_dir = os.path.dirname(os.path.abspath(self.source)) if self.source else None
         self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
@@ -424,6 +429,7 @@ class Importer:
     # --- conversion -----------------------------------------------------------------------
 
     def run(self) -> Graph:
+        self._simplify_grids()
         graph = self.model.graph
         self.uses.update(name for node in graph.node for name in node.input if name)
         self.uses.update(o.name for o in graph.output)
@@ -465,6 +471,30 @@ class Importer:
             return self.g.build(outputs).reachable()
         except GraphError as exc:
             raise self.error(str(exc)) from None
+
+    def _simplify_grids(self) -> None:
+        """Mask index grids read as views and settled mask operands dropped
+        (:mod:`relsat.onnx.grids`), before anything is converted."""
+        from relsat.onnx.grids import plan
+
+        found = plan(self, self.dims)
+        if not found:
+            return
+        for name, value in found.constants.items():
+            self.consts[name] = value
+            self.const_types[name] = TensorProto.INT64
+            self.types[name] = (TensorProto.INT64, tuple(value.shape))
+        self.types.update(found.types)
+        nodes = []
+        for k, node in enumerate(self.model.graph.node):
+            nodes += found.replaced.get(k, [node])
+        for node in nodes:
+            for i, name in enumerate(node.input):
+                while name in found.renames:
+                    name = found.renames[name]
+                node.input[i] = name
+        del self.model.graph.node[:]
+        self.model.graph.node.extend(nodes)
 
     def convert(self, k: int, node: NodeProto) -> None:
         where = self._node_id(k, node)

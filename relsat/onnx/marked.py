@@ -108,7 +108,7 @@ def _import(
         )
     try:
         dims = folded.dims
-        graph = Importer(folded.model, path, {}, None, symbolic=folded.symbolic).run()
+        graph = Importer(folded.model, path, {}, None, symbolic=folded.symbolic, dims=dims).run()
     except DynamicShapeError as exc:
         raise SymbolicDimError(
             f"{exc.reason} (with dims {', '.join(dims.names)} symbolic)",

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from relsat.graph.specialize import SHAPE_LIKE
-from relsat.onnx.dimexpr import Sum
+from relsat.onnx.dimexpr import Poly, Sum, constant, multiply
 
 __all__ = ["SHAPE_LIKE", "Dim", "Dims"]
 
@@ -103,6 +103,21 @@ class Dims:
             if e:
                 powers.append((name, e))
         return (rest, tuple(powers)) if powers else None
+
+    def poly(self, v: int) -> Poly:
+        """``v`` (a number at the markers) as a polynomial over the dims, each sum written out
+        (``2*(past + 1)`` reads ``2*past + 2``); a static number as itself."""
+        f = self.factor(v)
+        if f is None:
+            return constant(v)
+        coef, powers = f
+        out = constant(coef)
+        for name, e in powers:
+            s = self.sum(name)
+            atom = s.terms if s is not None else (((name,), 1),)
+            for _ in range(e):
+                out = multiply(out, atom)
+        return out
 
     def is_symbolic(self, v: int) -> bool:
         return self.factor(v) is not None
