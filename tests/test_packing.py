@@ -595,3 +595,15 @@ def test_a_fragment_faster_only_by_its_median_is_decided_on_the_whole_model(
     monkeypatch.setattr(pack_stage, "time_fragment", lambda *args: (False, 0.99))  # no gain
     result = optimize(model, options)
     assert "0 of 1 attentions" in result.packing and "undecided" not in result.packing
+
+
+def test_a_whole_model_timing_keeps_the_rewrite_when_faster_or_faster_by_the_median() -> None:
+    """Both forms are the optimized model: faster beyond noise keeps the rewrite, and so does a
+    lower median when the budget ends undecided; a decided "same" or "slower" does not."""
+    from relsat.pipeline.pack import chosen
+
+    assert chosen("faster", "decided", 0.9)
+    assert chosen("same", "time limit", 0.97)
+    assert not chosen("same", "time limit", 1.01)
+    assert not chosen("same", "decided", 0.99)
+    assert not chosen("slower", "decided", 1.2)
