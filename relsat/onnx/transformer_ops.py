@@ -438,14 +438,18 @@ def _mask_in(ex: ExportContext, node: Node, out: str, s: int, t: int, *, nudge: 
     # mean of v. Scaled by the float just below 1, that value is no longer the lowest (the row's
     # softmax is computed), -inf stays -inf (0, as the NaN guard gives) and any other mask value
     # moves by at most 6e-8 of itself.
+    # Written once per mask and shape: every layer's attention reads the same one.
+    key = ("mask_nudged", bias, s, t)
+    if key in ex.memo:
+        return ex.memo[key]
     nudged = ex.fresh(f"{out}_mask_nudged")
     ex.emit("Mul", [bias, ex.float_const("below_one", float(MASK_NUDGE))], [nudged])
-    if shape[-2:] == (s, t):
-        return nudged
-    padded = (1,) * (4 - len(shape)) + shape
-    full = ex.fresh(f"{out}_mask")
-    ex.emit("Expand", [nudged, ex.const("mask_shape", [*padded[:2], s, t])], [full])
-    return full
+    ex.memo[key] = nudged
+    if shape[-2:] != (s, t):
+        padded = (1,) * (4 - len(shape)) + shape
+        ex.memo[key] = ex.fresh(f"{out}_mask")
+        ex.emit("Expand", [nudged, ex.const("mask_shape", [*padded[:2], s, t])], [ex.memo[key]])
+    return ex.memo[key]
 
 
 def repeat_heads_out(
