@@ -253,7 +253,7 @@ class _Planner:
         return ins[0]
 
     def _cast(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        to = helper.get_attribute_value(node.attribute[0]) if node.attribute else None
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
         v = ins[0]
         if v is None or to not in _INTEGERS or self.m.dtype(node.input[0]) not in _INTEGERS:
             return None
