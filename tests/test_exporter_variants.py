@@ -249,6 +249,26 @@ def test_attention_runs_in_onnxruntime_with_a_padded_mask() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+def test_eager_attention_with_transformers_lowest_float_fill_fuses(dynamo: bool) -> None:
+    """transformers 5 fills an eager attention's mask with float32's lowest, which onnxruntime's
+    Attention reads as -inf (a row masked entirely would come out 0, not the softmax's mean of
+    v): finite, so fused, and written with the mask nudged off the lowest value; both agree
+    with every key padded."""
+    model = attention(dynamo, mask="bool", eager=True, d=64, fill=FMIN)
+    result = optimize(ronnx.load(model), Options(cost_model="analytic", timing=None))
+    assert result.graph.op_counts().get("attention") == 1
+    out = ronnx.to_model(result.graph, like=model)
+    assert "Attention" in {x.op_type for x in out.graph.node}
+    keep = np.ones((B, S), np.int64)
+    keep[:, -5:] = 0
+    feeds = {"x": RNG.standard_normal((B, S, 128)).astype(f32), "keep": keep}
+    for _ in range(2):
+        want, got = (_ort(m, feeds) for m in (model, out))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        keep[:] = 0  # then every key padded: each row the mean of v, as the softmax gives
+
+
 def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     import onnxruntime as ort
 
@@ -260,8 +280,6 @@ def test_eager_attention_near_misses_stay_unfused() -> None:
     cases = {
         "a float mask input: values unknown": attention(True, mask="float", eager=True, d=64),
         "a -inf fill": attention(True, mask="bool", eager=True, d=64, fill=-np.inf),
-        # onnxruntime's Attention zeroes a row masked entirely by finfo.min; softmax does not
-        "transformers' finfo.min fill": attention(True, mask="bool", eager=True, d=64, fill=FMIN),
         "SDPA's masked softmax without its guard": attention(False, mask="float", guard=False),
     }
     for why, model in cases.items():

@@ -185,8 +185,11 @@ def test_a_projection_with_an_activation_or_a_non_scalar_factor_is_not_a_site() 
     assert sites(graph) == []
 
 
-def test_fragment_is_the_site_with_its_head_merge() -> None:
-    graph = _block()
+@pytest.mark.parametrize("spelled", ["", "finite"], ids=["fused", "finite"])
+def test_fragment_is_the_site_with_its_head_merge(spelled: str) -> None:
+    """The fragment reads x and the mask; an eager attention's mask keeps its ``finite`` mark
+    inside (without it the fragment would be no site: it crashed the pack stage)."""
+    graph = _block(spelled=spelled)
     part, site = fragment(graph, sites(graph)[0])
     assert [n.name for n in part.inputs] == ["x", "mask"]
     assert part.output_shapes == [(B, S, E)]

@@ -305,8 +305,11 @@ def fragment(graph: Graph, site: Site) -> tuple[Graph, Site]:
         out = Ref(reader.id, 0)
     weights = graph.all_weights()
     inputs = {site.x: "x"}
-    if site.mask is not None and not weights[site.mask.node]:
-        inputs[site.mask] = "mask"
+    mask = site.mask
+    if mask is not None and graph.node(mask).op == "finite":
+        mask = graph.node(mask).inputs[0]  # the mark stays in the fragment: an eager attention's
+    if mask is not None and not weights[mask.node]:
+        inputs[mask] = "mask"
     part = cut(graph, out, inputs)
     (found,) = sites(part)
     return part, found

@@ -10,11 +10,16 @@ the condition is never needed), the arithmetic of Add/Sub/Mul/Neg, and the data-
 that keep values (Reshape, Expand, Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat,
 Identity, Flatten, Tile). :func:`is_finite` holds when the range lies within float32's.
 
-So ``Where(mask, 0, -1e9)`` and ``(1 - Cast(bool)) * -10000`` pass; ``Where(mask, 0, -inf)``
-(torch's SDPA export) and a float graph input do not; nor does ``(1 - Cast(int64 mask)) *
-finfo.min``: a mask value of -1 or 3 overflows to infinity, and nothing in the graph says the
-integer mask holds 0 and 1 only; nor does transformers 5's ``Where(mask, 0, finfo.min)`` (see
-:data:`LIMIT`: onnxruntime's Attention zeroes a row masked entirely by finfo.min).
+So ``Where(mask, 0, -1e9)``, ``(1 - Cast(bool)) * -10000`` and transformers 5's ``Where(mask,
+0, finfo.min)`` pass; ``Where(mask, 0, -inf)`` (torch's SDPA export) and a float graph input do
+not; nor does ``(1 - Cast(int64 mask)) * finfo.min``: a mask value of -1 or 3 overflows to
+infinity, and nothing in the graph says the integer mask holds 0 and 1 only.
+
+onnxruntime's Attention reads a mask value of exactly float32's lowest (finfo.min) as -inf and
+gives a row masked entirely by it 0, where the softmax it replaces gives the mean of v; relsat
+writes every fused kernel's mask scaled by the float just below 1
+(:func:`relsat.onnx.transformer_ops` ``_mask_in``), so no value reaching the kernel is the
+lowest and such a row comes out as the softmax gives it.
 """
 
 from __future__ import annotations
@@ -35,11 +40,6 @@ Range = tuple[float, float]
 
 #: float32's largest finite value.
 FLT_MAX = float(np.finfo(np.float32).max)
-#: The bound :func:`is_finite` asks for. Not float32's own: onnxruntime's Attention (1.32,
-#: CPU) gives 0 for a row whose masked scores all reach float32's lowest (a mask of finfo.min,
-#: transformers' fill, plus a score <= 0 rounds to it), where the softmax it replaces gives the
-#: mean of v; a mask of at least -FLT_MAX / 2 cannot reach it.
-LIMIT = FLT_MAX / 2
 #: How deep :func:`value_range` reads back (a mask is a handful of nodes from its source).
 DEPTH = 32
 
@@ -157,10 +157,10 @@ def no_infinity(graph: RelsatGraph, ref: Ref) -> bool:
 
 
 def is_finite(g: Graph, name: str) -> bool:
-    """Whether every value of tensor ``name`` is provably a float32 within half of float32's
-    range (:data:`LIMIT`)."""
+    """Whether every value of tensor ``name`` is provably a finite float32 (no infinity, no
+    NaN)."""
     r = value_range(g, name)
-    return r is not None and -LIMIT <= r[0] and r[1] <= LIMIT
+    return r is not None and -FLT_MAX <= r[0] and r[1] <= FLT_MAX
 
 
 def value_range(g: Graph, name: str, depth: int = DEPTH) -> Range | None:
