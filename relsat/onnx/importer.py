@@ -189,8 +189,17 @@ def _fold_constants(model: onnx.ModelProto, data_dir: str | None, folder: str) -
         "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
     )
     options.log_severity_level = 3
-    ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    # Constant folding only: the transpose optimizer would move a Transpose past the Mul by a
+    # rotary table ((x^T) * cos -> (x * cos)^T), and the rotary rules would no longer see x in
+    # both halves of the rotation (the query of a legacy decode step lost its fusion).
+    ort.InferenceSession(
+        source, options, providers=["CPUExecutionProvider"], disabled_optimizers=_NOT_FOLDING
+    )
     return target
+
+
+#: onnxruntime's BASIC optimizers that rewrite rather than fold (see :func:`_fold_constants`).
+_NOT_FOLDING = ["TransposeOptimizer"]
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
