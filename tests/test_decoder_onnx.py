@@ -287,6 +287,8 @@ def test_rotary_spelling_fuses_and_runs_as_one_kernel() -> None:
     out = ronnx.to_model(result.graph, like=model)
     assert {o.domain: o.version for o in out.opset_import}[""] == 23
     assert [node.op_type for node in out.graph.node] == ["RotaryEmbedding"] * 2
+    read = {name for node in out.graph.node for name in node.input}
+    assert {t.name for t in out.graph.initializer} <= read  # the table's halves not left over
     feeds = _feeds(model)
     for got, want in zip(_ort(out, feeds), _ort(model, feeds), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from relsat.graph.execute import random_values
 from relsat.graph.graph import Graph, Node, Ref
@@ -632,7 +632,9 @@ class Exporter:
 
     def _finish(self) -> onnx.ModelProto:
         inputs, outputs = self._inputs(), self._outputs()
-        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, self.inits)
+        read = _names_read(self.nodes) | {o.name for o in outputs}
+        inits = [t for t in self.inits if t.name in read]  # a table a fused kernel replaced
+        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, inits)
         opsets = [helper.make_opsetid("", self.opset)]
         opsets += [helper.make_opsetid(d, v) for d, v in sorted(self.domains.items())]
         ir = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
@@ -724,3 +726,15 @@ def _same_schema(op_type: str, old: int, new: int) -> bool:
     except onnx.defs.SchemaError:
         return True
     return bool(a == b)
+
+
+def _names_read(nodes: Sequence[NodeProto]) -> set[str]:
+    """The tensor names ``nodes`` read, their subgraphs' reads from the outer scope included."""
+    names: set[str] = set()
+    for node in nodes:
+        names.update(node.input)
+        for attr in node.attribute:
+            graphs = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+            for g in graphs:
+                names |= _names_read(g.node) | {o.name for o in g.output}
+    return names
