@@ -109,21 +109,16 @@ def _aligned(v: Affine, shape: tuple[int, ...]) -> tuple[Poly, ...] | None:
     return tuple(coefs)
 
 
-def _scaled(p: Poly, k: int) -> Poly:
-    return tuple((mono, c * k) for mono, c in p)
-
-
 @dataclass
 class Plan:
     """The rewrites :func:`plan` found: tensor renames (readers of the key read the value
     instead), nodes replaced (index → the nodes written in its place), and the constants and
-    tensor types those nodes add; ``what``: one line per rewrite."""
+    tensor types those nodes add."""
 
     renames: dict[str, str] = field(default_factory=dict)
     replaced: dict[int, list[NodeProto]] = field(default_factory=dict)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     types: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
-    what: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.renames or self.replaced)
@@ -159,12 +154,10 @@ class _Planner:
                 kept = self._settled_operand(node)
                 if kept is not None:
                     self.out.renames[node.output[0]] = kept
-                    self.out.what.append(f"{node.op_type} {node.name or node.output[0]}")
             elif node.op_type in ("GatherND", "Gather"):
                 nodes = self._grid_gather(node)
                 if nodes is not None:
                     self.out.replaced[k] = nodes
-                    self.out.what.append(f"{node.op_type} {node.name or node.output[0]}")
         return self.out
 
     # --- reading values ---------------------------------------------------------------------
@@ -598,7 +591,8 @@ def _product(polys: Iterable[Poly]) -> Poly:
 
 
 def _negated(v: Affine) -> Affine:
-    return Affine(v.shape, _scaled(v.offset, -1), tuple(_scaled(c, -1) for c in v.coefs))
+    minus = constant(-1)
+    return Affine(v.shape, multiply(minus, v.offset), tuple(multiply(minus, c) for c in v.coefs))
 
 
 def _plus(a: Affine, b: Affine) -> Affine | None:
