@@ -163,11 +163,15 @@ TODAY_HF: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gpt2-tiny": ("hfmodels", "gpt2", _TINY | {"heads": 2, "seq": 64, "vocab": 1024}),
     "vit-tiny": ("hfmodels", "vit", _TINY | {"heads": 2, "ffn": 512, "image": 64}),
     "llama-tiny": ("hfmodels", "llama", _TINY | {"heads": 4, "kv_heads": 2, "seq": 64}),
+    "gptj-tiny": ("hfmodels", "gptj", _TINY | {"heads": 4, "rotary_dim": 16, "seq": 64}),
 }
 
 #: A Llama-style decoder at bench/real.py's HF sizes (4 layers, hidden 256, 4 heads), grouped-
 #: query attention with 2 key/value heads, SwiGLU width 688 (~8/3 of hidden), Llama's vocabulary.
 _LLAMA = {"layers": 4, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 688, "vocab": 32000}
+#: A GPT-J-style decoder at the same sizes: interleaved rotary on 32 of each head's 64 dims (GPT-J
+#: 6B rotates 64 of 256), 128 tokens, GPT-2's vocabulary.
+_GPTJ = {"layers": 4, "hidden": 256, "heads": 4, "rotary_dim": 32, "seq": 128, "vocab": 50400}
 #: bench/ort_fusions.py's transformers (issue 24), each through both exporters: real()'s HF
 #: models at their sizes, the Llama-style decoder at prefill (sequence 128) and one decode step
 #: after 128 cached positions.
@@ -178,6 +182,7 @@ FUSIONS_HF: dict[str, tuple[str, str, dict[str, Any]]] = {
     "hf-vit": REAL_TORCH["hf-vit"],
     "hf-llama": ("hfmodels", "llama", _LLAMA | {"seq": 128}),
     "hf-llama-decode": ("hfmodels", "llama_decode", _LLAMA | {"past": 128}),
+    "hf-gptj": ("hfmodels", "gptj", _GPTJ),
     "hf-convnext-tiny": REAL_TORCH["hf-convnext-tiny"],
 }
 

@@ -7,7 +7,7 @@ speedup at the pricing shape beside the ``--static`` run (issue 27).
                             [--timeout 1800] [--exports DIR] [--relsat-args "..."] [--no-static]
 
 The corpus (bench/corpus.py's ``dynamic``): today's tiny Hugging Face BERT, GPT-2, Llama-style
-decoder and ViT exported with dynamic axes — ``batch`` and ``sequence`` on ``input_ids`` and
+and GPT-J-style decoders and ViT exported with dynamic axes — ``batch`` and ``sequence`` on ``input_ids`` and
 ``attention_mask`` (ViT: ``batch`` on ``pixel_values``) — through both exporters (``legacy``:
 ``dynamic_axes``; ``dynamo``: ``dynamic_shapes`` with ``Dim.DYNAMIC``, which names the dims
 ``s21``, ``s35``, ...); the tiny decoder's decode step (one token after a cache) with a dynamic

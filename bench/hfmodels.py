@@ -122,6 +122,31 @@ def llama(
     return _text(model, vocab, seq)
 
 
+def gptj(
+    layers: int = 2,
+    hidden: int = 128,
+    heads: int = 4,
+    rotary_dim: int = 16,
+    seq: int = 64,
+    vocab: int = 1024,
+) -> Built:
+    """``GPTJModel`` (interleaved rotary embedding on the first ``rotary_dim`` of each head, as
+    GPT-J 6B and CodeGen rotate; parallel attention and MLP; tanh GELU), no KV cache."""
+    from transformers import GPTJConfig, GPTJModel
+
+    torch.manual_seed(SEED)
+    config = GPTJConfig(
+        n_embd=hidden,
+        n_layer=layers,
+        n_head=heads,
+        rotary_dim=rotary_dim,
+        vocab_size=vocab,
+        n_positions=max(256, seq),
+        use_cache=False,
+    )
+    return _text(GPTJModel(config), vocab, seq)
+
+
 def _llama_model(
     layers: int,
     hidden: int,

@@ -12,7 +12,9 @@ bench/real.py's sizes (4 layers, hidden 256, 4 heads, sequence 128 / 224x224 pix
 Llama-style decoder (``LlamaConfig``: 4 layers, hidden 256, 4 heads, 2 key/value heads, SwiGLU
 688, RMSNorm, rotary embeddings) at **prefill** (``hf-llama``: 128 tokens, no cache) and one
 **decode** step (``hf-llama-decode``: one token after 128 cached positions, the past keys and
-values as inputs through a ``DynamicCache``, the present ones as outputs). ConvNeXt-T
+values as inputs through a ``DynamicCache``, the present ones as outputs); and a GPT-J-style
+decoder (``hf-gptj``: ``GPTJConfig`` at the same sizes, 128 tokens, the interleaved rotary on 32
+of each head's 64 dims, parallel attention and MLP, tanh GELU). ConvNeXt-T
 (``hf-convnext-tiny``) is there but not in the default list (slow on 2 cores). Each model goes
 through both exporters (``--exporters``: ``legacy``, the TorchScript exporter at opset 17;
 ``dynamo``, ``torch.onnx.export(dynamo=True)``), cached in ``--exports``.
@@ -96,6 +98,7 @@ ORT_TYPES = {
     "hf-vit": ("vit", 4, 256),
     "hf-llama": ("gpt2", 4, 256),
     "hf-llama-decode": ("gpt2", 4, 256),
+    "hf-gptj": ("gpt2", 4, 256),
     "hf-convnext-tiny": ("bert", 0, 0),
 }
 #: ONNX operators that are one fused kernel for a transformer's hot path (onnxruntime's

@@ -6,7 +6,7 @@
                           [--timeout 1800] [--exports DIR] [--relsat-args "--keep-slower"]
 
 The corpus (bench/corpus.py's ``today``; ``--list`` prints it): tiny Hugging Face BERT, GPT-2,
-ViT and a Llama-style decoder (2 layers, hidden 128, random init) through both torch exporters
+ViT, a Llama-style and a GPT-J-style decoder (2 layers, hidden 128, random init) through both torch exporters
 (``<model>.dynamo``: ``torch.onnx.export(dynamo=True)``, today's default; ``<model>.legacy``: the
 TorchScript exporter at opset 17), the model-zoo graphs shipped inside the onnx wheel
 (``zoo-<name>``: opset 9, weights computed by ConstantOfShape), and timm families when timm

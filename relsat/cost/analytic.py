@@ -32,6 +32,7 @@ scalar             0 (a constant: zero-cost)                             0
 nanzero            1 per element                                         input + output
 reciprocal, neg    1 per element (cos, sin: 10)                          input + output
 slice, repeatkv    0 (a copy)                                            2 · output
+turnpairs/repeat2  0 (a copy)                                            2 · output
 rmsnorm, rotary    6 per element                                         all inputs + output
 attention          2·B·H·S·T·(D + Dv) GEMM, + 7·B·H·S·T (scale, bias,    q + kt + v + bias + output
                    softmax, guard; fused: scores never leave the cache)
@@ -212,7 +213,7 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return [Kernel(bytes=_bytes(*ins, out) + extra, flops=_ELEMENTWISE_FLOPS[op] * n_out)]
     if op in ("attention", "gqa"):  # gqa reads each key/value head once per group
         return _attention(sig, gemm_tile)
-    if op in ("slice", "repeatkv"):  # a copy of the part it keeps, of the repeated heads
+    if op in ("slice", "repeatkv", "turnpairs", "repeat2"):  # a copy (of the part it keeps)
         return [Kernel(bytes=2 * _bytes(out))]
     if op == "reducemean":
         _arity(sig, 1)

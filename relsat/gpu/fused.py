@@ -155,6 +155,8 @@ KERNELS: dict[str, Kernel] = {
     "repeatkv": lambda t, n, a: (a[0].repeat_interleave(n.params["count"], dim=1),),
     "reciprocal": _unary(lambda t, x: t.reciprocal(x)),
     "neg": _unary(lambda t, x: t.neg(x)),
+    "turnpairs": _unary(lambda t, x: t.stack([-x[..., 1::2], x[..., 0::2]], -1).reshape(x.shape)),
+    "repeat2": _unary(lambda t, x: x.repeat_interleave(2, dim=-1)),
     "cos": _unary(lambda t, x: t.cos(x)),
     "sin": _unary(lambda t, x: t.sin(x)),
     "slice": _slice,

@@ -550,6 +550,15 @@ class GraphBuilder:
         """``-x`` (ONNX ``Neg``)."""
         return self._one("neg", [x], name)
 
+    def turnpairs(self, x: Tensor, name: str | None = None) -> Tensor:
+        """The pairs ``(x[2i], x[2i+1])`` of the last axis (even) turned to ``(-x[2i+1],
+        x[2i])`` (GPT-J's ``rotate_every_two``)."""
+        return self._one("turnpairs", [x], name)
+
+    def repeat2(self, x: Tensor, name: str | None = None) -> Tensor:
+        """Each entry of the last axis twice in place, ``[..., N]`` → ``[..., 2N]``."""
+        return self._one("repeat2", [x], name)
+
     def cos(self, x: Tensor, name: str | None = None) -> Tensor:
         """``cos(x)`` (ONNX ``Cos``)."""
         return self._one("cos", [x], name)

@@ -382,6 +382,11 @@ def _rotary(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (x * cos + rotated * sin,)
 
 
+def _turnpairs(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    (x,) = args
+    return (np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape),)
+
+
 def _scalar(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.array(node.params["value"], dtype=np.float64),)
 
@@ -441,6 +446,8 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "repeatkv": lambda n, a: (np.repeat(a[0], n.params["count"], axis=1),),
     "reciprocal": _unary(np.reciprocal),
     "neg": _unary(np.negative),
+    "turnpairs": _turnpairs,
+    "repeat2": lambda n, a: (np.repeat(a[0], 2, axis=-1),),
     "cos": _unary(np.cos),
     "sin": _unary(np.sin),
     "slice": _slice,

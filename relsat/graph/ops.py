@@ -580,6 +580,20 @@ def _slice(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ..
     return (TensorType(shape, (*x.splits[:axis], inside, *x.splits[axis + 1 :])),)
 
 
+def _turnpairs(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    (x,) = inputs
+    if _last_axis(x, "turnpairs") % 2:
+        raise OpError(f"turnpairs needs an even last dim, got {list(x.shape)}")
+    # the pairs are not a split of the last axis: its boundaries are gone
+    return (TensorType(x.shape, (*x.splits[:-1], ())),)
+
+
+def _repeat2(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    (x,) = inputs
+    n = _last_axis(x, "repeat2")
+    return (TensorType((*x.shape[:-1], 2 * n), (*x.splits[:-1], ())),)
+
+
 def _rotary(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     interleaved = params["interleaved"]
     if interleaved not in (0, 1) or isinstance(interleaved, bool):
@@ -599,7 +613,14 @@ def _rotary(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, .
             # the fused kernel keeps x's shape: tables that would broadcast it up are refused
             raise OpError(f"rotary {what} {list(t.shape)} does not broadcast to {list(x.shape)}")
     # The type of the spelled-out form, x * [cos, cos] + [-x2, x1] * [sin, sin] (x1, x2 x's
-    # halves), so that a rule's two sides agree on the split history too.
+    # halves; interleaved: x * repeat2(cos) + turnpairs(x) * repeat2(sin)), so that a rule's
+    # two sides agree on the split history too.
+    if interleaved:
+        (cc,) = _repeat2(Params(), [cos])
+        (ss,) = _repeat2(Params(), [sin])
+        (turned,) = _turnpairs(Params(), [x])
+        straight = _elementwise(Params(), [x, cc])[0]
+        return _elementwise(Params(), [straight, _elementwise(Params(), [turned, ss])[0]])
     last = x.rank - 1
     x1 = _slice(Params(axis=last, start=0, end=half), [x])[0]
     x2 = _slice(Params(axis=last, start=half, end=d), [x])[0]
@@ -809,6 +830,22 @@ OPS: dict[str, OpSpec] = {
             "axis start end",
             _slice,
             "x[start:end] along axis (ONNX Slice, step 1): a copy",
+        ),
+        _spec(
+            "turnpairs",
+            1,
+            "",
+            _turnpairs,
+            "the pairs (x[2i], x[2i+1]) of the last axis turned to (-x[2i+1], x[2i]) (GPT-J's "
+            "rotate_every_two: strided Slices, Neg, Unsqueeze, Concat, Reshape): a copy",
+        ),
+        _spec(
+            "repeat2",
+            1,
+            "",
+            _repeat2,
+            "each entry of the last axis twice in place, [..., N] -> [..., 2N] (torch's "
+            "repeat_interleave(x, 2, -1) of an interleaved rotary table): a copy",
         ),
         _spec(
             "rmsnorm",

@@ -37,7 +37,8 @@ from onnx import NodeProto, TensorProto
 
 from relsat.graph.builder import Tensor
 from relsat.graph.graph import Node, Ref
-from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
+from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped, attrs_of
+from relsat.onnx.opmap import HANDLERS as OPMAP_HANDLERS
 from relsat.onnx.opmap import halves
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
 from relsat.onnx.transformer_ops import repeat_heads_out
@@ -226,6 +227,24 @@ def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None
     return imp.g.concat(value.ndim - 1, [piece, piece])
 
 
+def _pairwise_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
+    """Constant ``name`` as ``repeat2(half)`` when it is an interleaved rotary table: rank >= 2,
+    each entry of its last axis twice in place (``repeat_interleave(t, 2, -1)``, folded by the
+    exporter), not one value throughout, multiplying a tensor of its last dim; else None."""
+    value = imp.const(name)
+    shape = imp.static_shape(other)
+    if value is None or value.dtype != np.float32 or value.ndim < 2 or imp.const(other) is not None:
+        return None
+    d = value.shape[-1]
+    if d < 2 or d % 2 or shape is None or not shape or shape[-1] != d:
+        return None
+    half = value[..., 0::2]
+    if not np.array_equal(half, value[..., 1::2]) or half.min() == half.max():
+        return None
+    piece = imp.derived_weight(name, "pairs", lambda: np.ascontiguousarray(half))
+    return imp.g.repeat2(piece)
+
+
 def _own_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
     """A rotary table computed at run time, ``concat(h, h)`` (see :func:`relsat.onnx.opmap.
     halves`), multiplying a 4-D float tensor: a concat of its own for this Mul, so that a
@@ -237,10 +256,13 @@ def _own_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
         table = imp.tensor(name)
     except Unmapped:
         return None
-    half = halves(imp, table)
-    if half is None or table.rank != 4:
+    if table.rank != 4:
         return None
-    return imp.g.concat(table.rank - 1, [half, half])
+    node, ins = imp.g.producer(table)
+    if node.op == "repeat2":
+        return imp.g.repeat2(ins[0])
+    half = halves(imp, table)
+    return None if half is None else imp.g.concat(table.rank - 1, [half, half])
 
 
 def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -248,12 +270,13 @@ def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str,
     docstring); a repeat of heads times a scalar as the repeat of the scaled heads; any other
     Mul as the transformer operators read it."""
     first, second = node.input
-    table = _repeating_table(imp, second, first)
-    if table is not None:
-        return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
-    table = _repeating_table(imp, first, second)
-    if table is not None:
-        return {node.output[0]: imp.g.mul(table, imp.tensor(second), name=node.output[0])}
+    for read in (_repeating_table, _pairwise_table):
+        table = read(imp, second, first)
+        if table is not None:
+            return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
+        table = read(imp, first, second)
+        if table is not None:
+            return {node.output[0]: imp.g.mul(table, imp.tensor(second), name=node.output[0])}
     table = _own_table(imp, second, first)
     if table is not None:
         return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
@@ -297,6 +320,94 @@ def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[s
     return {node.output[0]: imp.g.reshape(repeated, shape, name=node.output[0])}
 
 
+def _axes(imp: ImportContext, node: NodeProto) -> list[int] | None:
+    """An Unsqueeze's axes (an input from opset 13, an attribute before), or None."""
+    if imp.opset >= 13:
+        return _ints(imp, node, 1) if len(node.input) > 1 else None
+    axes = attrs_of(node).get("axes")
+    return None if axes is None else [int(v) for v in axes]
+
+
+def _last_unit_of(imp: ImportContext, name: str) -> str | None:
+    """The input of Unsqueeze ``name`` when it inserts one unit axis at the end, else None."""
+    node = imp.producer(name)
+    shape = imp.static_shape(name)
+    if node is None or node.op_type != "Unsqueeze" or not shape:
+        return None
+    axes = _axes(imp, node)
+    if axes is None or len(axes) != 1 or axes[0] not in (-1, len(shape) - 1):
+        return None
+    return node.input[0]
+
+
+def _strided_of(imp: ImportContext, name: str) -> tuple[str, int] | None:
+    """``(x, start)`` when ``name`` is ``x[..., start::2]`` (a Slice of the last axis, step 2,
+    to the end), else None."""
+    node = imp.producer(name)
+    if node is None or node.op_type != "Slice" or imp.opset < 10:
+        return None
+    shape = imp.static_shape(node.input[0])
+    bounds = [_ints(imp, node, i) if len(node.input) > i else None for i in (1, 2, 3, 4)]
+    if shape is None or not shape or any(b is None or len(b) != 1 for b in bounds):
+        return None
+    (start,), (end,), (axis,), (step,) = bounds  # type: ignore[misc]
+    if axis not in (-1, len(shape) - 1) or step != 2 or start not in (0, 1) or end < shape[-1]:
+        return None
+    return node.input[0], start
+
+
+def _turned_pairs(imp: ImportContext, node: NodeProto) -> Tensor | None:
+    """GPT-J's ``rotate_every_two(x)``, ``stack((-x[..., 1::2], x[..., 0::2]), -1)`` flattened
+    back to ``x``'s shape (Slice step 2 twice, Neg, Unsqueeze twice, Concat, this Reshape), as
+    ``turnpairs(x)``; else None."""
+    concat = imp.producer(node.input[0])
+    if concat is None or concat.op_type != "Concat" or len(concat.input) != 2:
+        return None
+    shape = imp.static_shape(node.input[0])
+    if not shape or shape[-1] != 2 or attrs_of(concat).get("axis") not in (-1, len(shape) - 1):
+        return None
+    odd, even = (_last_unit_of(imp, n) for n in concat.input)
+    neg = imp.producer(odd) if odd else None
+    if neg is None or neg.op_type != "Neg" or even is None:
+        return None
+    first, second = _strided_of(imp, neg.input[0]), _strided_of(imp, even)
+    if first is None or second is None or first != (second[0], 1) or second[1] != 0:
+        return None
+    x = imp.static_shape(first[0])
+    if x is None or tuple(imp.inferred_shape(node.output[0]) or ()) != tuple(x) or x[-1] % 2:
+        return None
+    return imp.g.turnpairs(imp.tensor(first[0]), name=node.output[0])
+
+
+def _repeated_pairs(imp: ImportContext, node: NodeProto) -> Tensor | None:
+    """``repeat_interleave(t, 2, -1)`` as torch writes it, ``t`` given a unit axis at the end,
+    doubled there (Expand, or Tile) and flattened back (this Reshape): ``repeat2(t)``; else
+    None."""
+    doubled = imp.producer(node.input[0])
+    if doubled is None or doubled.op_type not in ("Expand", "Tile"):
+        return None
+    column, wide = imp.static_shape(doubled.input[0]), imp.static_shape(node.input[0])
+    out = imp.inferred_shape(node.output[0])
+    if column is None or wide is None or out is None or len(column) < 2 or column[-1] != 1:
+        return None
+    if tuple(wide) != (*column[:-1], 2) or tuple(out) != (*column[:-2], 2 * column[-2]):
+        return None  # anything but the last axis doubled: another Expand or Tile
+    if not imp.is_float(doubled.input[0]):
+        return None
+    t = imp.g.reshape(imp.tensor(doubled.input[0]), column[:-1])
+    return imp.g.repeat2(t, name=node.output[0])
+
+
+def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """Reshape ending an interleaved rotary's pieces (:func:`_turned_pairs`,
+    :func:`_repeated_pairs`); any other as :mod:`relsat.onnx.opmap` reads it."""
+    for read in (_turned_pairs, _repeated_pairs):
+        out = read(imp, node)
+        if out is not None:
+            return {node.output[0]: out}
+    return OPMAP_HANDLERS["Reshape"](imp, node, a)
+
+
 #: Default-domain ONNX op_type → handler (Mul replaces the transformer operators' one).
 HANDLERS: dict[str, Handler] = {
     "Reciprocal": _unary,
@@ -307,6 +418,7 @@ HANDLERS: dict[str, Handler] = {
     "Slice": _slice,
     "Mul": _mul,
     "Expand": _expand,
+    "Reshape": _reshape,
     "RMSNormalization": _rmsnorm,
     "RotaryEmbedding": _rotary_embedding,
 }
@@ -322,7 +434,10 @@ CONTRIB_HANDLERS: dict[str, Handler] = {
 # Export
 
 #: The relsat ops :func:`emit` writes.
-EXPORTED = frozenset({"reciprocal", "neg", "cos", "sin", "slice", "rmsnorm", "rotary", "repeatkv"})
+EXPORTED = frozenset(
+    {"reciprocal", "neg", "cos", "sin", "slice", "rmsnorm", "rotary", "repeatkv"}
+    | {"turnpairs", "repeat2"}
+)
 #: The ops whose fused ONNX operator needs opset 23: a graph holding one is written at 23 where it
 #: can be (see :mod:`relsat.onnx.exporter`).
 OPSET_23_OPS = frozenset({"rmsnorm", "rotary"})
@@ -351,6 +466,10 @@ def emit(
     elif op == "repeatkv":
         heads = ex.graph.shape(node.inputs[0])[1] * int(params["count"])
         repeat_heads_out(ex, ins[0], node.inputs[0], heads, outs[0])
+    elif op == "turnpairs":
+        _turnpairs_out(ex, ins[0], outs[0], len(ex.graph.shape(node.inputs[0])))
+    elif op == "repeat2":
+        _repeat2_out(ex, ins[0], outs[0], len(ex.graph.shape(node.inputs[0])))
     else:  # pragma: no cover (EXPORTED lists what is handled)
         raise AssertionError(op)
 
@@ -379,43 +498,93 @@ def _slice_out(ex: ExportContext, x: str, out: str, axis: int, start: int, end: 
         ex.emit("Slice", [x], [out], starts=[start], ends=[end], axes=[axis])
 
 
+def _view_out(ex: ExportContext, x: str, out: str, lead: int, tail: list[int]) -> None:
+    """Reshape ``x`` keeping its first ``lead`` dims (0s in the target: any shape runs)."""
+    ex.emit("Reshape", [x, ex.const("view", [0] * lead + tail)], [out])
+
+
+def _turnpairs_out(ex: ExportContext, x: str, out: str, rank: int) -> None:
+    """``turnpairs``: ``x`` viewed as pairs ``[..., D/2, 2]``, each ``(a, b)`` turned to ``(-b,
+    a)``, flattened back (plain Slices, no strided one: any opset)."""
+    pairs, even, odd = ex.fresh(f"{out}_pairs"), ex.fresh(f"{out}_even"), ex.fresh(f"{out}_odd")
+    _view_out(ex, x, pairs, rank - 1, [-1, 2])
+    _slice_out(ex, pairs, even, rank, 0, 1)
+    _slice_out(ex, pairs, odd, rank, 1, 2)
+    negated, turned = ex.fresh(f"{out}_neg"), ex.fresh(f"{out}_turned")
+    ex.emit("Neg", [odd], [negated])
+    ex.emit("Concat", [negated, even], [turned], axis=rank)
+    _view_out(ex, turned, out, rank - 1, [-1])
+
+
+def _repeat2_out(ex: ExportContext, x: str, out: str, rank: int) -> None:
+    """``repeat2``: ``x`` given a unit axis at the end, ``[x, x]`` concatenated there and
+    flattened back."""
+    column, doubled = ex.fresh(f"{out}_column"), ex.fresh(f"{out}_doubled")
+    _view_out(ex, x, column, rank - 1, [-1, 1])
+    ex.emit("Concat", [column, column], [doubled], axis=rank)
+    _view_out(ex, doubled, out, rank - 1, [-1])
+
+
 def _rotary_out(ex: ExportContext, ins: list[str], out: str, node: Node, interleaved: bool) -> None:
     """RotaryEmbedding at opset 23 with ``[B, S, D/2]`` caches (computed once when the tables
-    are weight-only); spelled out below 23, for input of rank other than 4, or for tables that
-    vary over heads (the fused kernel's caches have no head dim)."""
+    are weight-only): on ``x`` ``[B, H, S, D]`` as it is, on ``[B, S, H, D]`` (GPT-J rotates
+    before its heads are transposed) viewed as ``[B, S, H*D]`` with ``num_heads``. Spelled out
+    below opset 23, for input of rank other than 4, or for tables that vary over both middle
+    axes (the fused kernel's caches have no head dim)."""
     shape = ex.graph.shape(node.inputs[0])
     tables = [ex.graph.shape(r) for r in node.inputs[1:]]
     padded = [(1,) * (len(shape) - len(t)) + tuple(t) for t in tables]
-    if ex.opset < ROTARY_OPSET or len(shape) != 4 or any(t[1] != 1 for t in padded):
+    heads = next((a for a in (1, 2) if all(t[a] == 1 for t in padded)), None)
+    if ex.opset < ROTARY_OPSET or len(shape) != 4 or heads is None:
         _rotary_spelled(ex, ins, out, shape, tables, interleaved)
         return
-    b, _, s, d = shape
+    seq = 3 - heads
+    b, s, d = shape[0], shape[seq], shape[3]
     caches = []
     for ref, name, t in zip(node.inputs[1:], ins[1:], padded, strict=True):
         key = ("rotary-cache", name, (b, s, d // 2))  # one cache per table: the layers share it
         if key not in ex.memo:
-            ex.memo[key] = _rotary_cache(ex, ref, name, t, (b, s, d // 2))
+            ex.memo[key] = _rotary_cache(ex, ref, name, t, seq, (b, s, d // 2))
         caches.append(ex.memo[key])
-    ex.emit("RotaryEmbedding", [ins[0], *caches], [out], interleaved=int(interleaved))
+    if heads == 1:
+        ex.emit("RotaryEmbedding", [ins[0], *caches], [out], interleaved=int(interleaved))
+        return
+    packed, rotated = ex.fresh(f"{out}_packed"), ex.fresh(f"{out}_rotated")
+    _view_out(ex, ins[0], packed, 2, [-1])
+    ex.emit(
+        "RotaryEmbedding",
+        [packed, *caches],
+        [rotated],
+        interleaved=int(interleaved),
+        num_heads=shape[2],
+    )
+    _view_out(ex, rotated, out, 2, [shape[2], d])
 
 
 def _rotary_cache(
-    ex: ExportContext, ref: Ref, name: str, table: tuple[int, ...], cache: tuple[int, int, int]
+    ex: ExportContext,
+    ref: Ref,
+    name: str,
+    table: tuple[int, ...],
+    seq: int,
+    cache: tuple[int, int, int],
 ) -> str:
-    """Rotary table ``name`` (``[b', 1, s', D/2]``, broadcast to ``cache`` ``[B, S, D/2]``) as
-    the fused kernel's cache: an initializer when computed from weights, else a Reshape (and
-    an Expand where it broadcasts)."""
+    """Rotary table ``name`` (4-D, unit on the head axis, positions on axis ``seq``, ``D/2``
+    last; broadcast to ``cache`` ``[B, S, D/2]``) as the fused kernel's cache: an initializer
+    when computed from weights, else a Reshape (and an Expand where it broadcasts)."""
     folded = ex.folded(ref)
+    b, s, half = cache
     if folded is not None:
-        b, s, half = cache
-        value = np.broadcast_to(np.asarray(folded, np.float32).reshape(table), (b, 1, s, half))
-        return ex.float_array(f"{name}_cache", value.reshape(cache))
+        value = np.asarray(folded, np.float32).reshape(table)
+        full = [b, 1, 1, half]
+        full[seq] = s
+        return ex.float_array(f"{name}_cache", np.broadcast_to(value, full).reshape(cache))
     flat = ex.fresh(f"{name}_cache")
-    ex.emit("Reshape", [name, ex.const("cache_shape", [table[0], table[2], table[3]])], [flat])
-    if (table[0], table[2]) != cache[:2]:
-        full = ex.fresh(f"{name}_cache")
-        ex.emit("Expand", [flat, ex.const("cache_shape", list(cache))], [full])
-        flat = full
+    ex.emit("Reshape", [name, ex.const("cache_shape", [table[0], table[seq], table[3]])], [flat])
+    if (table[0], table[seq]) != cache[:2]:
+        full_cache = ex.fresh(f"{name}_cache")
+        ex.emit("Expand", [flat, ex.const("cache_shape", list(cache))], [full_cache])
+        flat = full_cache
     return flat
 
 

@@ -429,6 +429,8 @@ class _Planner:
             producer = self.producers.get(data)
             if flat is None or producer is None or attrs.get("axis", 0) % len(flat) != 0:
                 return None
+            if producer.op_type not in ("Flatten", "Reshape"):
+                return None  # a Constant (a rotary table's rows), or data computed otherwise
             source = producer.input[0]
             shape = self.shape(source)
             if shape is None or not self._flattens(producer, shape, flat):

@@ -439,6 +439,7 @@ class Importer:
 
     def run(self) -> Graph:
         self._simplify_grids()
+        self._drop_empty_pieces()
         graph = self.model.graph
         self.uses.update(name for node in graph.node for name in node.input if name)
         self.uses.update(o.name for o in graph.output)
@@ -462,7 +463,7 @@ class Importer:
             self.consts[node.output[0]], self.const_types[node.output[0]] = folded
             self.skip.add(k)
         for k, node in enumerate(graph.node):
-            if k not in self.skip:
+            if k not in self.skip and not self._empty_and_unread(node):
                 self.convert(k, node)
         outputs = []
         for out in graph.output:
@@ -480,6 +481,29 @@ class Importer:
             return self.g.build(outputs).reachable()
         except GraphError as exc:
             raise self.error(str(exc)) from None
+
+    def _drop_empty_pieces(self) -> None:
+        """Empty inputs of a Concat along their empty axis left out (GPT-J's ``k[..., rd:]``
+        where the rotary dim is the whole head: nothing to pass through); the node writing one
+        is then skipped when nothing else reads it (:meth:`_empty_and_unread`)."""
+        for node in self.model.graph.node:
+            if node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
+                continue
+            axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+            kept = [n for n in node.input if not self._empty_at(n, axis)]
+            if kept and len(kept) < len(node.input):
+                del node.input[:]
+                node.input.extend(kept)
+
+    def _empty_at(self, name: str, axis: int | None) -> bool:
+        shape = self.types.get(name, (0, None))[1]
+        if axis is None or name not in self.empty or shape is None or not shape:
+            return False
+        return self.empty[name] == axis % len(shape)
+
+    def _empty_and_unread(self, node: NodeProto) -> bool:
+        outs = [o for o in node.output if o]
+        return bool(outs) and all(o in self.empty and not self.uses[o] for o in outs)
 
     def _simplify_grids(self) -> None:
         """Mask index grids read as views and settled mask operands dropped

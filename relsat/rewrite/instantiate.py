@@ -195,6 +195,8 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value
     "attention": lambda b, i, xs: b.attention(xs[0], xs[1], xs[2], xs[3], from_f32_bits(i[0])),
     "reciprocal": lambda b, i, xs: b.reciprocal(xs[0]),
     "neg": lambda b, i, xs: b.neg(xs[0]),
+    "turnpairs": lambda b, i, xs: b.turnpairs(xs[0]),
+    "repeat2": lambda b, i, xs: b.repeat2(xs[0]),
     "cos": lambda b, i, xs: b.cos(xs[0]),
     "sin": lambda b, i, xs: b.sin(xs[0]),
     "slice": lambda b, i, xs: b.slice(xs[0], i[0], i[1], i[2]),

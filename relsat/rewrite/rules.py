@@ -113,6 +113,8 @@ OPERATORS: dict[str, OpSignature] = {
     # LLM decoder operators: RMS normalization, rotary embedding and their spelled-out pieces.
     "reciprocal": _sig("x"),
     "neg": _sig("x"),
+    "turnpairs": _sig("x"),
+    "repeat2": _sig("x"),
     "cos": _sig("x"),
     "sin": _sig("x"),
     "slice": _sig("axis:int start:int end:int x"),

@@ -160,7 +160,8 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
             ranks.fix(k, 4)
         if not (isinstance(kids[3], Pattern) and kids[3].op == "scalar"):
             ranks.fix(kids[3], 4)
-    elif op in ("slice", "rotary"):  # x keeps its rank; rotary's tables as the patterns say
+    elif op in ("slice", "rotary", "turnpairs", "repeat2"):
+        # x keeps its rank; rotary's tables as the patterns say
         for k in kids:
             ranks.union(key, k)
     elif op in ("layernorm", "skiplayernorm", "biasgelu", "rmsnorm"):
@@ -356,6 +357,11 @@ class _Solver:
         if op == "slice":
             axis, start, end = ints
             return [("const", end - start) if i == axis else e for i, e in enumerate(kids[0])]
+        if op == "turnpairs":
+            return kids[0]
+        if op == "repeat2":
+            x = kids[0]
+            return [*x[:-1], ("sum", x[-1], x[-1])]
         if op == "rotary":  # the tables are half as wide as x and broadcast to it
             x = kids[0]
             for table in kids[1:]:
