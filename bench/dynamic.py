@@ -6,15 +6,15 @@ speedup at the pricing shape beside the ``--static`` run (issue 27).
     python bench/dynamic.py [--models bert-tiny gpt2-tiny ...] [--rounds 30] [--threads 1]
                             [--timeout 1800] [--exports DIR] [--relsat-args "..."] [--no-static]
 
-The corpus (bench/corpus.py's ``dynamic``): today's tiny Hugging Face BERT, GPT-2, Llama-style
-and GPT-J-style decoders and ViT exported with dynamic axes — ``batch`` and ``sequence`` on ``input_ids`` and
-``attention_mask`` (ViT: ``batch`` on ``pixel_values``) — through both exporters (``legacy``:
-``dynamic_axes``; ``dynamo``: ``dynamic_shapes`` with ``Dim.DYNAMIC``, which names the dims
-``s21``, ``s35``, ...); the tiny decoder's decode step (one token after a cache) with a dynamic
-batch and cache (bench/corpus.py's ``decode_axes``: dynamo spells the mask's dim
+The corpus (bench/corpus.py's ``dynamic``): today's tiny Hugging Face BERT, GPT-2, Llama-style and
+GPT-J-style decoders and ViT exported with dynamic axes — ``batch`` and ``sequence`` on
+``input_ids`` and ``attention_mask`` (ViT: ``batch`` on ``pixel_values``) — through both exporters
+(``legacy``: ``dynamic_axes``; ``dynamo``: ``dynamic_shapes`` with ``Dim.DYNAMIC``, which names the
+dims ``s21``, ``s35``, ...); the tiny decoder's decode step (one token after a cache) with a
+dynamic batch and cache (bench/corpus.py's ``decode_axes``: dynamo spells the mask's dim
 ``past_sequence_length + 1``, the legacy export names it ``total_sequence_length``; priced with
-``--input-shape attention_mask=1,129``); and, where timm imports (not beside the pinned CPU
-torch), timm's ResNet-18 and ConvNeXt-atto with a dynamic batch.
+``--input-shape attention_mask=1,129``); and, where timm imports (not beside the pinned CPU torch),
+timm's ResNet-18 and ConvNeXt-atto with a dynamic batch.
 
 Per model: ``relsat optimize IN -o OUT --threads N`` (dims symbolic, priced at batch 1 and
 sequence 128), and unless ``--no-static`` the same with ``--static`` (fixed at the pricing

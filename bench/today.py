@@ -5,12 +5,12 @@
     python bench/today.py [--models bert-tiny hf onnx-zoo ...] [--rounds 30] [--threads 1]
                           [--timeout 1800] [--exports DIR] [--relsat-args "--keep-slower"]
 
-The corpus (bench/corpus.py's ``today``; ``--list`` prints it): tiny Hugging Face BERT, GPT-2,
-ViT, a Llama-style and a GPT-J-style decoder (2 layers, hidden 128, random init) through both torch exporters
-(``<model>.dynamo``: ``torch.onnx.export(dynamo=True)``, today's default; ``<model>.legacy``: the
-TorchScript exporter at opset 17), the model-zoo graphs shipped inside the onnx wheel
-(``zoo-<name>``: opset 9, weights computed by ConstantOfShape), and timm families when timm
-imports (it does not beside torch 2.13's CPU wheel: a note says so). ``--models`` takes names,
+The corpus (bench/corpus.py's ``today``; ``--list`` prints it): tiny Hugging Face BERT, GPT-2, ViT,
+a Llama-style and a GPT-J-style decoder (2 layers, hidden 128, random init) through both torch
+exporters (``<model>.dynamo``: ``torch.onnx.export(dynamo=True)``, today's default;
+``<model>.legacy``: the TorchScript exporter at opset 17), the model-zoo graphs shipped inside the
+onnx wheel (``zoo-<name>``: opset 9, weights computed by ConstantOfShape), and timm families when
+timm imports (it does not beside torch 2.13's CPU wheel: a note says so). ``--models`` takes names,
 models without their exporter (``bert-tiny``: both) or families (``hf``, ``onnx-zoo``).
 
 Per model, as a user runs the tools: ``relsat optimize IN.onnx -o OUT.onnx --threads N`` in a

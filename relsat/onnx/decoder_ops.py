@@ -12,11 +12,15 @@ default domain, which the ONNX checker, and so the importer, refuses); RotaryEmb
 gathered at constant position ids, is ``rotary``. A Mul by a constant rotary table whose two
 halves on the last axis are equal (transformers' ``cat(freqs, freqs)``, folded by the exporter)
 reads the table as ``concat(half, half)``: that is what lets a rule of ``rules/decoder.rules``
-fuse the rotation soundly. Anything else — another axis, a scale of shape ``[1, N]``, partial
-rotation, position ids computed at run time — stays opaque.
+fuse the rotation soundly. GPT-J's interleaved rotation is read from its pieces: the Reshape
+ending torch's ``rotate_every_two`` (strided Slices, Neg, Unsqueeze, Concat) is ``turnpairs``,
+the Reshape ending a table's ``repeat_interleave(t, 2, -1)`` (Unsqueeze, Expand or Tile) and a
+constant whose entries come in equal pairs are ``repeat2``. Anything else — another axis, a
+scale of shape ``[1, N]``, partial rotation, position ids computed at run time — stays opaque.
 
-Export (:func:`emit`): ``rmsnorm`` as RMSNormalization and ``rotary`` as RotaryEmbedding, both
-opset 23: the exporter writes the model at opset 23 when the graph holds one of
+Export (:func:`emit`): ``rmsnorm`` as RMSNormalization and ``rotary`` as RotaryEmbedding (on
+``[B, S, H, D]`` input, GPT-J's layout, a ``[B, S, H*D]`` view with ``num_heads``), both opset
+23: the exporter writes the model at opset 23 when the graph holds one of
 :data:`OPSET_23_OPS` (as for ``attention``, and only where its opaque nodes mean the same
 there). Measured (onnxruntime 1.32 CPU, one thread, 128 tokens, hidden 256-2048):
 RMSNormalization runs 2.2-2.7x faster than torch dynamo's Reciprocal spelling, which onnxruntime
@@ -209,10 +213,9 @@ def _rotary_embedding(
     return {node.output[0]: out}
 
 
-def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
-    """Constant ``name`` as ``concat(half, half)`` on its last axis when it is a rotary table:
-    rank >= 2, both halves equal, not one value throughout (a mask of ones), multiplying a
-    tensor of its last dim; else None."""
+def _table_value(imp: ImportContext, name: str, other: str) -> np.ndarray | None:
+    """The value of constant ``name`` when it may be a rotary table multiplying ``other``:
+    float32, rank >= 2, an even last dim that is ``other``'s (not a constant); else None."""
     value = imp.const(name)
     shape = imp.static_shape(other)
     if value is None or value.dtype != np.float32 or value.ndim < 2 or imp.const(other) is not None:
@@ -220,6 +223,17 @@ def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None
     d = value.shape[-1]
     if d < 2 or d % 2 or shape is None or not shape or shape[-1] != d:
         return None
+    return value
+
+
+def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
+    """Constant ``name`` as ``concat(half, half)`` on its last axis when it is a rotary table
+    (:func:`_table_value`): both halves equal, not one value throughout (a mask of ones); else
+    None."""
+    value = _table_value(imp, name, other)
+    if value is None:
+        return None
+    d = value.shape[-1]
     half = value[..., : d // 2]
     if not np.array_equal(half, value[..., d // 2 :]) or half.min() == half.max():
         return None
@@ -228,15 +242,11 @@ def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None
 
 
 def _pairwise_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
-    """Constant ``name`` as ``repeat2(half)`` when it is an interleaved rotary table: rank >= 2,
-    each entry of its last axis twice in place (``repeat_interleave(t, 2, -1)``, folded by the
-    exporter), not one value throughout, multiplying a tensor of its last dim; else None."""
-    value = imp.const(name)
-    shape = imp.static_shape(other)
-    if value is None or value.dtype != np.float32 or value.ndim < 2 or imp.const(other) is not None:
-        return None
-    d = value.shape[-1]
-    if d < 2 or d % 2 or shape is None or not shape or shape[-1] != d:
+    """Constant ``name`` as ``repeat2(half)`` when it is an interleaved rotary table
+    (:func:`_table_value`): each entry of its last axis twice in place (``repeat_interleave(t,
+    2, -1)``, folded by the exporter), not one value throughout; else None."""
+    value = _table_value(imp, name, other)
+    if value is None:
         return None
     half = value[..., 0::2]
     if not np.array_equal(half, value[..., 1::2]) or half.min() == half.max():
