@@ -213,8 +213,9 @@ def test_unit_prices_time_the_fused_kernel() -> None:
 
 def test_run_time_rotary_tables_are_priced_as_the_kernel_and_laid_out_once() -> None:
     """Tables computed at run time (a dynamic sequence length): the unit is priced as the kernel
-    with constant caches, and the export lays each table out as a cache once, shared by every
-    rotary that reads it (one Reshape per table, not one per rotary), computing what NumPy
+    with constant caches, and the export lays the angles out once, both caches computed from
+    them and shared by every rotary that reads them (one Reshape, not one per table or per
+    rotary; the Cos and Sin of the tables' own layout left out), computing what NumPy
     computes."""
     from relsat.cost.ort import OrtModel
 
@@ -231,9 +232,28 @@ def test_run_time_rotary_tables_are_priced_as_the_kernel_and_laid_out_once() -> 
     graph = b.build(*outs)
     exported = ronnx.to_model(graph)
     nodes = exported.graph.node
-    assert [nd.op_type for nd in nodes].count("Reshape") == 2
+    assert sorted(nd.op_type for nd in nodes) == ["Cos", "Reshape", *["RotaryEmbedding"] * 4, "Sin"]
     rotaries = [nd for nd in nodes if nd.op_type == "RotaryEmbedding"]
     assert len(rotaries) == 4 and len({tuple(nd.input[1:]) for nd in rotaries}) == 1
+    feeds = _feeds(exported)
+    for got, want in zip(_ort(exported, feeds), run(graph, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_decode_steps_angles_are_laid_out_once_for_the_batch() -> None:
+    """A decode step's rotary angles (one position, computed per call, reshaped twice on the
+    way, as the importer reads a dynamic cache length) broadcast over a batch of 2: one
+    Reshape and one Expand of the angles, then Cos and Sin, whatever the number of rotaries
+    reading them, and what NumPy computes."""
+    b = GraphBuilder()
+    position = b.input([1, D // 2], name="position")
+    angles = b.reshape(b.reshape(position, [1, 1, D // 2]), [1, 1, 1, D // 2])
+    cos, sin = b.reshape(b.cos(angles), [1, 1, 1, D // 2]), b.sin(angles)
+    qs = [2, H, 1, D]
+    graph = b.build(*(b.rotary(b.input(qs, name=f"x{i}"), cos, sin) for i in range(3)))
+    exported = ronnx.to_model(graph)
+    kinds = sorted(nd.op_type for nd in exported.graph.node)
+    assert kinds == ["Cos", "Expand", "Reshape", *["RotaryEmbedding"] * 3, "Sin"]
     feeds = _feeds(exported)
     for got, want in zip(_ort(exported, feeds), run(graph, feeds), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

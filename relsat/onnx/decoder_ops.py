@@ -554,7 +554,7 @@ def _rotary_out(ex: ExportContext, ins: list[str], out: str, node: Node, interle
     for ref, name, t in zip(node.inputs[1:], ins[1:], padded, strict=True):
         key = ("rotary-cache", name, (b, s, d // 2))  # one cache per table: the layers share it
         if key not in ex.memo:
-            ex.memo[key] = _rotary_cache(ex, ref, name, t, seq, (b, s, d // 2))
+            ex.memo[key] = _rotary_cache(ex, node, ref, name, t, seq, (b, s, d // 2))
         caches.append(ex.memo[key])
     if heads == 1:
         ex.emit("RotaryEmbedding", [ins[0], *caches], [out], interleaved=int(interleaved))
@@ -573,6 +573,7 @@ def _rotary_out(ex: ExportContext, ins: list[str], out: str, node: Node, interle
 
 def _rotary_cache(
     ex: ExportContext,
+    rotary: Node,
     ref: Ref,
     name: str,
     table: tuple[int, ...],
@@ -581,7 +582,10 @@ def _rotary_cache(
 ) -> str:
     """Rotary table ``name`` (4-D, unit on the head axis, positions on axis ``seq``, ``D/2``
     last; broadcast to ``cache`` ``[B, S, D/2]``) as the fused kernel's cache: an initializer
-    when computed from weights, else a Reshape (and an Expand where it broadcasts)."""
+    when computed from weights; else laid out from its source, past the reshapes that wrote
+    the table (one Reshape, and an Expand where it broadcasts) — and where the table is the
+    cosine or sine of angles computed at run time (a decode step's position), the angles are
+    laid out once and both caches computed from them."""
     folded = ex.folded(ref)
     b, s, half = cache
     if folded is not None:
@@ -589,12 +593,40 @@ def _rotary_cache(
         full = [b, 1, 1, half]
         full[seq] = s
         return ex.float_array(f"{name}_cache", np.broadcast_to(value, full).reshape(cache))
+    source = _through_reshapes(ex, ref)
+    node = ex.graph.nodes[source.node]
+    if node.op not in ("cos", "sin"):
+        return _laid_out(ex, ex.name_of(source, rotary), (table[0], table[seq]), cache)
+    angles = _through_reshapes(ex, node.inputs[0])
+    angles_name = ex.name_of(angles, rotary)
+    key = ("rotary-angles", angles_name, cache)
+    if key not in ex.memo:
+        ex.memo[key] = _laid_out(ex, angles_name, (table[0], table[seq]), cache)
+    out = ex.fresh(f"{name}_cache")
+    ex.emit(node.op.capitalize(), [ex.memo[key]], [out])
+    return out
+
+
+def _through_reshapes(ex: ExportContext, ref: Ref) -> Ref:
+    """``ref``'s source past the reshapes that wrote it (the same values in the same order)."""
+    node = ex.graph.nodes[ref.node]
+    while node.op == "reshape" and ex.folded(ref) is None:
+        ref = node.inputs[0]
+        node = ex.graph.nodes[ref.node]
+    return ref
+
+
+def _laid_out(
+    ex: ExportContext, name: str, rows: tuple[int, int], cache: tuple[int, int, int]
+) -> str:
+    """``name`` (``rows[0] * rows[1] * D/2`` values) as ``[rows[0], rows[1], D/2]``, expanded
+    to ``cache`` where it broadcasts."""
     flat = ex.fresh(f"{name}_cache")
-    ex.emit("Reshape", [name, ex.const("cache_shape", [table[0], table[seq], table[3]])], [flat])
-    if (table[0], table[seq]) != cache[:2]:
-        full_cache = ex.fresh(f"{name}_cache")
-        ex.emit("Expand", [flat, ex.const("cache_shape", list(cache))], [full_cache])
-        flat = full_cache
+    ex.emit("Reshape", [name, ex.const("cache_shape", [*rows, cache[2]])], [flat])
+    if rows != cache[:2]:
+        full = ex.fresh(f"{name}_cache")
+        ex.emit("Expand", [flat, ex.const("cache_shape", list(cache))], [full])
+        flat = full
     return flat
 
 

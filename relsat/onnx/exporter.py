@@ -632,9 +632,10 @@ class Exporter:
 
     def _finish(self) -> onnx.ModelProto:
         inputs, outputs = self._inputs(), self._outputs()
-        read = _names_read(self.nodes) | {o.name for o in outputs}
+        nodes = _live(self.nodes, {o.name for o in outputs})
+        read = _names_read(nodes) | {o.name for o in outputs}
         inits = [t for t in self.inits if t.name in read]  # a table a fused kernel replaced
-        graph = helper.make_graph(self.nodes, "relsat", inputs, outputs, inits)
+        graph = helper.make_graph(nodes, "relsat", inputs, outputs, inits)
         opsets = [helper.make_opsetid("", self.opset)]
         opsets += [helper.make_opsetid(d, v) for d, v in sorted(self.domains.items())]
         ir = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
@@ -726,6 +727,18 @@ def _same_schema(op_type: str, old: int, new: int) -> bool:
     except onnx.defs.SchemaError:
         return True
     return bool(a == b)
+
+
+def _live(nodes: Sequence[NodeProto], outputs: set[str]) -> list[NodeProto]:
+    """``nodes`` (in topological order) without those nothing reads: a tensor an emitter laid
+    out anew from its source (a rotary cache reshaped from the angles themselves) leaves the
+    node that wrote the old layout behind."""
+    needed, kept = set(outputs), []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output if o):
+            kept.append(node)
+            needed |= _names_read([node])
+    return kept[::-1]
 
 
 def _names_read(nodes: Sequence[NodeProto]) -> set[str]:
