@@ -102,7 +102,36 @@ def test_prices_see_one_kernel() -> None:
     assert 0 < fused < sum(model.cost(p) for p in pieces)
     unit = unit_graph(sig)  # what the onnxruntime cost model exports and times
     assert unit.nodes[-1].op == "attention"
-    assert "Attention" in {n.op_type for n in ronnx.to_model(unit).graph.node}
+    written = {n.op_type for n in ronnx.to_model(unit).graph.node}
+    # the keys read from the transpose they come from: the kernel alone is timed
+    assert "Attention" in written and "Transpose" not in written
+
+
+def test_the_fused_kernel_reads_the_keys_the_transpose_came_from() -> None:
+    """``kt`` as exporters write it, ``k.transpose(-1, -2)``, times torch SDPA's sqrt(scale) or
+    not: ONNX Attention reads ``k`` (scaled, where it was), and neither the transpose nor one
+    back to ``k`` is written; keys computed otherwise are transposed back."""
+    b = GraphBuilder()
+    q, k, v = (b.input([B, H, S, D], name=x) for x in "qkv")
+    kt = b.transpose(k, [0, 1, 3, 2])
+    outs = [
+        b.attention(q, kt, v, b.scalar(0.0), 1.0),
+        b.attention(q, b.mul(kt, b.scalar(0.5)), v, b.scalar(0.0), 1.0),
+    ]
+    graph = b.build(*outs)
+    written = ronnx.to_model(graph)
+    assert "Transpose" not in {n.op_type for n in written.graph.node}
+    feeds = {x: RNG.standard_normal((B, H, S, D)).astype(np.float32) for x in "qkv"}
+    session = ort.InferenceSession(written.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, feeds), run(graph, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    b = GraphBuilder()  # keys computed otherwise: transposed back
+    q, kt_in, v = (
+        b.input(shape, name=x)
+        for x, shape in zip("qkv", [[B, H, S, D], [B, H, D, S], [B, H, S, D]], strict=True)
+    )
+    graph = b.build(b.attention(q, b.neg(kt_in), v, b.scalar(0.0), 1.0))
+    assert "Transpose" in {n.op_type for n in ronnx.to_model(graph).graph.node}
 
 
 # --- ONNX: torch's spelling -----------------------------------------------------------------

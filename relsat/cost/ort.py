@@ -99,8 +99,9 @@ ORT_ZERO_COST = frozenset(
 
 #: The timing protocol's version, part of the cache identity: prices measured under another
 #: protocol (2: round-robin passes, :class:`OrtTiming`; 3: one kernel, one price; 4: sessions
-#: without spinning threads, :class:`~relsat.onnx.runtime.OrtSettings`) are never mixed with these.
-PROTOCOL = 4
+#: without spinning threads, :class:`~relsat.onnx.runtime.OrtSettings`; 5: an attention's keys
+#: given as the transpose they come from, :func:`unit_graph`) are never mixed with these.
+PROTOCOL = 5
 
 #: The input positions whose constness changes what onnxruntime does (it prepacks a constant
 #: conv weight, a constant MatMul/Gemm B; batchnorm parameters fold): only there does a unit make
@@ -195,6 +196,12 @@ def unit_graph(sig: OpSignature) -> Graph:
     ]
     row: dict[str, Any] = {"op": sig.op, "s": sig.s, "shape": list(sig.output)}
     row.update({f"p{i}": p for i, p in enumerate(sig.params)})
+    if sig.op in ("attention", "gqa") and not flags[1]:
+        # The keys as every exporter writes them, k.transpose(-1, -2): the fused kernel reads k
+        # itself (relsat.onnx.transformer_ops), so the unit times the kernel, not a Transpose
+        # the transposed keys' own e-node is already priced for.
+        b_, h, d, t = sig.inputs[1]
+        leaves[1] = b.transpose(b.input([b_, h, t, d], name="k1"), [0, 1, 3, 2])
     outs = decode_node(b, row, [(t,) for t in leaves], {})
     if outs[0].shape != sig.output:
         raise sig.error(f"the rebuilt unit computes {list(outs[0].shape)}", model="ort-cpu")

@@ -398,10 +398,38 @@ def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, no
         kt, v = (repeat_heads_out(ex, x, node.inputs[i], heads) for i, x in ((1, kt), (2, v)))
         _attention_spelled(ex, scale, q, kt, v, _mask_in(ex, node, out, s, t, nudge=False), out)
         return
-    key = ex.fresh(f"{out}_key")
-    ex.emit("Transpose", [kt], [key], perm=[0, 1, 3, 2])
+    key = _untransposed(ex, node, out)
+    if key is None:
+        key = ex.fresh(f"{out}_key")
+        ex.emit("Transpose", [kt], [key], perm=[0, 1, 3, 2])
     bias = _mask_in(ex, node, out, s, t, nudge=True)
     ex.emit("Attention", [q, key, v, *([bias] if bias else [])], [out], scale=scale)
+
+
+def _untransposed(ex: ExportContext, node: Node, out: str) -> str | None:
+    """The keys ``[B, H, T, D]`` an attention's ``kt`` was transposed from, read directly: its
+    producer a transpose of the last two axes (every exporter writes ``k.transpose(-1, -2)``),
+    or that transpose times a scalar (torch's SDPA export scales q and kt by sqrt(scale) each:
+    the keys are scaled instead). The transpose is then left out of the written model unless
+    another node reads it. None for keys computed otherwise."""
+    ref = node.inputs[1]
+    if ex.folded(ref) is not None:
+        return None  # constant keys: their initializer is written transposed
+    producer = ex.graph.nodes[ref.node]
+    factor = None
+    if producer.op == "ewmul":
+        inner, scalar = producer.inputs
+        if ex.graph.nodes[scalar.node].op != "scalar":
+            return None
+        factor, producer = ex.name_of(scalar, producer), ex.graph.nodes[inner.node]
+    if producer.op != "transpose" or tuple(producer.params["perm"]) != (0, 1, 3, 2):
+        return None
+    keys = ex.name_of(producer.inputs[0], node)
+    if factor is None:
+        return keys
+    scaled = ex.fresh(f"{out}_key")
+    ex.emit("Mul", [keys, factor], [scaled])
+    return scaled
 
 
 def _mha_out(ex: ExportContext, params: Any, ins: list[str], out: str, node: Node) -> None:
