@@ -565,3 +565,20 @@ def test_onnxruntime_optimizers_rmsnorm_operators_import() -> None:
         out = ronnx.to_model(graph, like=model)
         for got, want in zip(_ort(out, feeds), _ort(model, feeds), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_by_one_is_its_factor() -> None:
+    """transformers multiplies rotary tables computed at run time by ``attention_scaling``, 1
+    for Llama: ``x * 1`` imports as ``x`` (bit for bit the same values), so the tables' layout
+    for the fused kernel sees the cosine itself; a product by another scalar stays."""
+    nodes = [
+        n("Cos", ["angles"], ["cos"]),
+        n("Mul", ["cos", "one"], ["y"]),
+        n("Mul", ["cos", "half"], ["z"]),
+    ]
+    inits = [_init("one", 1.0), _init("half", 0.5)]
+    shape = [1, 1, S, D // 2]
+    model = _model(nodes, inits, {"angles": shape}, {"y": shape, "z": shape})
+    graph = ronnx.load(model)
+    assert graph.op_counts()["ewmul"] == 1
+    assert ronnx.verify(model, ronnx.to_model(graph, like=model)).ok
