@@ -256,6 +256,32 @@ def test_a_pricing_shape_beyond_the_models_bound_is_refused_up_front() -> None:
     assert result.shapes is not None and result.kept in ("optimized", "original")
 
 
+def test_a_default_pricing_shape_that_does_not_run_moves_to_one_that_does() -> None:
+    """A legacy decode step names its mask's length on its own (``total``) and runs only where
+    it is the cache's (``past``) plus one: at the defaults (128 and 128) it fails, so one
+    defaulted dim moves by one (total = 129), said in the note; given shapes are never moved."""
+    nodes = [
+        helper.make_node("Shape", ["cache"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["past"], axis=0),
+        helper.make_node("Gather", ["mask", "past"], ["last"], axis=1),  # mask[:, past]
+        helper.make_node("Mul", ["cache", "last"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one")]
+    inputs = [
+        helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, "total"]),
+        helper.make_tensor_value_info("cache", TensorProto.FLOAT, [1, "past"]),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "past"])
+    model = _model(nodes, inputs, [y], inits)
+    result = optimize(model, ANALYTIC)
+    assert result.shapes is not None and result.kept in ("optimized", "original")
+    assert "total 129: the model does not run at the default 128" in result.shapes.note
+    assert "total=129" in result.shapes.note and "past=128" in result.shapes.note
+    given = {"mask": [1, 128], "cache": [1, 128]}
+    with pytest.raises(ronnx.PricingShapeError, match=r"total\) = 128"):
+        optimize(model, Options(cost_model="analytic", timing=None, input_shapes=given))
+
+
 def test_static_fixes_the_interface_to_the_pricing_shape() -> None:
     model = _attention_block()
     shapes = {"x": [2, 16, HIDDEN], "mask": [1, 1, 16, 16]}

@@ -8,7 +8,9 @@ original back unchanged).
 An ONNX model with dynamic dims is imported with them symbolic
 (:func:`relsat.onnx.load_symbolic`): the run's :class:`~relsat.pipeline.run.Shapes` holds the
 dims and the pricing shape (``Options.input_shapes`` and ``batch``, else batch 1 and 128 for
-any other dim). With ``Options.static``, or when a dim cannot stay symbolic (the reason goes in
+any other dim; where the model does not run at those defaults, one defaulted dim one more or
+one less, said in the note: a legacy decode step runs only with its mask one longer than its
+cache). With ``Options.static``, or when a dim cannot stay symbolic (the reason goes in
 :attr:`Shapes.note`), the model is imported at the pricing shape instead, as before.
 
 A model too large to verify and time on this machine is refused here, before any work
@@ -70,10 +72,18 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
         raise SettingsError(
             "timing_shapes", options.timing_shapes, f"dims of this model ({', '.join(dims.names)})"
         )
+    source = proto if proto is not None else model
+    moved = ""
+    try:
+        _check_runs(source, dims, path)
+    except ronnx.PricingShapeError:
+        near = _runnable_neighbour(source, dims, given, batch, path)
+        if near is None:
+            raise
+        given, dims, moved = near
     pricing = dims.shapes()
-    _check_runs(proto if proto is not None else model, dims, path)
     if options.static:
-        note = f"fixed at {dims.describe()} (static)"
+        note = f"fixed at {dims.describe()} (static){moved}"
     else:
         try:
             graph, marked = ronnx.load_symbolic(model, input_shapes=given, batch=batch)
@@ -87,10 +97,10 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
                 if ones:  # a 1 that broadcasts is not a 1 at a marker
                     guess += f", or a dim of 1 it broadcasts: {', '.join(ones)}"
                 why += f" (with the dims at markers {markers}: {guess}?)"
-            note = f"fixed at {dims.describe()}: {why}"
+            note = f"fixed at {dims.describe()}{moved}: {why}"
         else:
             assert marked is not None
-            note = f"{', '.join(marked.names)} kept symbolic; priced at {marked.describe()}"
+            note = f"{', '.join(marked.names)} kept symbolic; priced at {marked.describe()}{moved}"
             if marked.sums:  # the dims spelled or found as sums of these
                 note += f"; {', '.join(s.name for s in marked.sums)} with them"
             if marked.fixed:  # said, never silent: the model runs at no other value of these
@@ -117,6 +127,33 @@ def _check_runs(model: Any, dims: Any, path: str | None) -> None:
         dims=dims.names,
         path=path,
     )
+
+
+def _runnable_neighbour(
+    model: Any, dims: Any, given: Any, batch: int | None, path: str | None
+) -> tuple[dict[str, tuple[int, ...]], Any, str] | None:
+    """Where the default pricing shape does not run, the nearest that does: one defaulted dim
+    one more or one less (a legacy decode step names its mask's length on its own, and runs only
+    where it is the cache's plus one), as ``(input shapes, dims, what moved)``; None when no
+    such shape runs, or every dim was given."""
+    from relsat.onnx.dimplan import PRICING_OTHER, plan
+    from relsat.onnx.errors import OnnxError
+    from relsat.onnx.verification import failure_at
+
+    chosen = {a for name in given or {} for a in dims.inputs.get(name, ()) if isinstance(a, str)}
+    defaulted = [d for d in dims.dims if d.name not in chosen and d.value == PRICING_OTHER]
+    for d in defaulted:
+        for value in (d.value + 1, d.value - 1):
+            shapes = dims.shapes({**dims.pricing(), d.name: value})
+            try:
+                near = plan(model, shapes, batch, path=path)
+            except OnnxError:  # a shape the model's own dims refuse
+                continue
+            if near is None or failure_at(model if path is None else path, near.shapes()):
+                continue
+            moved = f" ({d.name} {value}: the model does not run at the default {d.value})"
+            return shapes, near, moved
+    return None
 
 
 def _inputs_only(path: Any) -> Any:
