@@ -37,6 +37,7 @@ __all__ = [
     "ImportContext",
     "Unmapped",
     "attrs_of",
+    "axes_of",
     "encode_tensor",
 ]
 
@@ -171,6 +172,19 @@ def attrs_of(node: NodeProto) -> dict[str, Any]:
         value = onnx.helper.get_attribute_value(attr)
         out[attr.name] = value.decode() if isinstance(value, bytes) else value
     return out
+
+
+def axes_of(node: NodeProto, const: Callable[[str], np.ndarray | None]) -> list[int] | None:
+    """The ``axes`` of a node that takes them as input 1 (Unsqueeze and Squeeze from opset 13)
+    or as an attribute (before): ``[]`` when it has none, None when they are computed at run
+    time (``const`` gives a constant input's value, or None)."""
+    if len(node.input) > 1 and node.input[1]:
+        axes = const(node.input[1])
+        return None if axes is None else [int(a) for a in axes.reshape(-1)]
+    for attr in node.attribute:
+        if attr.name == "axes":
+            return [int(a) for a in attr.ints]
+    return []
 
 
 def encode_tensor(arr: np.ndarray, dtype: int) -> dict[str, Any]:

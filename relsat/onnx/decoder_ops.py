@@ -41,7 +41,14 @@ from onnx import NodeProto, TensorProto
 
 from relsat.graph.builder import Tensor
 from relsat.graph.graph import Node, Ref
-from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped, attrs_of
+from relsat.onnx.context import (
+    ExportContext,
+    Handler,
+    ImportContext,
+    Unmapped,
+    attrs_of,
+    axes_of,
+)
 from relsat.onnx.opmap import HANDLERS as OPMAP_HANDLERS
 from relsat.onnx.opmap import halves
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
@@ -334,21 +341,13 @@ def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[s
     return {node.output[0]: imp.g.reshape(repeated, shape, name=node.output[0])}
 
 
-def _axes(imp: ImportContext, node: NodeProto) -> list[int] | None:
-    """An Unsqueeze's axes (an input from opset 13, an attribute before), or None."""
-    if imp.opset >= 13:
-        return _ints(imp, node, 1) if len(node.input) > 1 else None
-    axes = attrs_of(node).get("axes")
-    return None if axes is None else [int(v) for v in axes]
-
-
 def _last_unit_of(imp: ImportContext, name: str) -> str | None:
     """The input of Unsqueeze ``name`` when it inserts one unit axis at the end, else None."""
     node = imp.producer(name)
     shape = imp.static_shape(name)
     if node is None or node.op_type != "Unsqueeze" or not shape:
         return None
-    axes = _axes(imp, node)
+    axes = axes_of(node, imp.const)
     if axes is None or len(axes) != 1 or axes[0] not in (-1, len(shape) - 1):
         return None
     return node.input[0]

@@ -43,6 +43,7 @@ import onnx
 from onnx import NodeProto, TensorProto, helper
 
 from relsat.onnx.constants import evaluate
+from relsat.onnx.context import axes_of
 from relsat.onnx.dimexpr import Poly, add, constant, multiply, sign
 from relsat.onnx.symbolic import Dims
 
@@ -265,17 +266,8 @@ class _Planner:
             return None
         return _affine((n,), ins[0].offset, (ins[2].offset,))
 
-    def _axes(self, node: NodeProto) -> list[int] | None:
-        if len(node.input) > 1 and node.input[1]:
-            axes = self.const(node.input[1])
-            return None if axes is None else [int(a) for a in axes.reshape(-1)]
-        for attr in node.attribute:
-            if attr.name == "axes":
-                return [int(a) for a in attr.ints]
-        return []
-
     def _unsqueeze(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        v, axes = ins[0], self._axes(node)
+        v, axes = ins[0], axes_of(node, self.const)
         if v is None or not axes:
             return None
         rank = len(v.shape) + len(axes)
@@ -287,7 +279,7 @@ class _Planner:
         return _affine(tuple(shape), v.offset, tuple(coefs))
 
     def _squeeze(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        v, axes = ins[0], self._axes(node)
+        v, axes = ins[0], axes_of(node, self.const)
         if v is None or axes is None:
             return None
         rank = len(v.shape)

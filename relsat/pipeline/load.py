@@ -144,7 +144,7 @@ def _runnable_neighbour(
     defaulted = [d for d in dims.dims if d.name not in chosen and d.value == PRICING_OTHER]
     for d in defaulted:
         for value in (d.value + 1, d.value - 1):
-            shapes = dims.shapes({**dims.pricing(), d.name: value})
+            shapes = dims.shapes({d.name: value})
             try:
                 near = plan(model, shapes, batch, path=path)
             except OnnxError:  # a shape the model's own dims refuse
