@@ -1,8 +1,9 @@
 """Real end-to-end GPU runtimes of the seven benchmarks, original vs optimized (TENSAT Table 1).
 
-    python bench/gpu.py [--models nasrnn bert ...] [--k-multi 1] [--cost-model auto]
+    python bench/gpu.py [--models nasrnn bert ...] [--k-multi 1] [--cost-model auto ...]
                         [--warmup 100] [--runs 100] [--eager-warmup 10] [--eager-runs 20]
                         [--repeat 3] [--time-limit 60] [--no-tf32] [--no-cuda-graph]
+                        [--graphs DIR] [--optimize-only] [--ops]
 
 For each model: ``relsat.optimize`` with the shipped measured table of this GPU
 (``relsat/data/costs/<device>.parquet``) when there is one, else the analytic model
@@ -18,6 +19,13 @@ Prints speedup % = (original / optimized - 1) x 100 beside TENSAT's Table 1 (mea
 compare direction and size, not exact values), and how well each cost model predicts the real
 runtime (sum of per-operator costs of the graph, weight-only operators free, over the measured
 ms). Markdown on stdout, rows appended to bench/results/gpu.csv.
+
+Several ``--cost-model`` values compare tables (the first one's graphs count for the targets).
+``--graphs DIR`` keeps each optimized graph as ``DIR/<model>.<cost model>.json`` and reads it
+from there when present, so that extraction can run on a CPU (``--optimize-only``, which needs
+no GPU) and scarce GPU time goes to timing alone. ``--ops`` also times each operator inside
+each graph's run (``relsat.gpu.executor.op_times``) beside its price in each cost model, rows
+appended to bench/results/gpu_ops.csv: where prices and the graph disagree.
 Needs an NVIDIA GPU with CuPy and PyTorch (cuDNN); refuses with one line otherwise.
 """
 
@@ -38,7 +46,8 @@ from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, OpSignatur
 from relsat.engine.egraph import encode_node
 from relsat.errors import GpuUnavailableError
 from relsat.gpu.measure import device_slug
-from relsat.graph.graph import Graph
+from relsat.graph.graph import Graph, Node
+from relsat.graph.serial import from_json, to_json
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTS = ROOT / "relsat" / "data" / "costs"
@@ -55,32 +64,65 @@ TENSAT_SPEEDUP = {
 }
 
 
-def cost_model(choice: str, device: str) -> tuple[CostModel, str]:
-    """The cost model to optimize with, and a label saying which."""
+def cost_model(choice: str, device: str) -> tuple[CostModel, str, str]:
+    """The cost model to optimize with, a label saying which, and a short name for files."""
     analytic = AnalyticModel(device if device in DEVICES else "h100")
     if choice == "analytic":
-        return analytic, f"analytic ({analytic.device})"
+        return analytic, f"analytic ({analytic.device})", "roofline"
     path = COSTS / f"{device}.parquet" if choice == "auto" else Path(choice)
     if not path.exists():
         if choice != "auto":
             sys.exit(f"bench/gpu.py: no cost table at {path}")
-        return analytic, f"analytic ({analytic.device}; no {path.name})"
+        return analytic, f"analytic ({analytic.device}; no {path.name})", "roofline"
     table = CostTable.from_parquet(path)
-    return TableModel(table, device, fallback=analytic), f"measured table {path.name}"
+    return TableModel(table, device, fallback=analytic), f"measured table {path.name}", path.stem
+
+
+def signature(graph: Graph, node: Node) -> OpSignature:
+    """``node``'s operator signature, as the e-graph prices it."""
+    op, ints, s = encode_node(node)
+    inputs = tuple(graph.shape(r) for r in node.inputs)
+    return OpSignature(op, tuple(ints), s, inputs, node.shape)
 
 
 def predicted_ms(graph: Graph, model: CostModel) -> float:
     """Sum of the per-operator costs of ``graph`` as it runs: weight-only operators are free
     (precomputed), every other operator is charged once per node."""
     weight_only = graph.all_weights()
-    sigs = []
-    for node in graph.nodes:
-        if node.op in ("input", "weight", "noop") or weight_only[node.id]:
-            continue
-        op, ints, s = encode_node(node)
-        inputs = tuple(graph.shape(r) for r in node.inputs)
-        sigs.append(OpSignature(op, tuple(ints), s, inputs, node.shape))
+    sigs = [
+        signature(graph, node)
+        for node in graph.nodes
+        if node.op not in ("input", "weight", "noop") and not weight_only[node.id]
+    ]
     return float(model.costs(sigs).sum()) if sigs else 0.0
+
+
+def optimized(
+    name: str, graph: Graph, cm: CostModel, short: str, args: argparse.Namespace
+) -> Graph:
+    """``graph`` optimized with ``cm``: read from ``--graphs`` when kept there, else extracted
+    (and kept there when ``--graphs`` is given)."""
+    path = args.graphs / f"{name}.{short}.json" if args.graphs else None
+    if path is not None and path.exists():
+        return from_json(path.read_text(), path=str(path))
+    result = optimize(graph, cost_model=cm, k_multi=args.k_multi, ilp_time_limit=args.time_limit)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(to_json(result.graph))
+    return result.graph
+
+
+def op_rows(name: str, key: str, graph: Graph, choices: list) -> list[list]:
+    """Each operator's GPU time inside ``graph``'s run beside its price in each cost model."""
+    from relsat.gpu.executor import op_times
+
+    rows = []
+    for step, ms in op_times(graph):
+        node = graph.node(step.id)  # the run may have swapped in a precomputed weight
+        sig = signature(graph, node)
+        prices = [round(float(cm.costs([sig])[0]), 5) for _, cm, _ in choices]
+        rows.append([name, key, node.id, node.op, round(ms, 5), *prices, sig.key])
+    return rows
 
 
 def _ratio(a: float | None, b: float | None, digits: int = 3) -> float | str:
@@ -100,7 +142,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(models.BENCHMARKS))
     ap.add_argument("--k-multi", type=int, default=1)
-    ap.add_argument("--cost-model", default="auto", help="auto, analytic or a Parquet path")
+    ap.add_argument(
+        "--cost-model", nargs="+", default=["auto"], help="auto, analytic or Parquet paths"
+    )
     ap.add_argument("--warmup", type=int, default=100, help="CUDA-graph replays untimed")
     ap.add_argument("--runs", type=int, default=100, help="CUDA-graph replays timed")
     ap.add_argument("--eager-warmup", type=int, default=10)
@@ -109,7 +153,22 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0, help="ILP seconds per model")
     ap.add_argument("--no-tf32", action="store_true", help="full fp32 matmul and conv")
     ap.add_argument("--no-cuda-graph", action="store_true", help="eager timings only")
+    ap.add_argument("--graphs", type=Path, help="keep and reuse the optimized graphs here")
+    ap.add_argument(
+        "--optimize-only", action="store_true", help="fill --graphs for --device; no GPU"
+    )
+    ap.add_argument("--device", default="h200", help="the GPU --optimize-only extracts for")
+    ap.add_argument("--ops", action="store_true", help="per-operator times: gpu_ops.csv")
     args = ap.parse_args()
+    if args.optimize_only:
+        if not args.graphs:
+            sys.exit("bench/gpu.py: --optimize-only needs --graphs DIR")
+        for choice in [*args.cost_model, "analytic"]:
+            cm, label, short = cost_model(choice, args.device)
+            for name in args.models:
+                optimized(name, models.load(name), cm, short, args)
+                print(f"{name}: {label} -> {args.graphs}/{name}.{short}.json", file=sys.stderr)
+        return
     try:
         from relsat.gpu.executor import load_gpu, time_graph_detail
 
@@ -117,11 +176,15 @@ def main() -> None:
     except GpuUnavailableError as exc:
         sys.exit(f"bench/gpu.py: {exc}")
     device = device_slug(gpu.name)
-    model, label = cost_model(args.cost_model, device)
-    roofline, roof_label = cost_model("analytic", device)
-    choices = [(label, model)] + ([] if label == roof_label else [(roof_label, roofline)])
+    choices: list[tuple[str, CostModel, str]] = []
+    for choice in [*args.cost_model, "analytic"]:
+        cm, label, short = cost_model(choice, device)
+        if label not in [c for c, _, _ in choices]:
+            choices.append((label, cm, short))
+    label = choices[0][0]
     print(
-        f"device {gpu.name} ('{device}'); cost models: {[c for c, _ in choices]}", file=sys.stderr
+        f"device {gpu.name} ('{device}'); cost models: {[c for c, _, _ in choices]}",
+        file=sys.stderr,
     )
 
     headers = [
@@ -152,13 +215,15 @@ def main() -> None:
         graph = models.load(name)
         graphs: dict[str, Graph] = {"original": graph}
         fallbacks: dict[str, int] = {}
-        for key, cm in choices:
+        for key, cm, short in choices:
             before = getattr(cm, "fallbacks", 0)
-            result = optimize(
-                graph, cost_model=cm, k_multi=args.k_multi, ilp_time_limit=args.time_limit
-            )
+            graphs[key] = optimized(name, graph, cm, short, args)
             fallbacks[key] = getattr(cm, "fallbacks", 0) - before
-            graphs[key] = result.graph
+        if args.ops:
+            ops = [r for key, g in graphs.items() for r in op_rows(name, key, g, choices)]
+            prices = [f"{short} ms" for _, _, short in choices]
+            ops_headers = ["model", "graph", "node", "op", "in-graph ms", *prices, "signature"]
+            append_csv("gpu_ops", ops_headers, ops)
         timings: dict[str, list] = {key: [] for key in graphs}
         for _ in range(args.repeat):  # alternate, so drift hits all alike
             for key, g in graphs.items():
@@ -178,12 +243,12 @@ def main() -> None:
                 print(f"{name}: no CUDA graph ({t.graph_error})", file=sys.stderr)
         orig = statistics.median(t.ms for t in timings["original"])
         orig_graph = _median([t.graph_ms for t in timings["original"]])
-        for key, cm in choices:
+        for key, cm, _ in choices:
             opt = statistics.median(t.ms for t in timings[key])
             opt_graph = _median([t.graph_ms for t in timings[key]])
             speedup = 100 * (orig / opt - 1)
             pred_orig, pred_opt = predicted_ms(graph, cm), predicted_ms(graphs[key], cm)
-            same = [k for k, _ in choices if k != key and graphs[k] == graphs[key]]
+            same = [k for k, _, _ in choices if k != key and graphs[k] == graphs[key]]
             if key == label:  # the targets count the first cost model's graphs
                 total += 1
                 faster += (opt_graph or opt) < (orig_graph or orig)

@@ -1,7 +1,7 @@
 """Measure every operator signature of the seven benchmarks' explored e-graphs on this GPU.
 
     python bench/measure_costs.py [--models nasrnn bert ...] [--k-multi 1 2] [--runs 32]
-                                  [--warmup 8] [--backend auto] [--out PATH]
+                                  [--warmup 8] [--batch 8] [--backend auto] [--out PATH]
                                   [--exports A.onnx ...] [--collect FILE | --signatures FILE]
 
 Explores each model with k_multi 1 and 2 (TENSAT's limits), collects every distinct operator
@@ -129,6 +129,9 @@ def main() -> None:
     ap.add_argument("--k-multi", nargs="*", type=int, default=[1, 2])
     ap.add_argument("--runs", type=int, default=32)
     ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument(
+        "--batch", type=int, default=8, help="back-to-back runs per event pair (TASO's loop)"
+    )
     ap.add_argument("--backend", choices=BACKENDS, default="auto")
     ap.add_argument("--out", type=Path, default=None, help="default relsat/data/costs/<device>")
     ap.add_argument("--exports", nargs="*", type=Path, default=[], help="ONNX files to add")
@@ -153,7 +156,9 @@ def main() -> None:
         )
         return
     try:
-        model = MeasuredModel(backend=args.backend, warmup=args.warmup, runs=args.runs)
+        model = MeasuredModel(
+            backend=args.backend, warmup=args.warmup, runs=args.runs, batch=args.batch
+        )
     except GpuUnavailableError as exc:
         sys.exit(f"bench/measure_costs.py: {exc}")
     gpu = model.gpu
@@ -192,6 +197,10 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     table.save_parquet(out, model.device)
     versions = gpu.versions()
+    versions["protocol"] = (
+        f"{args.warmup} warm-ups, then the median of {args.runs} CUDA-event timings of "
+        f"{args.batch} back-to-back run(s), per run"
+    )
     stamp(out, versions)
     print(f"versions: {json.dumps(versions)}", file=sys.stderr)
 

@@ -71,6 +71,7 @@ class Gpu:
         self._hold: Any = None
         self._sigmoid: Any = None
         self._batchnorm: Any = None
+        self._relu_paths: dict[tuple, str] = {}
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -220,18 +221,76 @@ class Gpu:
         bias: Any = None,
     ) -> Any:
         """Grouped conv (groups = C / weight dim 1) with TASO's SAME padding, plus ``bias``
-        (any shape holding one value per output channel) when given, then activation; cuDNN's
-        fused conv-bias-ReLU for a ReLU."""
-        t, f = self.torch, self.torch.nn.functional
+        (any shape holding one value per output channel) when given, then activation; a ReLU
+        the faster way for the shape (:meth:`_relu_conv`)."""
+        f = self.torch.nn.functional
         groups = x.shape[1] // w.shape[1]
         pads, (ho, wo) = _pads(x.shape, w.shape[2:], stride, padding)
         tx, tw = self.t(x).contiguous(), self.t(w).contiguous()
         tb = None if bias is None else self.t(bias).reshape(-1).contiguous()
-        if activation == "RELU" and hasattr(t, "cudnn_convolution_relu"):
-            y = t.cudnn_convolution_relu(tx, tw, tb, stride, pads, (1, 1), groups)
+        if activation == "RELU":
+            y = self._relu_conv(tx, tw, tb, stride, pads, groups)[0]()
         else:
             y = self._activate_t(f.conv2d(tx, tw, tb, stride, pads, 1, groups), activation)
         return self.cp.from_dlpack(y[:, :, :ho, :wo].contiguous())
+
+    def _relu_conv(
+        self,
+        tx: Any,
+        tw: Any,
+        tb: Any,
+        stride: tuple[int, int],
+        pads: tuple[int, ...],
+        groups: int,
+    ) -> tuple[Callable[[], Any], str]:
+        """Conv (+ bias) + ReLU the faster way for this shape on this GPU, and which way:
+        ``"fused"``, cuDNN's fused conv-bias-ReLU, which runs the one algorithm cuDNN fuses;
+        or ``"separate"``, the conv algorithm ``cudnn.benchmark`` picks, then an in-place ReLU.
+        Each shape is timed both ways once (outside a CUDA-graph capture) and the faster kept:
+        TASO's "fastest algorithm", with the ReLU as one of the choices."""
+        t, f = self.torch, self.torch.nn.functional
+
+        def separate() -> Any:
+            return f.conv2d(tx, tw, tb, stride, pads, 1, groups).relu_()
+
+        if not hasattr(t, "cudnn_convolution_relu"):
+            return separate, "separate"
+
+        def fused_relu() -> Any:
+            return t.cudnn_convolution_relu(tx, tw, tb, stride, pads, (1, 1), groups)
+
+        ways = {"fused": fused_relu, "separate": separate}
+        key = (
+            tuple(tx.shape),
+            tuple(tw.shape),
+            tb is not None,
+            tuple(stride),
+            tuple(pads),
+            groups,
+            bool(t.backends.cudnn.allow_tf32),
+        )
+        way = self._relu_paths.get(key)
+        if way is None:
+            if t.cuda.is_current_stream_capturing():  # no timing inside a capture
+                return fused_relu, "fused"
+            way = min(ways, key=lambda w: self._time_torch(ways[w]))
+            self._relu_paths[key] = way
+        return ways[way], way
+
+    def _time_torch(self, fn: Callable[[], object], runs: int = 10) -> float:
+        """Ms per call of ``fn`` (PyTorch work): ``runs`` back-to-back calls queued behind a
+        spin kernel, between two events, after two untimed calls."""
+        t = self.torch
+        fn(), fn()  # cudnn.benchmark picks its algorithm here
+        start, stop = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        t.cuda.synchronize()
+        self.hold(2.0)
+        start.record()
+        for _ in range(runs):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return float(start.elapsed_time(stop)) / runs
 
     def pool(
         self,
@@ -289,7 +348,7 @@ class Gpu:
             fn = self._cudnn_conv(x, w, bias, stride, padding, activation)
             if fn is not None:
                 return fn, "measured:cudnn-frontend"
-        t, f = self.torch, self.torch.nn.functional
+        f = self.torch.nn.functional
         groups = x.shape[1] // w.shape[1]
         pads, _ = _pads(x.shape, w.shape[2:], stride, padding)
         tx, tw, tb = self.t(x), self.t(w), self.t(bias)
@@ -299,11 +358,10 @@ class Gpu:
                 lambda: f.conv2d(tx, tw, None, stride, pads, 1, groups).add_(tb4),
                 "measured:torch-cudnn:conv+bias-add",
             )
-        if activation == "RELU" and hasattr(t, "cudnn_convolution_relu"):
-            return (
-                lambda: t.cudnn_convolution_relu(tx, tw, tb, stride, pads, (1, 1), groups),
-                "measured:torch-cudnn:fused-conv-bias-relu",
-            )
+        if activation == "RELU":  # as the executor runs it: the faster way for this shape
+            run, way = self._relu_conv(tx, tw, tb, stride, pads, groups)
+            how = "fused-conv-bias-relu" if way == "fused" else "conv+bias,relu-separate"
+            return run, f"measured:torch-cudnn:{how}"
         return (
             lambda: self._activate_t(f.conv2d(tx, tw, tb, stride, pads, 1, groups), activation),
             "measured:torch-cudnn:conv+bias,activation-separate",

@@ -41,7 +41,15 @@ from relsat.graph.execute import _flat_outputs, _leaf_values
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.kernels import Lazy, _at, _merged
 
-__all__ = ["Gpu", "GraphTiming", "load_gpu", "run_gpu", "time_graph", "time_graph_detail"]
+__all__ = [
+    "Gpu",
+    "GraphTiming",
+    "load_gpu",
+    "op_times",
+    "run_gpu",
+    "time_graph",
+    "time_graph_detail",
+]
 
 # ---------------------------------------------------------------------------------------------
 # The executor
@@ -151,13 +159,19 @@ class _Plan:
     outputs: list[Ref]
     precomputed: int
 
-    def run(self) -> dict[Ref, Any]:
+    def run(self, events: list[tuple[Any, Any]] | None = None) -> dict[Ref, Any]:
+        """One run; with ``events`` (a start and stop CUDA event per step) each step's kernels
+        are bracketed by its pair."""
         env = dict(self.consts)
         keep = set(self.outputs)
         last = _last_use(self.steps)
-        for node in self.steps:
+        for k, node in enumerate(self.steps):
             try:
+                if events is not None:
+                    events[k][0].record()
                 outs = _apply(self.gpu, node, [env[r] for r in node.inputs])
+                if events is not None:
+                    events[k][1].record()
             except ExecutionError:
                 raise
             except Exception as exc:
@@ -364,6 +378,43 @@ def _time_captured(gpu: Gpu, plan: _Plan, warmup: int, runs: int) -> float:
         stop.synchronize()
     del env
     return float(cp.cuda.get_elapsed_time(start, stop)) / runs
+
+
+def op_times(
+    graph: Graph,
+    *,
+    warmup: int = 3,
+    runs: int = 10,
+    precompute_weights: bool = True,
+    tf32: bool = True,
+) -> list[tuple[Node, float]]:
+    """Each operator's GPU ms inside the run of ``graph``, as the run lays out its values (views,
+    merged weights): a CUDA-event pair around each step, median of ``runs``. Each run is queued
+    behind a spin kernel that outlasts its host-side launches, so the steps run back to back
+    as in a captured graph and each event pair brackets GPU work only. The steps are those
+    :func:`time_graph_detail` runs (weight-only operators precomputed)."""
+    if runs < 1 or warmup < 0:
+        raise ValueError("runs must be >= 1 and warmup >= 0")
+    gpu = load_gpu()
+    cp = gpu.cp
+    with gpu.tf32(tf32):
+        plan = _plan(graph, None, 0, precompute_weights, gpu)
+        for _ in range(warmup):
+            plan.run()
+        gpu.synchronize()
+        t = time.perf_counter()
+        plan.run([(cp.cuda.Event(), cp.cuda.Event()) for _ in plan.steps])
+        host_ms = 1e3 * (time.perf_counter() - t)
+        gpu.synchronize()
+        samples: list[list[float]] = [[] for _ in plan.steps]
+        for _ in range(runs):
+            events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in plan.steps]
+            gpu.hold(2.0 * host_ms + 1.0)
+            plan.run(events)
+            gpu.synchronize()
+            for k, (start, stop) in enumerate(events):
+                samples[k].append(float(cp.cuda.get_elapsed_time(start, stop)))
+    return [(node, float(np.median(ms))) for node, ms in zip(plan.steps, samples, strict=True)]
 
 
 def time_graph(

@@ -1,8 +1,12 @@
 """The measured cost model: each operator signature timed on this machine's NVIDIA GPU.
 
-:class:`MeasuredModel` runs one operator instance on random fp32 buffers and keeps the **median**
-of ``runs`` (default 32) CUDA-event timings after ``warmup`` (default 8) untimed runs, following
-TASO's protocol (``reference/SEMANTICS.md`` §6.1) with the median instead of the mean:
+:class:`MeasuredModel` runs one operator instance on random fp32 buffers: ``warmup`` (default 8)
+untimed runs, then ``runs`` (default 32) CUDA-event pairs, each around ``batch`` (default 8)
+back-to-back runs, and keeps the **median** divided by ``batch``. That is TASO's protocol
+(``reference/SEMANTICS.md`` §6.1: its loop between one event pair) with the median instead of
+the mean. One run per event pair (``batch=1``) charges each run the pair's own overhead, and
+summed over a graph such prices overestimated its CUDA-graph replay up to 2.4× on an H200
+(bench/README.md, "On a GPU"):
 
 ==========================  ==================================================================
 op                          how it runs (and the ``source`` recorded for it)
@@ -17,11 +21,13 @@ conv2d                      cuDNN. Through NVIDIA's cuDNN frontend (``cudnn``) w
                             8 kept, conv+bias+activation as one fused graph
                             (``measured:cudnn-frontend``). Otherwise PyTorch's cuDNN path on the
                             same CuPy buffers (DLPack) with ``cudnn.benchmark`` choosing the
-                            algorithm: ``torch.cudnn_convolution_relu`` (cuDNN's fused
-                            conv-bias-ReLU) for a fused ReLU, conv+bias then the activation in the
-                            same timed region for sigmoid/tanh (``measured:torch-cudnn`` plus a
-                            suffix saying so). A conv without activation is timed as conv plus a
-                            bias-add kernel, as TASO does, so conv+ReLU ≤ conv holds as in TENSAT.
+                            algorithm. A fused ReLU runs the way the executor runs it, the
+                            faster for the shape of cuDNN's fused conv-bias-ReLU
+                            (``torch.cudnn_convolution_relu``) and conv+bias then a ReLU;
+                            conv+bias then the activation in the same timed region for
+                            sigmoid/tanh (``measured:torch-cudnn`` plus a suffix saying which).
+                            A conv without activation is timed as conv plus a bias-add kernel,
+                            as TASO does, so conv+ReLU ≤ conv holds as in TENSAT.
 poolmax, poolavg            PyTorch on the CuPy buffers (``avg_pool2d(count_include_pad=False)``),
                             the fused activation in the same timed region (``measured:torch``)
 fused and transformer ops   the executor's kernel on the operator's one-node graph
@@ -97,12 +103,17 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", lower).strip("-")
 
 
-def time_ms(gpu: Gpu, fn: Callable[[], object], *, warmup: int, runs: int) -> float:
-    """The median of ``runs`` CUDA-event timings of ``fn`` after ``warmup`` untimed calls.
+def time_ms(gpu: Gpu, fn: Callable[[], object], *, warmup: int, runs: int, batch: int = 1) -> float:
+    """The median of ``runs`` CUDA-event timings of ``batch`` back-to-back calls of ``fn``,
+    divided by ``batch``, after ``warmup`` untimed calls.
 
     The timed calls are queued behind a spin kernel long enough to cover their host-side launch
-    cost, so each event pair brackets GPU work only (when the GPU is the bottleneck).
+    cost, so each event pair brackets GPU work only (when the GPU is the bottleneck). With
+    ``batch`` > 1 (TASO's loop between one event pair) the calls run back to back as a graph's
+    kernels do, and the event pair's own overhead is shared among them.
     """
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
     cp = gpu.cp
     t = time.perf_counter()
     for _ in range(max(warmup, 1)):  # at least one: cudnn.benchmark picks its algorithm there
@@ -110,13 +121,14 @@ def time_ms(gpu: Gpu, fn: Callable[[], object], *, warmup: int, runs: int) -> fl
     host_ms = 1e3 * (time.perf_counter() - t) / max(warmup, 1)
     gpu.synchronize()
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(runs)]
-    gpu.hold(min(100.0, 2.0 * runs * host_ms + 0.1))
+    gpu.hold(min(100.0, 2.0 * runs * batch * host_ms + 0.1))
     for start, stop in events:
         start.record()
-        fn()
+        for _ in range(batch):
+            fn()
         stop.record()
     events[-1][1].synchronize()
-    return float(statistics.median(cp.cuda.get_elapsed_time(s, e) for s, e in events))
+    return float(statistics.median(cp.cuda.get_elapsed_time(s, e) for s, e in events)) / batch
 
 
 class MeasuredModel(CostModel):
@@ -136,16 +148,18 @@ class MeasuredModel(CostModel):
         backend: str = "auto",
         warmup: int = 8,
         runs: int = 32,
+        batch: int = 8,
         tf32: bool = True,
         lazy: bool = False,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
-        if warmup < 0 or runs < 1:
-            raise ValueError("warmup must be >= 0 and runs >= 1")
+        if warmup < 0 or runs < 1 or batch < 1:
+            raise ValueError("warmup must be >= 0, runs >= 1 and batch >= 1")
         self.backend = backend
         self.warmup = warmup
         self.runs = runs
+        self.batch = batch
         self.tf32 = tf32
         self._device = device_name
         self._gpu: Gpu | None = None
@@ -157,7 +171,7 @@ class MeasuredModel(CostModel):
     def __repr__(self) -> str:
         return (
             f"MeasuredModel({self._device!r}, backend={self.backend!r}, warmup={self.warmup}, "
-            f"runs={self.runs}, tf32={self.tf32})"
+            f"runs={self.runs}, batch={self.batch}, tf32={self.tf32})"
         )
 
     @property
@@ -190,7 +204,7 @@ class MeasuredModel(CostModel):
 
     def _time(self, gpu: Gpu, sig: OpSignature) -> tuple[float, str]:
         fn, source = _bench(gpu, sig)  # its buffers are freed when this returns
-        return time_ms(gpu, fn, warmup=self.warmup, runs=self.runs), source
+        return time_ms(gpu, fn, warmup=self.warmup, runs=self.runs, batch=self.batch), source
 
     def measure(self, sig: OpSignature) -> Measurement:
         """Time one signature (cached). Raises :class:`CostError` for an op no backend runs or
