@@ -490,18 +490,25 @@ def test_plan_markers_are_distinct_primes_dividing_no_static_number() -> None:
     )
 
 
-def test_exported_shape_values_are_written_the_way_exporters_write_them() -> None:
+@pytest.mark.parametrize("opset", [None, 14])
+def test_exported_shape_values_are_written_the_way_exporters_write_them(opset: int | None) -> None:
     model = _attention_block()
     graph, dims = ronnx.load_symbolic(model)
     assert dims is not None
-    written = ronnx.to_model(graph, like=model, dims=dims)
+    written = ronnx.to_model(graph, like=model, dims=dims, opset=opset)
     targets = {
         tuple(numpy_helper.to_array(t).tolist())
         for t in written.graph.initializer
         if (t.data_type == TensorProto.INT64 and t.dims == [4]) or t.dims == [3]
     }
     assert (0, 0, H, D) in targets  # the head split copies batch and seq
-    assert {n.op_type for n in written.graph.node} >= {"Shape", "Gather"}  # the merge computes
+    shapes = [n for n in written.graph.node if n.op_type == "Shape"]  # the merge computes
+    gathers = [n for n in written.graph.node if n.op_type == "Gather"]
+    if opset is None:  # opset 17: each dim read by one Shape with start and end
+        assert len(shapes) == 2 and not gathers
+        assert all({a.name for a in n.attribute} == {"start", "end"} for n in shapes)
+    else:  # before opset 15 Shape has no start/end: one Shape, a Gather per dim
+        assert len(shapes) == 1 and len(gathers) == 2
     for b, s in ((1, 5), (4, 9)):
         _same_at(model, written, {"x": (b, s, HIDDEN), "mask": (1, 1, s, s)})
 

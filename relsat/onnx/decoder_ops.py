@@ -599,12 +599,14 @@ def _rotary_cache(
     source = _through_reshapes(ex, ref)
     node = ex.graph.nodes[source.node]
     if node.op not in ("cos", "sin"):
-        return _laid_out(ex, ex.name_of(source, rotary), (table[0], table[seq]), cache)
+        name = ex.name_of(source, rotary)
+        return _laid_out(ex, name, ex.graph.shape(source), (table[0], table[seq]), cache)
     angles = _through_reshapes(ex, node.inputs[0])
     angles_name = ex.name_of(angles, rotary)
     key = ("rotary-angles", angles_name, cache)
     if key not in ex.memo:
-        ex.memo[key] = _laid_out(ex, angles_name, (table[0], table[seq]), cache)
+        rows = (table[0], table[seq])
+        ex.memo[key] = _laid_out(ex, angles_name, ex.graph.shape(angles), rows, cache)
     out = ex.fresh(f"{name}_cache")
     ex.emit(node.op.capitalize(), [ex.memo[key]], [out])
     return out
@@ -620,12 +622,18 @@ def _through_reshapes(ex: ExportContext, ref: Ref) -> Ref:
 
 
 def _laid_out(
-    ex: ExportContext, name: str, rows: tuple[int, int], cache: tuple[int, int, int]
+    ex: ExportContext,
+    name: str,
+    shape: tuple[int, ...],
+    rows: tuple[int, int],
+    cache: tuple[int, int, int],
 ) -> str:
-    """``name`` (``rows[0] * rows[1] * D/2`` values) as ``[rows[0], rows[1], D/2]``, expanded
-    to ``cache`` where it broadcasts."""
-    flat = ex.fresh(f"{name}_cache")
-    ex.emit("Reshape", [name, ex.const("cache_shape", [*rows, cache[2]])], [flat])
+    """``name`` (of ``shape``: ``rows[0] * rows[1] * D/2`` values) as ``[rows[0], rows[1],
+    D/2]`` (a Reshape unless it has that shape), expanded to ``cache`` where it broadcasts."""
+    flat = name
+    if tuple(shape) != (*rows, cache[2]):
+        flat = ex.fresh(f"{name}_cache")
+        ex.emit("Reshape", [name, ex.const("cache_shape", [*rows, cache[2]])], [flat])
     if rows != cache[:2]:
         full = ex.fresh(f"{name}_cache")
         ex.emit("Expand", [flat, ex.const("cache_shape", list(cache))], [full])

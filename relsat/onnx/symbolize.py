@@ -10,8 +10,9 @@ writing a graph with markers (:mod:`relsat.onnx.symbolic`) when given its ``dims
   exporters write it. A Reshape target copies an input dim at the same position with ``0`` and
   infers one remaining dim with ``-1``; anything else — a Slice bound, an Expand shape, a Range
   limit, a Reshape target with two dims to compute — is computed at run time:
-  ``Shape(input) → Gather(axis)`` per dim, ``Mul`` for products and coefficients, ``Concat``
-  into the vector (a ``Reshape`` to a scalar, a ``Cast`` for int32).
+  ``Shape(input, start, end)`` per dim (``Shape → Gather`` before opset 15), ``Mul`` for
+  products and coefficients, ``Concat`` into the vector (a ``Reshape`` to a scalar, a ``Cast``
+  for int32).
 * What cannot be written symbolically — a float tensor whose size is a dim, an attribute
   holding one, a larger constant of dims — raises :class:`SymbolicDimError` naming the input
   and dim; the caller then writes the model at fixed shapes instead.
@@ -55,6 +56,7 @@ class _Writer:
         self.shape_tensor: dict[str, str] = {}
         self.vectors: dict[tuple[int, ...], str] = {}  # one computation per distinct value
         self.inputs = {vi.name for vi in self.graph.input}
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
     def fresh(self, base: str) -> str:
         return fresh_name(base, self.used)
@@ -142,12 +144,17 @@ class _Writer:
             place = next(((t, a) for t, a in axes if t in self.inputs), None)
             if place is not None:
                 tensor, axis = place
-                if tensor not in self.shape_tensor:
-                    self.shape_tensor[tensor] = self.emit("Shape", [tensor], f"{tensor}_shape")
-                index = self.const("dim_axis", [axis])
-                self.dim_tensor[name] = self.emit(
-                    "Gather", [self.shape_tensor[tensor], index], "dim", axis=0
-                )
+                if self.opset >= 15:  # Shape's start and end: the one dim, one node
+                    self.dim_tensor[name] = self.emit(
+                        "Shape", [tensor], "dim", start=axis, end=axis + 1
+                    )
+                else:
+                    if tensor not in self.shape_tensor:
+                        self.shape_tensor[tensor] = self.emit("Shape", [tensor], f"{tensor}_shape")
+                    index = self.const("dim_axis", [axis])
+                    self.dim_tensor[name] = self.emit(
+                        "Gather", [self.shape_tensor[tensor], index], "dim", axis=0
+                    )
             elif s is not None:
                 self.dim_tensor[name] = self._polynomial(s.terms)
             else:
