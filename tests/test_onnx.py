@@ -841,3 +841,42 @@ def test_gemm_alpha_and_beta_fold_into_the_constants(c_shape: tuple[int, ...], f
     graph = check_model(model)  # relsat.run and the exported model agree with onnxruntime
     assert graph.op_counts().get("opaque", 0) == 0
     assert graph.op_counts().get("matmul_bias", 0) == (1 if fused else 0)
+
+
+def test_small_constants_of_equal_value_are_one_weight() -> None:
+    """Each layer of an export carries its own copy of a mask's 0 and -inf: equal small
+    constants become one weight, so the layers' identical nodes reading them are one e-node;
+    the written model computes the masked value once."""
+    n = helper.make_node
+    nodes = [n("Cast", ["m"], ["keep"], to=TensorProto.BOOL)]
+    for layer in (0, 1):
+        nodes += [
+            n("Where", ["keep", f"zero{layer}", f"ninf{layer}"], [f"bias{layer}"]),
+            n("Add", ["x", f"bias{layer}"], [f"y{layer}"]),
+        ]
+    nodes += [n("Mul", ["y0", "w"], ["a"]), n("Mul", ["y1", "w_other"], ["b"])]
+    nodes += [n("Add", ["a", "b"], ["out"])]
+    inits = [
+        *(numpy_helper.from_array(np.zeros(1, np.float32), f"zero{k}") for k in (0, 1)),
+        *(numpy_helper.from_array(np.full(1, -np.inf, np.float32), f"ninf{k}") for k in (0, 1)),
+        numpy_helper.from_array(np.full(4, 2.0, np.float32), "w"),
+        numpy_helper.from_array(np.full(4, 3.0, np.float32), "w_other"),  # another value: apart
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "layers",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("m", TensorProto.INT64, [2, 4]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = load(model)
+    weights = sorted(node.name for node in g.nodes if node.op == "weight")
+    assert weights == ["ninf0", "w", "w_other", "zero0"]
+    result = relsat.optimize(model, relsat.Options(cost_model="analytic", keep_slower=True))
+    written = to_model(result.graph, like=model)
+    assert [node.op_type for node in written.graph.node].count("Where") == 1
+    verify(model, written)

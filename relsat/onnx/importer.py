@@ -49,6 +49,10 @@ __all__ = ["Importer", "load_model", "read_model", "skeleton"]
 
 FLOAT = TensorProto.FLOAT
 MIN_OPSET = 7
+#: Float constants of at most this many elements and equal values become one weight: an
+#: exporter writes each layer's own copy of a mask's 0 and -inf or a scale, and with one weight
+#: the layers' identical nodes reading them are one e-node (hash-consing).
+_SHARED_CONSTANT = 64
 
 
 def _encode_attr(attr: AttributeProto, where: dict[str, Any]) -> Any:
@@ -243,6 +247,7 @@ class Importer:
         self.const_types: dict[str, int] = {}
         self.derived: dict[tuple[str, str], Tensor] = {}  # (const, purpose) → weight
         self.scalars: dict[float, Tensor] = {}  # value → scalar
+        self.small: dict[tuple[str, tuple[int, ...], bytes], Tensor] = {}  # small constants
         self.skip: set[int] = set()  # indices of nodes already handled (folded BatchNormalization)
         self.uses: Counter[str] = Counter()  # tensor name → node inputs and graph outputs read it
         self.node_by_input: dict[str, int] = {}  # tensor name → index of its first reader
@@ -397,7 +402,16 @@ class Importer:
         if not name or not self.is_float(name):
             raise Unmapped
         if name not in self.env:
-            self.env[name] = self.weight(name, self.consts[name])
+            value = self.consts[name]
+            key = None
+            if value.size <= _SHARED_CONSTANT:  # small constants of equal value are one weight,
+                key = (value.dtype.str, value.shape, value.tobytes())  # so their readers merge
+            if key is not None and key in self.small:
+                self.env[name] = self.small[key]
+            else:
+                self.env[name] = self.weight(name, value)
+                if key is not None:
+                    self.small[key] = self.env[name]
         return self.env[name]
 
     def weight(self, base: str, value: np.ndarray) -> Tensor:
