@@ -880,3 +880,46 @@ def test_small_constants_of_equal_value_are_one_weight() -> None:
     written = to_model(result.graph, like=model)
     assert [node.op_type for node in written.graph.node].count("Where") == 1
     verify(model, written)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_mask_steps_that_change_nothing_are_passed_through(reverse: bool) -> None:
+    """A mask cast to bool twice, expanded and reshaped to its own shape and sliced whole is the
+    mask: those nodes are not written. A Slice with step -1 keeps the shape but reverses: kept."""
+    n = helper.make_node
+    i64 = numpy_helper.from_array
+    nodes = [
+        n("Cast", ["m"], ["b1"], to=TensorProto.BOOL),
+        n("Cast", ["b1"], ["b2"], to=TensorProto.BOOL),
+        n("Expand", ["b2", "own"], ["b3"]),
+        n("Reshape", ["b3", "own"], ["b4"]),
+        n("Slice", ["b4", "start", "end", "axis", "step"], ["b5"]),
+        n("Where", ["b5", "x", "zero"], ["y"]),
+    ]
+    step = -1 if reverse else 1
+    inits = [
+        i64(np.array([2, 4], np.int64), "own"),
+        i64(np.array([-1 if reverse else 0], np.int64), "start"),
+        i64(np.array([-5 if reverse else 4], np.int64), "end"),
+        i64(np.array([1], np.int64), "axis"),
+        i64(np.array([step], np.int64), "step"),
+        numpy_helper.from_array(np.zeros(1, np.float32), "zero"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mask",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("m", TensorProto.INT64, [2, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    written = to_model(load(model), like=model)
+    ops = [node.op_type for node in written.graph.node]
+    assert ops == (["Cast", "Slice", "Where"] if reverse else ["Cast", "Where"])
+    mask = np.array([[1, 0, 1, 1], [0, 0, 1, 0]], np.int64)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    (got,) = run_onnx(written, {"x": x, "m": mask})
+    np.testing.assert_array_equal(got, np.where(mask[:, ::step] != 0, x, 0))

@@ -248,6 +248,7 @@ class Importer:
         self.derived: dict[tuple[str, str], Tensor] = {}  # (const, purpose) → weight
         self.scalars: dict[float, Tensor] = {}  # value → scalar
         self.small: dict[tuple[str, tuple[int, ...], bytes], Tensor] = {}  # small constants
+        self.graph_outputs: set[str] = set()
         self.skip: set[int] = set()  # indices of nodes already handled (folded BatchNormalization)
         self.uses: Counter[str] = Counter()  # tensor name → node inputs and graph outputs read it
         self.node_by_input: dict[str, int] = {}  # tensor name → index of its first reader
@@ -457,6 +458,7 @@ class Importer:
         graph = self.model.graph
         self.uses.update(name for node in graph.node for name in node.input if name)
         self.uses.update(o.name for o in graph.output)
+        self.graph_outputs = {o.name for o in graph.output}
         for k, node in enumerate(graph.node):
             for name in node.input:
                 self.node_by_input.setdefault(name, k)
@@ -545,6 +547,8 @@ class Importer:
 
     def convert(self, k: int, node: NodeProto) -> None:
         where = self._node_id(k, node)
+        if self._passes_through(node):
+            return
         handler = None
         if node.domain in ("", "ai.onnx"):
             handler = (
@@ -580,6 +584,31 @@ class Importer:
             if self.dtype(name) == 0:
                 self.types[name] = (FLOAT, t.shape)
             self.env[name] = t
+
+    def _passes_through(self, node: NodeProto) -> bool:
+        """Whether ``node`` hands its non-float first input on unchanged — a Cast to the input's
+        own type, an Expand or a Reshape to its own shape, a Slice with unit steps that keeps
+        every axis whole — by the element types and shapes ONNX infers (symbolic dims as
+        markers, so for every value of them); its output is then the input's tensor. Masks go
+        through such steps (cast to bool twice, sliced to their own length)."""
+        if node.domain not in ("", "ai.onnx") or len(node.output) != 1 or not node.input:
+            return False
+        if node.op_type not in ("Cast", "Expand", "Reshape", "Slice"):
+            return False
+        src, out = node.input[0], node.output[0]
+        if src not in self.env or self.dtype(src) in (FLOAT, 0) or out in self.graph_outputs:
+            return False
+        shape = self.inferred_shape(src)
+        if shape is None or self.dtype(out) != self.dtype(src) or self.inferred_shape(out) != shape:
+            return False
+        if node.op_type == "Slice":
+            steps = self.const(node.input[4]) if len(node.input) > 4 else None
+            if (steps is not None and np.any(steps != 1)) or (
+                len(node.input) > 4 and node.input[4] and steps is None
+            ):
+                return False
+        self.env[out] = self.env[src]
+        return True
 
     def inferred_shape(self, name: str) -> tuple[int, ...] | None:
         shape = self.types.get(name, (0, None))[1]
