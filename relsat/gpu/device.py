@@ -281,7 +281,8 @@ class Gpu:
         """Ms per call of ``fn`` (PyTorch work): ``runs`` back-to-back calls queued behind a
         spin kernel, between two events, after two untimed calls."""
         t = self.torch
-        fn(), fn()  # cudnn.benchmark picks its algorithm here
+        for _ in range(2):  # cudnn.benchmark picks its algorithm here
+            fn()
         start, stop = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
         t.cuda.synchronize()
         self.hold(2.0)
