@@ -258,3 +258,15 @@ def test_price_egraph_measures_each_distinct_unit_once() -> None:
     m = model()
     ms = price_egraph(eg, m, precompute_weights=True)["ms"].to_numpy()
     assert m.measured == 2 and (ms >= 0).all()  # one conv, one relu
+
+
+def test_a_unit_is_priced_by_its_clearest_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load only adds time: a burst over two of the three passes does not set the price (the
+    median of the pass medians would have taken it); the pass that ran clear of it does."""
+    import relsat.cost.ort as ort
+
+    pass_medians = iter([0.9, 0.2, 0.8])  # ms: passes 1 and 3 ran under a burst
+    monkeypatch.setattr(ort, "_median_ms", lambda *a, **k: next(pass_medians))
+    m = model(cache=False, timing=replace(FAST, passes=3))
+    m._overhead_ms = 0.0
+    assert m.costs([TIMED[3]])[0] == pytest.approx(0.2)

@@ -100,8 +100,9 @@ ORT_ZERO_COST = frozenset(
 #: The timing protocol's version, part of the cache identity: prices measured under another
 #: protocol (2: round-robin passes, :class:`OrtTiming`; 3: one kernel, one price; 4: sessions
 #: without spinning threads, :class:`~relsat.onnx.runtime.OrtSettings`; 5: an attention's keys
-#: given as the transpose they come from, :func:`unit_graph`) are never mixed with these.
-PROTOCOL = 5
+#: given as the transpose they come from, :func:`unit_graph`; 6: the least of the per-pass
+#: medians, :class:`OrtTiming`) are never mixed with these.
+PROTOCOL = 6
 
 #: The input positions whose constness changes what onnxruntime does (it prepacks a constant
 #: conv weight, a constant MatMul/Gemm B; batchnorm parameters fold): only there does a unit make
@@ -141,10 +142,12 @@ class OrtTiming:
 
     ``passes``: the runs are spread over that many round-robin passes over a batch of
     ``batch`` units (each pass a share of the runs and the budget), and a unit's time is the
-    median of its per-pass medians. On a shared machine load comes and goes in bursts longer than
-    one unit's timing; passes spread each burst over all units instead of charging it to the few
-    measured while it lasted (measured here: the same conv timed 0.26 and 0.56 ms in two one-pass
-    runs under load)."""
+    least of its per-pass medians. On a shared machine load comes and goes in bursts longer than
+    one unit's timing (measured here: the same conv timed 0.26 and 0.56 ms in two one-pass runs
+    under load); passes spread each burst over all units, and since load only ever adds time,
+    the pass that ran clear of it gives the price. (Until protocol 6 it was the median of the
+    pass medians: a burst over two of three passes then set the price, as for a fused rotary
+    priced 25 µs that rechecks timed at 4-11 µs.)"""
 
     warmup: int = 3
     min_runs: int = 5
@@ -376,8 +379,8 @@ class OrtModel(CostModel):
                     error = batch[i].error(f"onnxruntime cannot run it: {_first_line(exc)}")
                     prices[i] = self._fall_back(batch[i], error)
                     del units[i], runs[i]
-        for i, times in runs.items():
-            ms = max(statistics.median(times) - self.overhead_ms(), self.timing.floor_ms)
+        for i, times in runs.items():  # load only adds time: the clearest pass is the price
+            ms = max(min(times) - self.overhead_ms(), self.timing.floor_ms)
             self.table.insert(self.device, [batch[i]], [ms], SOURCE)
             self._new.add(batch[i].key)
             self.measured += 1
