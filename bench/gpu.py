@@ -25,7 +25,8 @@ Several ``--cost-model`` values compare tables (the first one's graphs count for
 from there when present, so that extraction can run on a CPU (``--optimize-only``, which needs
 no GPU) and scarce GPU time goes to timing alone. ``--ops`` also times each operator inside
 each graph's run (``relsat.gpu.executor.op_times``) beside its price in each cost model, rows
-appended to bench/results/gpu_ops.csv: where prices and the graph disagree.
+appended to bench/results/gpu_ops.csv and a table of them summed per op printed: where prices
+and the graph disagree.
 Needs an NVIDIA GPU with CuPy and PyTorch (cuDNN); refuses with one line otherwise.
 """
 
@@ -110,6 +111,16 @@ def optimized(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(to_json(result.graph))
     return result.graph
+
+
+def summarize_ops(ops: list[list], prices: int) -> list[list]:
+    """:func:`op_rows` summed per model, graph and op: count, in-graph ms, then each price."""
+    sums: dict[tuple[str, str, str], list[float]] = {}
+    for name, key, _, op, ms, *rest in ops:
+        acc = sums.setdefault((name, key, op), [0.0] * (2 + prices))
+        for i, v in enumerate([1, ms, *rest[:prices]]):
+            acc[i] += v
+    return [[*k, int(v[0]), *(round(x, 4) for x in v[1:])] for k, v in sorted(sums.items())]
 
 
 def op_rows(name: str, key: str, graph: Graph, choices: list) -> list[list]:
@@ -210,6 +221,7 @@ def main() -> None:
         "same graph as",
     ]
     rows = []
+    op_summary: list[list] = []
     faster = at_least_tensat = total = 0
     for name in args.models:
         graph = models.load(name)
@@ -224,6 +236,7 @@ def main() -> None:
             prices = [f"{short} ms" for _, _, short in choices]
             ops_headers = ["model", "graph", "node", "op", "in-graph ms", *prices, "signature"]
             append_csv("gpu_ops", ops_headers, ops)
+            op_summary.extend(summarize_ops(ops, len(choices)))
         timings: dict[str, list] = {key: [] for key in graphs}
         for _ in range(args.repeat):  # alternate, so drift hits all alike
             for key, g in graphs.items():
@@ -280,6 +293,10 @@ def main() -> None:
             )
             print(" | ".join(str(v) for v in rows[-1]), file=sys.stderr, flush=True)
     print(markdown(headers, rows))
+    if op_summary:
+        print("\nEach operator's GPU time inside the run against its prices, summed per op:\n")
+        prices = [f"{short} ms" for _, _, short in choices]
+        print(markdown(["model", "graph", "op", "count", "in-graph ms", *prices], op_summary))
     print(
         f"\n{gpu.name}: with {label}, optimized faster on {faster}/{total} models, speedup >= "
         f"TENSAT's Table 1 on {at_least_tensat}/{total} (CUDA-graph times where captured, else "
