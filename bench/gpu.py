@@ -127,13 +127,14 @@ def op_rows(name: str, key: str, graph: Graph, choices: list) -> list[list]:
     """Each operator's GPU time inside ``graph``'s run beside its price in each cost model."""
     from relsat.gpu.executor import op_times
 
-    rows = []
-    for step, ms in op_times(graph):
-        node = graph.node(step.id)  # the run may have swapped in a precomputed weight
-        sig = signature(graph, node)
-        prices = [round(float(cm.costs([sig])[0]), 5) for _, cm, _ in choices]
-        rows.append([name, key, node.id, node.op, round(ms, 5), *prices, sig.key])
-    return rows
+    steps = op_times(graph)
+    nodes = [graph.node(step.id) for step, _ in steps]  # not a swapped-in precomputed weight
+    sigs = [signature(graph, node) for node in nodes]
+    prices = [cm.costs(sigs) for _, cm, _ in choices]  # each model prices the graph at once
+    return [
+        [name, key, node.id, node.op, round(ms, 5), *(round(float(p[i]), 5) for p in prices), s.key]
+        for i, (node, (_, ms), s) in enumerate(zip(nodes, steps, sigs, strict=True))
+    ]
 
 
 def _ratio(a: float | None, b: float | None, digits: int = 3) -> float | str:

@@ -601,11 +601,9 @@ class Importer:
         shape = self.inferred_shape(src)
         if shape is None or self.dtype(out) != self.dtype(src) or self.inferred_shape(out) != shape:
             return False
-        if node.op_type == "Slice":
-            steps = self.const(node.input[4]) if len(node.input) > 4 else None
-            if (steps is not None and np.any(steps != 1)) or (
-                len(node.input) > 4 and node.input[4] and steps is None
-            ):
+        if node.op_type == "Slice" and len(node.input) > 4 and node.input[4]:
+            steps = self.const(node.input[4])  # a reversed slice keeps the shape too
+            if steps is None or np.any(steps != 1):
                 return False
         self.env[out] = self.env[src]
         return True
