@@ -271,6 +271,21 @@ DYNAMIC_AXES: dict[str, dict[str, dict[int, str]]] = {
     },
     "pixel_values": {"pixel_values": {0: "batch"}},
 }
+#: bench/dynamic.py's convolutional nets with a dynamic image size: batch, height and width
+#: (HF ResNet with bottlenecks and ConvNeXt, tiny: one block per stage, priced at 128x128).
+DYNAMIC_IMAGES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "resnet-tiny": (
+        "hfmodels",
+        "resnet",
+        {"stem": 32, "widths": (64, 128, 256, 512), "depths": (1, 1, 1, 1), "image": 128},
+    ),
+    "convnext-tiny": (
+        "hfmodels",
+        "convnext",
+        {"widths": (32, 64, 128, 256), "depths": (1, 1, 1, 1), "image": 128},
+    ),
+}
+IMAGE_AXES = {"pixel_values": {0: "batch", 2: "height", 3: "width"}}
 
 
 def decode_axes(exporter: str, layers: int) -> dict[str, dict[int, str]]:
@@ -288,7 +303,8 @@ def decode_axes(exporter: str, layers: int) -> dict[str, dict[int, str]]:
 
 def dynamic() -> dict[str, Entry]:
     """bench/dynamic.py's corpus (issue 27): today's tiny HF models exported with dynamic axes
-    (batch and sequence; batch for ViT), the tiny Llama-style decoder's decode step with a
+    (batch and sequence; batch for ViT), :data:`DYNAMIC_IMAGES` with a dynamic batch and image
+    size, the tiny Llama-style decoder's decode step with a
     dynamic cache (:func:`decode_axes`) and, when timm imports, :data:`DYNAMIC_TIMM` with a
     dynamic batch, each through both exporters (``<model>.<exporter>.dyn``)."""
     entries: list[Entry] = []
@@ -300,6 +316,12 @@ def dynamic() -> dict[str, Entry]:
         for exporter in ("dynamo", "legacy"):
             name = f"{model}.{exporter}.dyn"
             make = _torch(name, build, exporter, dynamic=axes)
+            entries.append(Entry(name, "hf", exporter, make))
+    for model, (module, function, kwargs) in DYNAMIC_IMAGES.items():
+        build = _builder(module, function, kwargs)
+        for exporter in ("dynamo", "legacy"):
+            name = f"{model}.{exporter}.dyn"
+            make = _torch(name, build, exporter, dynamic=IMAGE_AXES)
             entries.append(Entry(name, "hf", exporter, make))
     decode = _builder("hfmodels", "llama_decode", DECODE_TINY)
     for exporter in ("dynamo", "legacy"):

@@ -58,8 +58,15 @@ NAN = float("nan")
 SEQUENCE = 128
 TEXT_SHAPES = ((1, SEQUENCE), (2, SEQUENCE), (1, SEQUENCE // 2 + 1))
 IMAGE_BATCHES = ((1,), (2,), (3,))
+#: An image model with a dynamic size: (batch, height, width); sides that no stride divides.
+IMAGE_SIZES = ((1, SEQUENCE, SEQUENCE), (2, SEQUENCE, SEQUENCE), (1, 97, 75))
 DECODE_SHAPES = ((1, SEQUENCE), (2, SEQUENCE), (1, SEQUENCE // 2 + 1))
-SCHEMES = {"text": TEXT_SHAPES, "image": IMAGE_BATCHES, "decode": DECODE_SHAPES}
+SCHEMES = {
+    "text": TEXT_SHAPES,
+    "image": IMAGE_BATCHES,
+    "image-size": IMAGE_SIZES,
+    "decode": DECODE_SHAPES,
+}
 CSV_HEADERS = [
     "model",
     "exporter",
@@ -108,19 +115,24 @@ def dims_of(path: Path) -> list[list[int | str]]:
 
 
 def scheme(path: Path) -> str:
-    """``decode`` for a model with a KV cache (``past_*`` inputs), ``image`` for one with a 4-D
-    float input, else ``text``."""
+    """``decode`` for a model with a KV cache (``past_*`` inputs), ``image-size`` for one with a
+    4-D float input whose sides are dynamic, ``image`` for one whose are not, else ``text``."""
     graph = onnx.load(str(path), load_external_data=False).graph
     if any(vi.name.startswith("past_") for vi in graph.input):
         return "decode"
     floats = [vi for vi in graph.input if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
-    return "image" if any(len(vi.type.tensor_type.shape.dim) == 4 for vi in floats) else "text"
+    images = [vi.type.tensor_type.shape.dim for vi in floats]
+    images = [dims for dims in images if len(dims) == 4]
+    if not images:
+        return "text"
+    return "image-size" if any(d.dim_param for d in images[0][2:]) else "image"
 
 
 def inputs_at(path: Path, shape: tuple[int, ...], seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs of the model at ``shape``: ``(batch, sequence)`` for token models (ids below 100,
     an all-ones mask), ``(batch,)`` for an image model (the other dims as declared), ``(batch,
-    past)`` for a decode step (one token; the mask spans the cache and the token)."""
+    height, width)`` for one of a dynamic size, ``(batch, past)`` for a decode step (one token;
+    the mask spans the cache and the token)."""
     graph = onnx.load(str(path), load_external_data=False).graph
     inits = {t.name for t in graph.initializer}
     rng = np.random.default_rng(seed)
@@ -130,7 +142,8 @@ def inputs_at(path: Path, shape: tuple[int, ...], seed: int = 0) -> dict[str, np
         if vi.name in inits:
             continue
         declared = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        dims = [*shape, *declared[len(shape) :]]
+        given = iter(shape)  # the batch, then each dynamic dim in order
+        dims = [next(given, 1) if i == 0 or not d else d for i, d in enumerate(declared)]
         if decode:
             batch, past = shape
             if vi.name == "input_ids":

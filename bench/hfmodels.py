@@ -246,22 +246,39 @@ def vit(
     return model.eval(), (torch.randn(1, 3, image, image),), PIXELS
 
 
-def convnext() -> Built:
-    """``ConvNextModel``, the default config (ConvNeXt-T: depths 3-3-9-3, widths 96-768, 7x7
-    depthwise convs); 1x3x224x224."""
+def convnext(
+    widths: tuple[int, ...] = (96, 192, 384, 768),
+    depths: tuple[int, ...] = (3, 3, 9, 3),
+    image: int = 224,
+) -> Built:
+    """``ConvNextModel``; the defaults are the default config (ConvNeXt-T: depths 3-3-9-3,
+    widths 96-768, 7x7 depthwise convs); 1x3x``image``x``image``."""
     from transformers import ConvNextConfig, ConvNextModel
 
     torch.manual_seed(SEED)
-    model = HiddenState(ConvNextModel(ConvNextConfig()), PIXELS)
-    return model.eval(), (torch.randn(1, 3, 224, 224),), PIXELS
+    config = ConvNextConfig(hidden_sizes=list(widths), depths=list(depths))
+    model = HiddenState(ConvNextModel(config), PIXELS)
+    return model.eval(), (torch.randn(1, 3, image, image),), PIXELS
 
 
 def resnet50() -> Built:
     """``ResNetModel``, the default config (ResNet-50: bottlenecks 3-4-6-3), batch norm
     calibrated (:func:`architectures.calibrated`); 1x3x224x224."""
+    return resnet()
+
+
+def resnet(
+    stem: int = 64,
+    widths: tuple[int, ...] = (256, 512, 1024, 2048),
+    depths: tuple[int, ...] = (3, 4, 6, 3),
+    image: int = 224,
+) -> Built:
+    """``ResNetModel`` (bottleneck blocks), batch norm calibrated
+    (:func:`architectures.calibrated`); the defaults are ResNet-50's; 1x3x``image``x``image``."""
     from transformers import ResNetConfig, ResNetModel
 
     torch.manual_seed(SEED)
-    example = torch.randn(1, 3, 224, 224)
-    model = HiddenState(ResNetModel(ResNetConfig()), PIXELS)
+    example = torch.randn(1, 3, image, image)
+    config = ResNetConfig(embedding_size=stem, hidden_sizes=list(widths), depths=list(depths))
+    model = HiddenState(ResNetModel(config), PIXELS)
     return calibrated(model, example), (example,), PIXELS

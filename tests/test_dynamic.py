@@ -337,18 +337,66 @@ def test_a_rewrite_valid_only_at_batch_one_is_left_out() -> None:
     assert fired(symbolic) == 0  # for every batch it is not
 
 
+def test_a_dynamic_image_size_through_strided_convs_stays_symbolic() -> None:
+    """Stride-2 convolutions on dynamic image sides: each output side is ``(H + 1)//2``, a dim
+    of its own read off the convolution's shape function; the merged convs are written with
+    the sides symbolic and agree with the original at even and odd sides."""
+    model = _conv_net(["N", 3, "H", "W"])
+    for conv in model.graph.node[:2]:
+        conv.attribute.append(helper.make_attribute("strides", [2, 2]))
+    result = optimize(model, ANALYTIC)
+    assert result.shapes is not None and result.shapes.symbolic
+    assert result.shapes.note == (
+        "N, H, W kept symbolic; priced at N=1, H=128, W=128; (H + 1)//2, (W + 1)//2 with them"
+    )
+    assert result.kept == "optimized" and result.rewrites()
+    written = result.model
+    assert _dims_of(written.graph.input) == [["N", 3, "H", "W"]]
+    assert _dims_of(written.graph.output) == [["N", 10]]
+    for shape in ((1, 3, 16, 16), (2, 3, 17, 9), (1, 3, 1, 2)):
+        _same_at(model, written, {"x": shape})
+
+
+def test_a_side_divided_by_several_strides_is_one_quotient() -> None:
+    """Two stride-2 convolutions: ``floor((floor((H + 1)/2) + 1)/2)`` is ``(H + 3)//4``."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Conv", ["a", "w2"], ["b"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("MaxPool", ["b"], ["y"], kernel_shape=[3, 3], strides=[3, 3]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "H", 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None, 1])
+    model = _model(nodes, [x], [y], [_f32("w1", (4, 2, 3, 3)), _f32("w2", (4, 4, 3, 3))])
+    graph, dims = ronnx.load_symbolic(model)
+    assert dims is not None
+    assert [(s.name, s.divisor) for s in dims.sums] == [
+        ("(H + 1)//2", 2),
+        ("(H + 3)//4", 4),
+        ("(H + 3)//12", 12),
+    ]
+    pool = next(n for n in graph.nodes if n.op == "poolmax")
+    assert dims.value(pool.shape[2], {"H": 100}) == (((100 + 1) // 2 + 1) // 2 - 3) // 3 + 1
+
+
 def test_a_dim_that_cannot_stay_symbolic_is_fixed_and_said() -> None:
-    """A stride-2 convolution on a dynamic image side: the output side is not a product of
-    dims; the model is optimized at the pricing shape, the note names the input and dim."""
-    model = _conv_net([1, 3, "H", "W"])
-    model.graph.node[0].attribute.append(helper.make_attribute("strides", [2, 2]))
-    model.graph.node[1].attribute.append(helper.make_attribute("strides", [2, 2]))
-    result = optimize(model, Options(cost_model="analytic", timing=None, batch=1))
+    """A Concat of a dynamic ``H`` side, a dynamic ``W`` side and one column: ``H + W + 1`` is
+    no product of dims and no sum relsat keeps; the model is optimized at the pricing shape,
+    the note names the inputs and dims."""
+    n = helper.make_node
+    nodes = [n("Concat", ["x", "z", "one"], ["c"], axis=2), n("Relu", ["c"], ["y"])]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "H"]),
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, "W"]),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None])
+    model = _model(nodes, inputs, [y], [_f32("one", (1, 4, 1))])
+    result = optimize(model, Options(cost_model="analytic", timing=None))
     assert result.shapes is not None and not result.shapes.symbolic
     note = result.shapes.note
     assert note.startswith("fixed at H=128, W=128: ") and "x dim 2 (H)" in note
-    assert "\n" not in note
-    assert _dims_of(result.model.graph.input) == [[1, 3, 128, 128]]
+    assert "z dim 2 (W)" in note and "\n" not in note
+    assert result.original.inputs[0].shape == (1, 4, 128)  # imported at the pricing shape
 
 
 def test_timing_at_the_pricing_shape_and_the_timing_shapes() -> None:

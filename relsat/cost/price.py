@@ -104,8 +104,8 @@ def price_egraph(
 
 
 def resize_signature(sig: OpSignature, size: Callable[[int], int]) -> OpSignature:
-    """``sig`` with its shapes, a reshape's target, a slice's bounds and an opaque node's
-    shape-like constants and output shapes mapped by ``size``
+    """``sig`` with its shapes, a reshape's target, a slice's bounds, a pool's kernel and an
+    opaque node's shape-like constants and output shapes mapped by ``size``
     (:func:`relsat.graph.specialize.substitute`); float parameters, stored as bits, are left
     alone."""
     from relsat.graph.specialize import substitute
@@ -121,6 +121,8 @@ def resize_signature(sig: OpSignature, size: Callable[[int], int]) -> OpSignatur
         s += json.dumps(resized[1], separators=(",", ":"))
     elif sig.op == "slice":
         params = (params[0], size(params[1]), size(params[2]), *params[3:])
+    elif sig.op in ("poolmax", "poolavg"):  # a global pool's kernel is the input's side
+        params = (size(params[0]), size(params[1]), *params[2:])
     return replace(
         sig,
         params=params,

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from relsat.errors import ExecutionError
-from relsat.graph.graph import Graph, Ref
+from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.kernels import Lazy, OpaqueKernel, Value, apply, register_opaque
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "compare",
     "compare_outputs",
     "evaluate",
+    "random_value",
     "random_values",
     "register_opaque",
     "run",
@@ -57,16 +58,19 @@ def random_values(graph: Graph, *, seed: int = 0, dtype: Any = np.float64) -> di
     (float32 or float64; another dtype is drawn as float64, then cast), so a float32 tensor
     never passes through a float64 copy twice its size.
     """
-    out: dict[str, np.ndarray] = {}
-    for node in graph.nodes:
-        if node.op not in ("input", "weight"):
-            continue
-        name = node.name or ""
-        if name in graph.values:
-            out[name] = np.array(graph.values[name], dtype=dtype)
-        else:
-            out[name] = _draw(name, node.shape, node.op == "weight", seed, dtype)
-    return out
+    return {
+        node.name or "": random_value(graph, node, seed=seed, dtype=dtype)
+        for node in graph.nodes
+        if node.op in ("input", "weight")
+    }
+
+
+def random_value(graph: Graph, node: Node, *, seed: int = 0, dtype: Any = np.float64) -> np.ndarray:
+    """The array :func:`random_values` gives input or weight ``node`` of ``graph``, alone."""
+    name = node.name or ""
+    if name in graph.values:
+        return np.array(graph.values[name], dtype=dtype)
+    return _draw(name, node.shape, node.op == "weight", seed, dtype)
 
 
 def _draw(name: str, shape: tuple[int, ...], weight: bool, seed: int, dtype: Any) -> np.ndarray:

@@ -34,6 +34,7 @@ __all__ = [
     "parse",
     "sign",
     "spell_poly",
+    "spell_quotient",
 ]
 
 #: A polynomial over dim names: ((monomial: sorted names, repeated for powers), coefficient),
@@ -50,11 +51,23 @@ SUM_CONSTANT = 2
 class Sum:
     """A dim that is a polynomial of other dims and not a product of them (``past + 1``): its
     ``name`` (the ``dim_param`` the model spells it with), its ``terms`` and the ``(input,
-    axis)`` places it occurs."""
+    axis)`` places it occurs. With a ``divisor`` above 1 it is the polynomial floor-divided by
+    it: an image side after a strided convolution or pooling, ``(H + 1)//2`` (its terms may
+    name such dims in turn: ``((H + 1)//2 + 1)//2``).
+
+    >>> Sum("(H + 1)//2", parse("H + 1", {"H"}), (), 2).at({"H": 224})
+    112
+    """
 
     name: str
     terms: Poly
     axes: tuple[tuple[str, int], ...]
+    divisor: int = 1
+
+    @property
+    def is_atom(self) -> bool:
+        """Is it no product of other dims (several terms, or divided)?"""
+        return len(self.terms) > 1 or self.divisor > 1
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -63,13 +76,14 @@ class Sum:
 
     def at(self, values: Mapping[str, int]) -> int:
         """Its value with the dims at ``values``."""
-        return sum(c * math.prod(values[n] for n in mono) for mono, c in self.terms)
+        total = sum(c * math.prod(values[n] for n in mono) for mono, c in self.terms)
+        return total // self.divisor
 
     def solve(self, value: int, known: Mapping[str, int]) -> tuple[str, int] | None:
         """The one dim of it not in ``known`` and its value when the sum is ``value`` (a dim
         that occurs once, to the first power, and divides out), else None."""
         unknown = [n for n in self.names if n not in known]
-        if len(unknown) != 1:
+        if len(unknown) != 1 or self.divisor != 1:
             return None
         (name,) = unknown
         linear = [c for mono, c in self.terms if mono == (name,)]
@@ -143,6 +157,19 @@ def parse(text: str, names: Collection[str]) -> Poly | None:
         return None  # a number spelled as a name: not a dim
     spelled = " + " in text or " - " in text or "*" in text
     return poly if spelled or used <= set(names) else None
+
+
+def spell_quotient(poly: Poly, divisor: int) -> str:
+    """``poly`` floor-divided by ``divisor`` in words: ``(H + 1)//2``, ``H//4``.
+
+    >>> spell_quotient(parse("H + 1", {"H"}), 2), spell_quotient(parse("H", {"H"}), 1)
+    ('(H + 1)//2', 'H')
+    """
+    body = spell_poly(poly)
+    if divisor == 1:
+        return body
+    simple = len(poly) == 1 and poly[0][1] == 1 and len(poly[0][0]) == 1
+    return f"{body if simple else f'({body})'}//{divisor}"
 
 
 def spell_poly(poly: Poly) -> str:

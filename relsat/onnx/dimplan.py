@@ -26,6 +26,7 @@ __all__ = [
     "PRICING_BATCH",
     "PRICING_OTHER",
     "SMALLEST_MARKER",
+    "WIDE_MARKERS",
     "choose_markers",
     "plan",
     "remarked",
@@ -47,6 +48,14 @@ MARKER_FLOOR = 61
 MARKER_CEILING = 8
 #: Marker sets tried for a model whose sums must read back (:meth:`Dims.sum_clash`).
 SUM_TRIES = 16
+#: Markers of the dims a divided sum is made of (an image side through strided convolutions:
+#: :attr:`~relsat.onnx.dimexpr.Sum.divisor`) are primes in this range, largest first: after
+#: five halvings such a side is still in the hundreds, above a model's small static numbers,
+#: and products of a few such dims stay far inside int64.
+WIDE_MARKERS = (1 << 12, 1 << 14)
+#: Marker sets tried for a model with divided sums (each of its chains of halvings reads back
+#: at about one prime in 2**depth).
+WIDE_TRIES = 4096
 
 
 def plan(
@@ -176,8 +185,11 @@ def remarked(dims: Dims, avoid: set[int], model: Any, *, taken: Iterable[int] = 
     out."""
     static = static_numbers(model)
     avoid = set(avoid)
-    for _ in range(SUM_TRIES):
-        markers = choose_markers([d.value for d in dims.dims], avoid, static, taken=taken)
+    divided = {b for s in dims.sums if s.divisor > 1 for b in dims.base(s.name)}
+    wide = [d.name in divided for d in dims.dims]
+    for _ in range(WIDE_TRIES if divided else SUM_TRIES):
+        values = [d.value for d in dims.dims]
+        markers = choose_markers(values, avoid, static, taken=taken, wide=wide)
         out = dims.with_markers(markers)
         bad = out.sum_clash(static)
         if bad is None:
@@ -269,14 +281,20 @@ def _solve(
 
 
 def choose_markers(
-    values: Sequence[int], avoid: set[int], static: Iterable[int], *, taken: Iterable[int] = ()
+    values: Sequence[int],
+    avoid: set[int],
+    static: Iterable[int],
+    *,
+    taken: Iterable[int] = (),
+    wide: Sequence[bool] = (),
 ) -> list[int]:
     """One prime per pricing value: the largest in ``[SMALLEST_MARKER, max(value,
     MARKER_FLOOR)]`` that is not in ``avoid`` or ``taken``, divides no number of ``static``,
     and is not yet chosen; when that range has none left (a model with many small dims: the
     second assignment needs as many primes again), the smallest such prime above it, up to
     :data:`MARKER_CEILING` times its top. A marker above a bound the model puts on its dim
-    then fails the import, which says so. :class:`OnnxError` when none is left.
+    then fails the import, which says so. Where ``wide`` is true for a value, the largest free
+    prime in :data:`WIDE_MARKERS` instead. :class:`OnnxError` when none is left.
 
     >>> choose_markers([3] * 6, set(), [], taken=[61, 59, 53, 47, 43, 41, 37])
     [31, 29, 23, 67, 71, 73]
@@ -284,18 +302,21 @@ def choose_markers(
     numbers = {abs(int(n)) for n in static if n}
     used = set(avoid) | set(taken)
     out = []
-    for value in values:
-        top = max(int(value), MARKER_FLOOR)
-        below = [p for p in reversed(_primes(top)) if p >= SMALLEST_MARKER]
-        above = [p for p in _primes(MARKER_CEILING * top) if p > top]
+    for i, value in enumerate(values):
+        if i < len(wide) and wide[i]:
+            low, ceiling = WIDE_MARKERS
+            below, above = [p for p in reversed(_primes(ceiling)) if p >= low], []
+        else:
+            top = max(int(value), MARKER_FLOOR)
+            ceiling = MARKER_CEILING * top
+            below = [p for p in reversed(_primes(top)) if p >= SMALLEST_MARKER]
+            above = [p for p in _primes(ceiling) if p > top]
         pick = next(
             (p for p in [*below, *above] if p not in used and all(n % p for n in numbers)),
             None,
         )
         if pick is None:
-            raise OnnxError(
-                f"no prime up to {MARKER_CEILING * top} is free to stand for a dynamic dim"
-            )
+            raise OnnxError(f"no prime up to {ceiling} is free to stand for a dynamic dim")
         used.add(pick)
         out.append(pick)
     return out

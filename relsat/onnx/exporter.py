@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
-from relsat.graph.execute import random_values
+from relsat.graph.execute import random_value
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.kernels import Lazy, Value, apply
 from relsat.graph.ops import same_padding
@@ -172,7 +172,6 @@ class Exporter:
         self.output_names = self._output_names(output_names)
         self.foldable = self._foldable()
         self.values: dict[Ref, Value] = {}
-        self._leaves: dict[str, np.ndarray] | None = None
         self.memo: dict[Hashable, str] = {}
 
     # --- opsets ---------------------------------------------------------------------------
@@ -281,10 +280,8 @@ class Exporter:
     def value(self, ref: Ref) -> Value:
         if ref not in self.values:
             node = self.graph.node(ref)
-            if node.op == "weight":
-                if self._leaves is None:
-                    self._leaves = random_values(self.graph, seed=self.seed)
-                self.values[ref] = self._leaves[node.name or ""]
+            if node.op == "weight":  # drawn alone: the inputs may be at marker sizes
+                self.values[ref] = random_value(self.graph, node, seed=self.seed)
             else:
                 args: list[Value] = []
                 for r in node.inputs:
@@ -489,6 +486,11 @@ class Exporter:
             self.activation("RELU6", ins[0], outs[0])
         elif node.op in ("poolmax", "poolavg"):
             kernel = list(p["kernel"])
+            if kernel == list(shapes[0][2:]) and p["padding"] == "VALID":  # the whole input:
+                # a global pool, valid at every size (an image side may be symbolic)
+                op_type = "GlobalMaxPool" if node.op == "poolmax" else "GlobalAveragePool"
+                self.with_activation(op_type, node, ins, outs[0])
+                return
             pads = _tensor_pads(shapes[0][2:], kernel, p["stride"], p["padding"])
             extra: dict[str, Any] = {"count_include_pad": 0} if node.op == "poolavg" else {}
             op_type = "MaxPool" if node.op == "poolmax" else "AveragePool"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ import onnx
 
 from relsat.graph.graph import Graph
 from relsat.onnx.data import read_array
-from relsat.onnx.dimexpr import SUM_CONSTANT, Poly, linear
+from relsat.onnx.dimexpr import SUM_CONSTANT, Poly, Sum, linear
 from relsat.onnx.dimplan import plan, remarked
 from relsat.onnx.errors import DynamicShapeError, OnnxError, SymbolicDimError
 from relsat.onnx.importer import Importer, read_model, skeleton
@@ -91,6 +92,7 @@ def _import(
         return cache[name]
 
     avoid: set[int] = set()
+    found: tuple[Sum, ...] = ()  # sums the model's operators make of its dims (shapefold)
     for _ in range(MARKER_TRIES):
         other = remarked(dims, avoid, model, taken=[d.marker for d in dims.dims])
         try:
@@ -99,6 +101,10 @@ def _import(
         except MarkerClash as clash:
             avoid.add(clash.marker)
             dims = replan(avoid)
+            known = {s.name for s in found}
+            found += tuple(s for s in clash.sums if s.divisor > 1 and s.name not in known)
+            if found:  # markers at which they read back, chosen before folding again
+                dims = remarked(replace(dims, sums=(*dims.sums, *found)), avoid, model)
     else:
         raise SymbolicDimError(
             "static sizes of the model are divisible by every prime tried for its dynamic dims "

@@ -27,6 +27,7 @@ and onnxruntime's constant folding leave open at fixed input shapes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -34,7 +35,17 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from relsat.onnx.dimexpr import SUM_CONSTANT, Sum, linear, spell_poly
+from relsat.onnx.dimexpr import (
+    SUM_CONSTANT,
+    Poly,
+    Sum,
+    add,
+    constant,
+    linear,
+    multiply,
+    spell_poly,
+    spell_quotient,
+)
 from relsat.onnx.dimplan import static_numbers
 from relsat.onnx.errors import SymbolicDimError
 from relsat.onnx.symbolic import SHAPE_LIKE, Dims
@@ -68,10 +79,12 @@ class Folded:
 
 
 class MarkerClash(Exception):
-    """A static number of the model is divisible by ``marker``: choose others."""
+    """A static number of the model is divisible by ``marker``, or a sum found is no atom at
+    it: choose others. ``sums``: the sums found in the model so far (the next markers are
+    chosen so that they read back)."""
 
-    def __init__(self, marker: int) -> None:
-        self.marker = marker
+    def __init__(self, marker: int, sums: tuple[Sum, ...] = ()) -> None:
+        self.marker, self.sums = marker, sums
         super().__init__(marker)
 
 
@@ -92,23 +105,29 @@ def fold(
     state.outputs = {o.name for o in model.graph.output}
     nodes_a = list(model.graph.node)  # folded nodes become Constants of their first values,
     nodes_b = list(model.graph.node)  # and here of their second (for the second inference)
-    for _ in range(ROUNDS):
-        shapes_a = _infer(model, nodes_a, dims.marked(), skeleton)
-        shapes_b = _infer(model, nodes_b, other.marked(), skeleton)
-        new_a: list[onnx.NodeProto] = []
-        new_b: list[onnx.NodeProto] = []
-        changed = False
-        for node_a, node_b in zip(nodes_a, nodes_b, strict=True):
-            pair = state.fold(node_a, shapes_a, shapes_b)
-            changed |= pair is not None
-            new_a.extend(pair[0] if pair is not None else [node_a])
-            new_b.extend(pair[1] if pair is not None else [node_b])
-        nodes_a, nodes_b = new_a, new_b
-        if not changed:
-            break
-    shapes_a = _infer(model, nodes_a, dims.marked(), skeleton)
-    shapes_b = _infer(model, nodes_b, other.marked(), skeleton)
-    _check_dims(nodes_a, shapes_a, shapes_b, state)
+    try:
+        for _ in range(ROUNDS):
+            shapes_a, types = _infer(model, nodes_a, dims.marked(), skeleton)
+            shapes_b, _ = _infer(model, nodes_b, other.marked(), skeleton)
+            state.derive(nodes_a, shapes_a, shapes_b, types)
+            new_a: list[onnx.NodeProto] = []
+            new_b: list[onnx.NodeProto] = []
+            changed = False
+            for node_a, node_b in zip(nodes_a, nodes_b, strict=True):
+                pair = state.fold(node_a, shapes_a, shapes_b)
+                changed |= pair is not None
+                new_a.extend(pair[0] if pair is not None else [node_a])
+                new_b.extend(pair[1] if pair is not None else [node_b])
+            nodes_a, nodes_b = new_a, new_b
+            if not changed:
+                break
+        shapes_a, types = _infer(model, nodes_a, dims.marked(), skeleton)
+        shapes_b, _ = _infer(model, nodes_b, other.marked(), skeleton)
+        state.derive(nodes_a, shapes_a, shapes_b, types)
+        _check_dims(nodes_a, shapes_a, shapes_b, state)
+    except MarkerClash as clash:  # the sums found so far go with it: the next markers must
+        # read them back too (:func:`relsat.onnx.dimplan.remarked`)
+        raise MarkerClash(clash.marker, state.a.sums[len(dims.sums) :]) from None
     model_a = _rebuilt(model, nodes_a, dims.marked())
     return Folded(model_a, frozenset(state.symbolic), state.a)
 
@@ -156,6 +175,37 @@ class _State:
                 raise MarkerClash(bad)
         self.a, self.b = a, b
         return _same_product(a, b, x, y)
+
+    def derive(
+        self, nodes: list[onnx.NodeProto], shapes_a: Shapes, shapes_b: Shapes, types: dict[str, int]
+    ) -> None:
+        """Keep as sums the dims operators make from one input dim by affine arithmetic and a
+        floor division — a convolution's or a pooling's output side, ``(H + 1)//2`` after a
+        stride of 2; a crop, ``H - 4`` — read off each node's own ONNX shape inference
+        (:func:`_through`), in node order, so a sum may be made of the sums before it. One that
+        is no atom at these markers raises :class:`MarkerClash` after the pass (with every sum
+        found: the next markers are chosen for them all)."""
+        fresh = False
+        for node in nodes:
+            if node.domain not in ("", "ai.onnx") or not node.input or not node.input[0]:
+                continue
+            for out in (o for o in node.output if o):
+                sa, sb = shapes_a.get(out), shapes_b.get(out)
+                if sa is None or sb is None or len(sa) != len(sb):
+                    continue
+                for axis, (x, y) in enumerate(zip(sa, sb, strict=True)):
+                    if x is None or y is None or x == y or _same_product(self.a, self.b, x, y):
+                        continue
+                    found = _through(self, node, out, axis, (shapes_a, shapes_b), types)
+                    if found is not None and self.a.sum(found.name) is None:
+                        self.a = replace(self.a, sums=(*self.a.sums, found))
+                        self.b = replace(self.b, sums=(*self.b.sums, found))
+                        fresh = True
+        if fresh:
+            for dims in (self.a, self.b):
+                bad = dims.sum_clash(self.static)
+                if bad is not None:
+                    raise MarkerClash(bad)
 
     def fold(
         self, node: onnx.NodeProto, shapes_a: Shapes, shapes_b: Shapes
@@ -249,6 +299,133 @@ class _State:
         )
 
 
+def _through(
+    state: _State,
+    node: onnx.NodeProto,
+    out: str,
+    axis: int,
+    shapes: tuple[Shapes, Shapes],
+    types: dict[str, int],
+) -> Sum | None:
+    """Dim ``axis`` of ``node``'s output ``out`` as ``floor((a*X + c) / s)`` of the same dim
+    ``X`` of its first input, when that is what the node computes: its ONNX shape inference
+    sampled at :data:`SAMPLES` consecutive values of ``X`` (the other inputs as at the first
+    assignment) fits one ``(a, c, s)`` (:func:`_fit`), and the fit gives the output's dim at
+    both assignments. None otherwise (the dim depends on more than that input dim)."""
+    (shapes_a, shapes_b), src = shapes, node.input[0]
+    ia, ib = shapes_a.get(src), shapes_b.get(src)
+    sa, sb = shapes_a[out], shapes_b[out]
+    if ia is None or ib is None or len(ia) != len(sa) or len(ib) != len(sb):
+        return None
+    xa, xb = ia[axis], ib[axis]
+    if xa is None or xb is None or xa == xb or not _same_product(state.a, state.b, xa, xb):
+        return None
+    position = list(node.output).index(out)
+    samples = _sampled(state, node, position, axis, shapes_a, types)
+    fit = _fit(samples) if samples else None
+    if fit is None:
+        return None
+    a, c, s = fit
+    if (a * xa + c) // s != sa[axis] or (a * xb + c) // s != sb[axis]:
+        return None
+    numerator = add(multiply(constant(a), state.a.poly(xa)), constant(c))
+    numerator, s = _flattened(state.a, numerator, s)
+    if all(k % s == 0 for _, k in numerator):  # divides exactly: a polynomial
+        numerator, s = tuple((m, k // s) for m, k in numerator), 1
+    if s == 1 and len(numerator) == 1:  # a product: nothing to keep
+        return None
+    return Sum(spell_quotient(numerator, s), numerator, (), s)
+
+
+def _flattened(dims: Dims, numerator: Poly, s: int) -> tuple[Poly, int]:
+    """``floor(numerator / s)`` with a divided sum ``floor(P / d)`` that ``numerator`` is plus a
+    constant ``c`` written out: ``floor((P + d*c) / (d*s))``, so a side through several strides
+    is one quotient (``(H + 3)//4``, not ``((H + 1)//2 + 1)//2``)."""
+    names = [(m, k) for m, k in numerator if m]
+    inner = dims.sum(names[0][0][0]) if len(names) == 1 and len(names[0][0]) == 1 else None
+    if inner is None or inner.divisor == 1 or names[0][1] != 1:
+        return numerator, s
+    c = sum(k for m, k in numerator if not m)
+    return add(inner.terms, constant(inner.divisor * c)), inner.divisor * s
+
+
+#: Consecutive values of an input dim a node's shape inference is sampled at (:func:`_through`).
+SAMPLES = 17
+#: The multipliers and divisors :func:`_fit` tries (a transposed convolution's stride, a
+#: convolution's or pooling's).
+MULTIPLIERS, DIVISORS = range(1, 5), range(1, 9)
+
+
+def _sampled(
+    state: _State,
+    node: onnx.NodeProto,
+    position: int,
+    axis: int,
+    shapes: Shapes,
+    types: dict[str, int],
+) -> list[tuple[int, int]]:
+    """``(X, Y)``: output ``position``'s dim ``axis`` by ONNX shape inference of ``node`` alone
+    with its first input's dim ``axis`` at ``X`` (the inputs' other dims as ``shapes``, the
+    constant inputs' values known); empty when inference fails."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, state.opset, "")
+    except Exception:
+        return []
+    base: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for name in node.input:
+        if not name or name in base:
+            continue
+        if name not in types:
+            return []
+        dims = shapes.get(name)
+        base[name] = helper.make_tensor_type_proto(types[name], list(dims) if dims else None)
+        known = state.value(name)
+        if known is not None and known[0].size <= FOLD_LIMIT and np.array_equal(*known):
+            data[name] = numpy_helper.from_array(np.asarray(known[0]), name)
+    src = node.input[0]
+    first = shapes[src][axis]
+    assert first is not None
+    out = []
+    for x in range(first, first + SAMPLES):
+        feeds = dict(base)
+        sampled = list(shapes[src])
+        sampled[axis] = x
+        feeds[src] = helper.make_tensor_type_proto(types[src], sampled)
+        try:
+            got = onnx.shape_inference.infer_node_outputs(
+                schema, node, feeds, data, opset_imports=[helper.make_opsetid("", state.opset)]
+            )
+        except Exception:
+            return []
+        t = got.get(node.output[position])
+        shape = t.tensor_type.shape if t is not None and t.HasField("tensor_type") else None
+        if shape is None or axis >= len(shape.dim) or not shape.dim[axis].HasField("dim_value"):
+            return []
+        out.append((x, int(shape.dim[axis].dim_value)))
+    return out
+
+
+def _fit(samples: list[tuple[int, int]]) -> tuple[int, int, int] | None:
+    """The ``(a, c, s)`` with ``Y = floor((a*X + c) / s)`` at every sample, the smallest ``s``
+    then ``a`` (coprime) for which exactly one ``c`` fits; None when none does.
+
+    >>> _fit([(x, (x + 2 - 3) // 2 + 1) for x in range(100, 117)])  # k 3, pad 1, stride 2
+    (1, 1, 2)
+    >>> _fit([(x, 2 * x + 1) for x in range(40, 57)])
+    (2, 1, 1)
+    """
+    for s in DIVISORS:
+        for a in MULTIPLIERS:
+            if math.gcd(a, s) != 1:
+                continue
+            low = max(s * y - a * x for x, y in samples)
+            high = min(s * y + s - 1 - a * x for x, y in samples)
+            if low == high:
+                return a, low, s
+    return None
+
+
 def _clash(dims: Dims, v: int) -> None:
     f = dims.factor(v)
     if f is not None:
@@ -329,24 +506,35 @@ def _infer(
     nodes: list[onnx.NodeProto],
     inputs: dict[str, tuple[int, ...]],
     skeleton: Callable[[onnx.ModelProto], onnx.ModelProto],
-) -> Shapes:
-    """Every tensor's inferred dims (None where left open) with the inputs at ``inputs``."""
+) -> tuple[Shapes, dict[str, int]]:
+    """Every tensor's inferred dims (None where left open) with the inputs at ``inputs``, and
+    its element type."""
     try:
         inferred = onnx.shape_inference.infer_shapes(
             skeleton(_rebuilt(model, nodes, inputs)), data_prop=True
         )
     except Exception:
-        return {}
+        return {}, {}
     shapes: Shapes = {}
+    types: dict[str, int] = {}
     g = inferred.graph
-    for vi in [*g.input, *g.value_info, *g.output]:
+    for vi in [*g.input, *g.value_info, *g.output, *_initializer_types(g)]:
         tt = vi.type.tensor_type
-        if vi.type.WhichOneof("value") == "tensor_type" and tt.HasField("shape"):
+        if vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        types[vi.name] = tt.elem_type
+        if tt.HasField("shape"):
             shapes[vi.name] = tuple(
                 d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
                 for d in tt.shape.dim
             )
-    return shapes
+    return shapes, types
+
+
+def _initializer_types(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    return [
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in graph.initializer
+    ]
 
 
 def _check_dims(

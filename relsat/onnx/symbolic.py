@@ -84,10 +84,20 @@ class Dims:
         """Dim name → marker."""
         return {d.name: d.marker for d in self.dims}
 
+    def with_sums(self, values: Mapping[str, int]) -> dict[str, int]:
+        """``values`` (dim name → value) with every sum's value at them, in order (a sum may
+        name an earlier one: ``((H + 1)//2 + 1)//2``)."""
+        out = dict(values)
+        for s in self.sums:
+            out[s.name] = s.at(out)
+        return out
+
     def atoms(self) -> tuple[tuple[str, int], ...]:
-        """The sums of several terms, then the dims: ``(name, value at the markers)``."""
+        """The sums that are no product (:attr:`Sum.is_atom`), then the dims: ``(name, value at
+        the markers)``."""
         markers = self.markers()
-        sums = tuple((s.name, s.at(markers)) for s in self.sums if len(s.terms) > 1)
+        at = self.with_sums(markers)
+        sums = tuple((s.name, at[s.name]) for s in self.sums if s.is_atom)
         return sums + tuple(markers.items())
 
     def factor(self, v: int) -> tuple[int, tuple[tuple[str, int], ...]] | None:
@@ -114,7 +124,7 @@ class Dims:
         out = constant(coef)
         for name, e in powers:
             s = self.sum(name)
-            atom = s.terms if s is not None else (((name,), 1),)
+            atom = s.terms if s is not None and s.divisor == 1 else (((name,), 1),)
             for _ in range(e):
                 out = multiply(out, atom)
         return out
@@ -124,8 +134,7 @@ class Dims:
 
     def resolve(self, values: Mapping[str, int] | None = None) -> dict[str, int]:
         """Every dim's and sum's value at ``values`` (missing dims: their pricing values)."""
-        want = {**self.pricing(), **(values or {})}
-        return want | {s.name: s.at(want) for s in self.sums}
+        return self.with_sums({**self.pricing(), **(values or {})})
 
     def value(self, v: int, values: Mapping[str, int] | None = None) -> int:
         """``v`` with every atom replaced by its value at ``values`` (missing dims, or all when
@@ -152,8 +161,7 @@ class Dims:
 
     def marked(self) -> dict[str, tuple[int, ...]]:
         """Each input's shape with markers for its dynamic dims."""
-        at = {d.name: d.marker for d in self.dims}
-        at |= {s.name: s.at(at) for s in self.sums}
+        at = self.with_sums(self.markers())
         return {
             k: tuple(at[d] if isinstance(d, str) else d for d in v) for k, v in self.inputs.items()
         }
@@ -173,28 +181,37 @@ class Dims:
         )
 
     def sum_clash(self, static: Iterable[int]) -> int | None:
-        """A marker to choose again, when a sum of several terms is no atom at these markers:
-        below 2, divisible by a marker, dividing a static number of the model or another sum's
-        value; None when every sum is one."""
+        """A marker to choose again, when a sum that is no product (:attr:`Sum.is_atom`) is no
+        atom at these markers: below 2, even when divided, divisible by a marker, dividing a
+        static number of the model or another sum's value; None when every sum is one."""
         markers = self.markers()
         numbers = {abs(int(n)) for n in static if n}
-        values = [(s, s.at(markers)) for s in self.sums if len(s.terms) > 1]
+        at = self.with_sums(markers)
+        values = [(s, at[s.name]) for s in self.sums if s.is_atom]
         for s, v in values:
             bad = (
                 v < 2
+                or (s.divisor > 1 and v % 2 == 0)  # odd, as the markers: no rule that needs
+                # an even side (a halving) matches a side through a stride by accident
                 or any(v % m == 0 for m in markers.values())
                 or any(n % v == 0 for n in numbers)
                 or any(w != v and w % v == 0 for _, w in values)
                 or sum(w == v for _, w in values) > 1
             )
             if bad:
-                return markers[s.names[0]]
+                return self.marker_of(s.name)
         return None
 
     def marker_of(self, atom: str) -> int:
         """The marker of dim ``atom``, or of a sum's first dim (the one to choose again)."""
+        return self.dim(self.base(atom)[0]).marker
+
+    def base(self, atom: str) -> tuple[str, ...]:
+        """The dims ``atom`` is made of, through the sums it names (itself for a dim)."""
         s = self.sum(atom)
-        return self.dim(s.names[0] if s is not None else atom).marker
+        if s is None:
+            return (atom,)
+        return tuple(dict.fromkeys(d for n in s.names for d in self.base(n)))
 
     def describe(self, values: Mapping[str, int] | None = None) -> str:
         """``batch=1, sequence=128``."""
@@ -228,7 +245,7 @@ class Dims:
         the model, by its first dim."""
         s = self.sum(name)
         if s is not None and not s.axes:
-            return f"{name}, of {self.where(s.names[0])}"
+            return f"{name}, of {self.where(self.base(name)[0])}"
         axes = s.axes if s is not None else self.dim(name).axes
         label = name
         if not axes:

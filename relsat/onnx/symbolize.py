@@ -11,7 +11,8 @@ writing a graph with markers (:mod:`relsat.onnx.symbolic`) when given its ``dims
   infers one remaining dim with ``-1``; anything else — a Slice bound, an Expand shape, a Range
   limit, a Reshape target with two dims to compute — is computed at run time:
   ``Shape(input, start, end)`` per dim (``Shape → Gather`` before opset 15), ``Mul`` for
-  products and coefficients, ``Concat`` into the vector (a ``Reshape`` to a scalar, a ``Cast``
+  products and coefficients, ``Add`` for sums, ``Div`` for a side after a stride (``(H + 1)//2``),
+  ``Concat`` into the vector (a ``Reshape`` to a scalar, a ``Cast``
   for int32).
 * What cannot be written symbolically — a float tensor whose size is a dim, an attribute
   holding one, a larger constant of dims — raises :class:`SymbolicDimError` naming the input
@@ -156,7 +157,13 @@ class _Writer:
                         "Gather", [self.shape_tensor[tensor], index], "dim", axis=0
                     )
             elif s is not None:
-                self.dim_tensor[name] = self._polynomial(s.terms)
+                value = self._polynomial(s.terms)
+                if s.divisor > 1:  # integer Div truncates: the floor of a dim's non-negative
+                    # numerator (an image side through a stride)
+                    value = self.emit(
+                        "Div", [value, self.const("dim_divisor", [s.divisor])], "dim_quotient"
+                    )
+                self.dim_tensor[name] = value
             else:
                 self.dim_tensor[name] = self._solved(name)
         return self.dim_tensor[name]

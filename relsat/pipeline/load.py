@@ -102,7 +102,9 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
             assert marked is not None
             note = f"{', '.join(marked.names)} kept symbolic; priced at {marked.describe()}{moved}"
             if marked.sums:  # the dims spelled or found as sums of these
-                note += f"; {', '.join(s.name for s in marked.sums)} with them"
+                names = [s.name for s in marked.sums]
+                more = f" and {len(names) - 2} more" if len(names) > 4 else ""
+                note += f"; {', '.join(names[:2] if more else names)}{more} with them"
             if marked.fixed:  # said, never silent: the model runs at no other value of these
                 held = "; ".join(f"{where} = {v}" for _, v, where in marked.fixed)
                 note += f"; fixed by the model (it runs at no other value), written static: {held}"
