@@ -34,7 +34,8 @@ default: fast and deterministic; ``ort-cpu`` measures every operator in onnxrunt
 * ``optimized`` — a rewrite chosen, verified (NumPy and onnxruntime), the optimized model kept;
 * ``original kept`` — no rewrite, or relsat's onnxruntime check rejected the rewrite (``why``);
 * ``dims fixed`` — relsat optimized at the pricing shape instead of keeping a dynamic dim
-  symbolic (``Result.shapes.note`` says why; the written model's interface is fixed);
+  symbolic (``Result.shapes.note`` says why) and so handed back the original (its interface),
+  as it does without ``static``;
 * ``refused: dynamic dim`` — a :class:`relsat.RelsatError` about a dynamic or symbolic dim
   (a ``SymbolicDimError``, or one whose words say ``dynamic``, ``symbolic`` or ``dim_param``);
 * ``refused: data-dependent shape`` — a ``DynamicShapeError``: even at fixed input shapes an

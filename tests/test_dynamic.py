@@ -585,9 +585,11 @@ def _factors(d: int) -> list[int]:
     return [*out, d] if d != 1 or not out else out
 
 
-def test_a_value_that_cannot_be_written_symbolically_writes_the_pricing_shape(
+def test_a_value_that_cannot_be_written_symbolically_keeps_the_dynamic_original(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The optimized model could only be written at the pricing shape: it is checked there,
+    and the input is kept (its dynamic interface), the reason naming ``--static``."""
     from relsat.onnx import exporter
 
     def refuse(model, dims, interface):
@@ -597,8 +599,12 @@ def test_a_value_that_cannot_be_written_symbolically_writes_the_pricing_shape(
     result = optimize(_conv_net(), Options(cost_model="analytic", timing=None, batch=2))
     assert result.shapes is not None and not result.shapes.symbolic
     assert result.shapes.note == ("written at N=2 (fixed): attribute 'split' of Split holds 2*N")
-    assert _dims_of(result.model.graph.input) == [[2, 3, 16, 16]]
-    assert result.checked_at == ("x=[2, 3, 16, 16]",) and result.kept == "optimized"
+    assert result.checked_at == ("x=[2, 3, 16, 16]",) and result.kept == "original"
+    assert result.why == (
+        "not timed; its dims could not stay symbolic, so it is written fixed at "
+        "x=[2, 3, 16, 16]: --static (Options.static) keeps it"
+    )
+    assert _dims_of(result.model.graph.input) == [["N", 3, 16, 16]]
 
 
 def test_bad_timing_shapes_are_refused() -> None:

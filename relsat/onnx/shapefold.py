@@ -349,11 +349,12 @@ def _flattened(dims: Dims, numerator: Poly, s: int) -> tuple[Poly, int]:
     return add(inner.terms, constant(inner.divisor * c)), inner.divisor * s
 
 
-#: Consecutive values of an input dim a node's shape inference is sampled at (:func:`_through`).
-SAMPLES = 17
 #: The multipliers and divisors :func:`_fit` tries (a transposed convolution's stride, a
 #: convolution's or pooling's).
-MULTIPLIERS, DIVISORS = range(1, 5), range(1, 9)
+MULTIPLIERS, DIVISORS = range(1, 5), range(1, 17)
+#: Consecutive values of an input dim a node's shape inference is sampled at (:func:`_through`):
+#: more than the largest divisor, so that a floor's steps pin its constant.
+SAMPLES = 2 * DIVISORS[-1] + 1
 
 
 def _sampled(

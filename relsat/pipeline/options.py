@@ -78,8 +78,9 @@ class Options:
     timing use (defaults: batch 1, any other dynamic dim 128), ``timing_shapes`` (each a
     mapping of dim name → value; dims not named keep their pricing value) further shapes to
     time at (the verdict is the worst). ``static`` fixes the dims to the pricing shape instead
-    (the written model's interface is fixed too), as relsat did before; a dim that cannot stay
-    symbolic does the same, and says why. ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`:
+    (the written model's interface is fixed too), as relsat did before. Where a dim cannot stay
+    symbolic, the model is optimized at the pricing shape and the input kept unless ``static``
+    (:attr:`Result.why` says so, and :attr:`Result.shapes` why the dim could not stay). ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`:
     threads, optimization level) runs the timing and the ``ort-cpu`` prices; ``timing``
     (:class:`~relsat.onnx.latency.Timing`: time budget, rounds, confidence) is how the
     optimized model is timed against the input (None: not timed, the optimized model is kept);

@@ -9,8 +9,8 @@ when it is faster beyond noise, or when ``Options.keep_slower`` says so (or ``ti
 not timed).
 
 With symbolic dims (:class:`~relsat.pipeline.run.Shapes`) the optimized model is written with
-them symbolic (when a value cannot be, it is written at the pricing shape and
-:attr:`Shapes.note` says why), checked in onnxruntime at three shapes
+them symbolic (when a value cannot be, it is written at the pricing shape, :attr:`Shapes.note`
+says why, and :func:`choose` keeps the input unless ``Options.static``), checked in onnxruntime at three shapes
 (:meth:`~relsat.onnx.symbolic.Dims.check_shapes`: any difference, or a shape it cannot run at,
 and the original is kept), and timed at the pricing shape and at ``Options.timing_shapes``;
 the verdict is the worst of them.
@@ -129,9 +129,25 @@ def time(run: Run) -> Run:
 
 def choose(run: Run) -> Run:
     """Keep the optimized model when it is faster beyond noise at every shape timed, or
-    untimed, or ``Options.keep_slower``; else the input."""
+    untimed, or ``Options.keep_slower``; else the input. An input with dynamic dims whose
+    optimized model could only be written at the pricing shape keeps the input (its interface)
+    unless ``Options.static`` asked for fixed shapes: the reason says what ``static`` would
+    keep."""
     if run.source is None or run.exported is None or is_rejected(run):
         return run
+    chosen = _verdict(run)
+    shapes = run.shapes
+    if chosen.kept == "optimized" and shapes is not None and not shapes.symbolic:
+        if not run.options.static:  # never a fixed interface the user did not ask for
+            why = (
+                f"{chosen.why}; its dims could not stay symbolic, so it is written fixed at "
+                f"{shapes.describe_pricing()}: --static (Options.static) keeps it"
+            )
+            return replace(run, kept="original", why=why)
+    return chosen
+
+
+def _verdict(run: Run) -> Run:
     if run.latency is None:
         return replace(run, kept="optimized", why="not timed")
     verdicts = [c.verdict for _, c in run.latencies] or [run.latency.verdict]
