@@ -80,11 +80,11 @@ class Options:
     time at (the verdict is the worst). ``static`` fixes the dims to the pricing shape instead
     (the written model's interface is fixed too), as relsat did before. Where a dim cannot stay
     symbolic, the model is optimized at the pricing shape and the input kept unless ``static``
-    (:attr:`Result.why` says so, and :attr:`Result.shapes` why the dim could not stay). ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`:
-    threads, optimization level) runs the timing and the ``ort-cpu`` prices; ``timing``
-    (:class:`~relsat.onnx.latency.Timing`: time budget, rounds, confidence) is how the
-    optimized model is timed against the input (None: not timed, the optimized model is kept);
-    ``keep_slower`` keeps the optimized model even when it is not measurably faster.
+    (:attr:`Result.why` says so, and :attr:`Result.shapes` why the dim could not stay).
+    ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`: threads, optimization level) runs the
+    timing and the ``ort-cpu`` prices; ``timing`` (:class:`~relsat.onnx.latency.Timing`: time
+    budget, rounds, confidence) is how the optimized model is timed against the input (None:
+    not timed, the optimized model is kept); ``keep_slower`` keeps the optimized model even when it is not measurably faster.
     ``packing``: with ``ort-cpu`` prices, an extracted attention whose q, k and v are projections
     of one tensor becomes one com.microsoft Attention where that measures faster
     (:mod:`relsat.pipeline.pack`).

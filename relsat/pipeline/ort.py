@@ -10,8 +10,8 @@ not timed).
 
 With symbolic dims (:class:`~relsat.pipeline.run.Shapes`) the optimized model is written with
 them symbolic (when a value cannot be, it is written at the pricing shape, :attr:`Shapes.note`
-says why, and :func:`choose` keeps the input unless ``Options.static``), checked in onnxruntime at three shapes
-(:meth:`~relsat.onnx.symbolic.Dims.check_shapes`: any difference, or a shape it cannot run at,
+says why, and :func:`choose` keeps the input unless ``Options.static``), checked in onnxruntime
+at three shapes (:meth:`~relsat.onnx.symbolic.Dims.check_shapes`: any difference, or a shape it cannot run at,
 and the original is kept), and timed at the pricing shape and at ``Options.timing_shapes``;
 the verdict is the worst of them.
 """
@@ -137,13 +137,14 @@ def choose(run: Run) -> Run:
         return run
     chosen = _verdict(run)
     shapes = run.shapes
-    if chosen.kept == "optimized" and shapes is not None and not shapes.symbolic:
-        if not run.options.static:  # never a fixed interface the user did not ask for
-            why = (
-                f"{chosen.why}; its dims could not stay symbolic, so it is written fixed at "
-                f"{shapes.describe_pricing()}: --static (Options.static) keeps it"
-            )
-            return replace(run, kept="original", why=why)
+    fixed = shapes is not None and not shapes.symbolic and not run.options.static
+    if chosen.kept == "optimized" and fixed:  # never a fixed interface not asked for
+        assert shapes is not None
+        why = (
+            f"{chosen.why}; its dims could not stay symbolic, so it is written fixed at "
+            f"{shapes.describe_pricing()}: --static (Options.static) keeps it"
+        )
+        return replace(run, kept="original", why=why)
     return chosen
 
 
