@@ -84,7 +84,8 @@ class Options:
     ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`: threads, optimization level) runs the
     timing and the ``ort-cpu`` prices; ``timing`` (:class:`~relsat.onnx.latency.Timing`: time
     budget, rounds, confidence) is how the optimized model is timed against the input (None:
-    not timed, the optimized model is kept); ``keep_slower`` keeps the optimized model even when it is not measurably faster.
+    not timed, the optimized model is kept); ``keep_slower`` keeps the optimized model even
+    when it is not measurably faster.
     ``packing``: with ``ort-cpu`` prices, an extracted attention whose q, k and v are projections
     of one tensor becomes one com.microsoft Attention where that measures faster
     (:mod:`relsat.pipeline.pack`).
