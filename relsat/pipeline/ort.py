@@ -12,8 +12,8 @@ With symbolic dims (:class:`~relsat.pipeline.run.Shapes`) the optimized model is
 them symbolic (when a value cannot be, it is written at the pricing shape, :attr:`Shapes.note`
 says why, and :func:`choose` keeps the input unless ``Options.static``), checked in onnxruntime
 at three shapes (:meth:`~relsat.onnx.symbolic.Dims.check_shapes`: any difference, or a shape
-it cannot run at, and the original is kept), and timed at the pricing shape and at ``Options.timing_shapes``;
-the verdict is the worst of them.
+it cannot run at, and the original is kept), and timed at the pricing shape and at
+``Options.timing_shapes``; the verdict is the worst of them.
 """
 
 from __future__ import annotations
