@@ -162,8 +162,8 @@ def parse(text: str, names: Collection[str]) -> Poly | None:
 def spell_quotient(poly: Poly, divisor: int) -> str:
     """``poly`` floor-divided by ``divisor`` in words: ``(H + 1)//2``, ``H//4``.
 
-    >>> spell_quotient(parse("H + 1", {"H"}), 2), spell_quotient(parse("H", {"H"}), 1)
-    ('(H + 1)//2', 'H')
+    >>> spell_quotient(parse("H + 1", {"H"}), 2), spell_quotient(((("H",), 1),), 4)
+    ('(H + 1)//2', 'H//4')
     """
     body = spell_poly(poly)
     if divisor == 1:
