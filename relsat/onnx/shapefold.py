@@ -150,6 +150,7 @@ class _State:
         self.symbolic: set[str] = set()
         self.tried: set[str] = set()  # evaluated once and not foldable
         self.outputs: set[str] = set()  # the graph's outputs: their nodes stay (values known)
+        self.underived: set[tuple[str, int, int, int]] = set()  # (tensor, axis, x, y): no sum
 
     def value(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         if name in self.known_a:
@@ -196,8 +197,12 @@ class _State:
                 for axis, (x, y) in enumerate(zip(sa, sb, strict=True)):
                     if x is None or y is None or x == y or _same_product(self.a, self.b, x, y):
                         continue
+                    if (out, axis, x, y) in self.underived:  # tried in an earlier round
+                        continue
                     found = _through(self, node, out, axis, (shapes_a, shapes_b), types)
-                    if found is not None and self.a.sum(found.name) is None:
+                    if found is None:
+                        self.underived.add((out, axis, x, y))
+                    elif self.a.sum(found.name) is None:
                         self.a = replace(self.a, sums=(*self.a.sums, found))
                         self.b = replace(self.b, sums=(*self.b.sums, found))
                         fresh = True
