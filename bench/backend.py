@@ -22,8 +22,10 @@ so dims of one size at one axis are declared one dim, as an exporter's ``batch``
 integer inputs of rank 0 or 1, which are parameters such as axes, a shape or pads; the outputs'
 dims left open; skipped where no dim changed or onnxruntime does not run the variant on the same
 inputs). The pricing shape is the test data's (``input_shapes``, unless a dim is 0), so prices,
-relsat's checks and the reference check run where the model is known to run; relsat's own
-onnxruntime check also runs at two other shapes.
+relsat's checks and the reference check run where the model is known to run; the test data are
+relsat's ``inputs`` too (the values its onnxruntime checks feed where an input's shape fits:
+axes, divisors, strings it cannot draw); relsat's own onnxruntime check also runs at two other
+shapes.
 
 Per model and variant ``relsat.optimize`` runs in a worker process (one at a time; a model past
 ``--timeout`` seconds, or one that kills the worker, is a row, and a fresh worker takes the next
@@ -353,6 +355,8 @@ def examine(task: dict[str, Any]) -> dict[str, Any]:
     shapes = {k: list(getattr(feeds.get(k), "shape", ())) for k in dynamic}
     if dynamic and all(s and min(s) > 0 for s in shapes.values()):
         settings["input_shapes"] = shapes
+    # the test's own inputs, where relsat's drawn values would not do (axes, divisors, strings)
+    settings["inputs"] = {k: v for k, v in feeds.items() if hasattr(v, "shape") and v.size}
     started = time.perf_counter()
     try:
         result = optimize(path, **settings)

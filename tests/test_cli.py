@@ -436,6 +436,35 @@ def test_input_shape_usage_and_onnx_errors(
     assert list(tmp_path.iterdir()) == [src]  # nothing written
 
 
+def test_inputs_file_prices_and_checks_and_bad_files_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--inputs FILE.npz``: its shapes price the dynamic dims; a file that is no .npz of
+    arrays, or an unknown input name, is bad usage in one line; nothing is written."""
+    import numpy as np
+
+    src, out = tmp_path / "tokens.onnx", tmp_path / "out.onnx"
+    _token_model(src, ["batch", "seq"])
+    good = tmp_path / "inputs.npz"
+    np.savez(good, input_ids=np.ones((2, 8), dtype=np.int64))
+    assert main(["optimize", str(src), "-o", str(out), "--no-timing", "--inputs", str(good)]) == 0
+    assert "priced at batch=2, seq=8" in capsys.readouterr().out
+    out.unlink()
+    text = tmp_path / "inputs.txt"
+    text.write_text("not arrays")
+    one = tmp_path / "one.npy"
+    np.save(one, np.ones(3))
+    for bad in (text, one, tmp_path / "missing.npz"):
+        assert main(["optimize", str(src), "-o", str(out), "--inputs", str(bad)]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert f"--inputs {bad}: cannot read it as a .npz of input arrays" in err
+    np.savez(good, ids=np.ones((2, 8), dtype=np.int64))
+    assert main(["optimize", str(src), "-o", str(out), "--inputs", str(good)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "names of the model's inputs (input_ids, attention_mask)" in err
+    assert not out.exists()
+
+
 def test_a_subgraph_is_one_error_line_and_nothing_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
+from relsat.errors import SettingsError
 from relsat.graph.execute import random_values
 from relsat.graph.specialize import specialize, substitute
 from relsat.onnx.dimplan import plan, static_numbers
@@ -397,6 +399,54 @@ def test_a_dim_that_cannot_stay_symbolic_is_fixed_and_said() -> None:
     assert note.startswith("fixed at H=128, W=128: ") and "x dim 2 (H)" in note
     assert "z dim 2 (W)" in note and "\n" not in note
     assert result.original.inputs[0].shape == (1, 4, 128)  # imported at the pricing shape
+
+
+def _with_integer_division(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with a second output: integer input ``k`` [N, 10] divided by input ``d`` [10]
+    (onnxruntime fails on a zero divisor, which relsat's small drawn integers hold)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    g.node.append(helper.make_node("Div", ["k", "d"], ["q"]))
+    g.input.extend(
+        [
+            helper.make_tensor_value_info("k", TensorProto.INT64, ["N", 10]),
+            helper.make_tensor_value_info("d", TensorProto.INT64, [10]),
+        ]
+    )
+    g.output.append(helper.make_tensor_value_info("q", TensorProto.INT64, ["N", 10]))
+    return out
+
+
+def test_inputs_give_values_relsat_cannot_draw() -> None:
+    """A divisor input: drawn values hold a zero and onnxruntime fails, so the pricing shape is
+    refused up front, naming ``--inputs``; with the divisor given, the model optimizes, its
+    checks run at three shapes (the divisor's shape is the same at each) and it is written with
+    its dims symbolic."""
+    model = _with_integer_division(_conv_net())
+    with pytest.raises(ronnx.PricingShapeError, match=r"--inputs \(Options.inputs\)"):
+        optimize(model, ANALYTIC)
+    divisor = np.arange(1, 11, dtype=np.int32)  # cast to the input's int64
+    result = optimize(model, replace(ANALYTIC, inputs={"d": divisor}))
+    assert result.shapes is not None and result.shapes.symbolic
+    assert result.kept == "optimized" and result.rewrites()
+    assert result.checked_at == ("N=1", "N=2", "N=3")
+    assert _dims_of(result.model.graph.input)[1:] == [["N", 10], [10]]
+
+
+def test_bad_inputs_are_refused_naming_the_input() -> None:
+    model = _with_integer_division(_conv_net())
+    bad = [
+        ({"e": np.ones(10)}, "names of the model's inputs"),
+        ({"d": np.ones(3, dtype=np.int64)}, r"an array of the input's shape \[10\]"),
+        ({"d": np.ones(10, dtype=np.float32)}, r"values of the input's type \(int64\)"),
+        ({"x": np.ones((2, 3, 15, 16), dtype=np.float32)}, "input's shape"),
+    ]
+    for inputs, words in bad:
+        with pytest.raises(SettingsError, match=words):
+            optimize(model, replace(ANALYTIC, inputs=inputs))
+    with pytest.raises(SettingsError, match="a mapping of input name to an array"):
+        Options(inputs=[np.ones(3)])
 
 
 def test_timing_at_the_pricing_shape_and_the_timing_shapes() -> None:

@@ -145,6 +145,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "other dynamic dims 128)",
     )
     p.add_argument(
+        "--inputs",
+        metavar="FILE.npz",
+        help="input values for onnxruntime's checks and timing (np.savez: one array per input "
+        "name), fed wherever an input's shape is the array's: values relsat cannot draw, such "
+        "as axes or a target shape given as an input; their shapes price dynamic dims unless "
+        "--input-shape",
+    )
+    p.add_argument(
         "--static",
         action="store_true",
         help="fix dynamic dims to the --input-shape / --batch values: the written model's "
@@ -260,6 +268,7 @@ def options(args: argparse.Namespace) -> Options:
             db=getattr(args, "db", None),
             resume=getattr(args, "resume", False),
             input_shapes=_input_shapes(args) or None,
+            inputs=_inputs(getattr(args, "inputs", None)),
             batch=args.batch,
             static=args.static,
             timing_shapes=_timing_shapes(args),
@@ -272,6 +281,23 @@ def options(args: argparse.Namespace) -> Options:
             raise
         flag, valid = FLAGS[exc.option]
         raise Usage(f"{flag} must be {valid}, got {exc.value}") from None
+
+
+def _inputs(path: str | None) -> dict[str, Any] | None:
+    """``--inputs FILE.npz`` read: one array per input name; a file numpy cannot read as such
+    is bad usage naming it."""
+    if path is None:
+        return None
+    import numpy as np
+
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("one array, not a .npz of named arrays")
+        with data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise Usage(f"--inputs {path}: cannot read it as a .npz of input arrays ({exc})") from None
 
 
 def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:

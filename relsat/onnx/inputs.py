@@ -95,16 +95,26 @@ def merge_kinds(*kinds: Mapping[str, Kind]) -> dict[str, Kind]:
 
 
 def draw(
-    specs: Mapping[str, tuple[str, Sequence[int]]], kinds: Mapping[str, Kind], *, seed: int = 0
+    specs: Mapping[str, tuple[str, Sequence[int]]],
+    kinds: Mapping[str, Kind],
+    *,
+    seed: int = 0,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Values for inputs given as ``name → (onnxruntime type, static shape)``: one generator,
-    names in sorted order. Raises ValueError for a type that cannot be drawn (strings, ...)."""
+    names in sorted order. ``given`` (the user's sample inputs, ``Options.inputs``) is taken for
+    an input wherever its shape is the one asked for (an axes or shape input keeps its values at
+    every shape; a dynamic input is drawn at the others). Raises ValueError for a type that
+    cannot be drawn (strings, ...) and is not given."""
     rng = np.random.default_rng(seed)
     out = {}
     for name in sorted(specs):
         ort_type, dims = specs[name]
         shape = [int(d) for d in dims]
-        if ort_type in _FLOATS:  # drawn in the input's own type (float16: via float32)
+        sample = (given or {}).get(name)
+        if sample is not None and list(sample.shape) == shape:
+            out[name] = sample
+        elif ort_type in _FLOATS:  # drawn in the input's own type (float16: via float32)
             kind = np.dtype(_FLOATS[ort_type])
             native: Any = np.float64 if kind == np.float64 else np.float32
             out[name] = rng.standard_normal(shape, dtype=native).astype(kind, copy=False)

@@ -195,6 +195,7 @@ def compare_latency(
     settings: OrtSettings | None = None,
     timing: Timing | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> LatencyComparison:
     """Time ``optimized`` against ``original`` (ONNX ModelProtos, serialized bytes or paths) in
     onnxruntime on the CPU, both with ``settings`` (default :class:`OrtSettings()`: onnxruntime's
@@ -202,9 +203,10 @@ def compare_latency(
     (default :class:`Timing()`) runs out.
 
     The models must have the same input names. ``shapes`` gives inputs' shapes by name (for
-    models with dynamic dims). Raises :class:`~relsat.onnx.OnnxError` naming the model when a
-    session cannot be created or run, or when the inputs differ or have dynamic shapes that
-    ``shapes`` does not give.
+    models with dynamic dims); ``given`` input values are fed where their shapes fit, the rest
+    drawn (:func:`relsat.onnx.inputs.draw`). Raises :class:`~relsat.onnx.OnnxError` naming the
+    model when a session cannot be created or run, or when the inputs differ or have dynamic
+    shapes that ``shapes`` does not give.
     """
     settings = settings or OrtSettings()
     timing = timing or Timing()
@@ -212,7 +214,8 @@ def compare_latency(
     run_a = _runner(original, "original", settings)
     run_b = _runner(optimized, "optimized", settings)
     run_c = _runner(original, "original", settings)  # the A/A control
-    feed = _draw_inputs(run_b.session, run_a.session, timing.seed, (original, optimized), shapes)
+    models = (original, optimized)
+    feed = _draw_inputs(run_b.session, run_a.session, timing.seed, models, shapes, given)
     block_s = timing.max_seconds / BLOCKS_PER_BUDGET
     k_a = _block_size(run_a, feed, timing.warmup, block_s)
     k_b = _block_size(run_b, feed, timing.warmup, block_s)
@@ -327,10 +330,11 @@ def _draw_inputs(
     seed: int,
     models: tuple[Any, ...] = (),
     shapes: Mapping[str, Sequence[int]] | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """One set of inputs for both sessions, drawn as :func:`relsat.onnx.random_inputs` draws
-    them (what an integer input is — ids, a mask — read off ``models``); dims the first session
-    leaves dynamic are taken from the second."""
+    them (what an integer input is — ids, a mask — read off ``models``; ``given`` values where
+    their shapes fit); dims the first session leaves dynamic are taken from the second."""
     from relsat.onnx.inputs import DRAWABLE, draw, kinds_of
 
     inputs = {i.name: i for i in session.get_inputs()}
@@ -349,10 +353,11 @@ def _draw_inputs(
             raise OnnxError(
                 f"input shapes {meta.shape} and {dims} differ or are dynamic", tensor=name
             )
-        if meta.type not in DRAWABLE:
+        sample = (given or {}).get(name)
+        if meta.type not in DRAWABLE and (sample is None or list(sample.shape) != shape):
             raise OnnxError(f"cannot draw inputs of type {meta.type}", tensor=name)
         specs[name] = (meta.type, shape)
-    return draw(specs, kinds_of(*models), seed=seed)
+    return draw(specs, kinds_of(*models), seed=seed, given=given)
 
 
 def _static(dim: Any) -> bool:

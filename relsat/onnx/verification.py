@@ -97,10 +97,15 @@ def random_inputs(model_or_path: Any, *, seed: int = 0) -> dict[str, np.ndarray]
     return _draw(_session(model_or_path), None, kinds_of(model_or_path), seed)
 
 
-def failure_at(model_or_path: Any, shape: Mapping[str, Sequence[int]]) -> str | None:
+def failure_at(
+    model_or_path: Any,
+    shape: Mapping[str, Sequence[int]],
+    given: Mapping[str, np.ndarray] | None = None,
+) -> str | None:
     """Why onnxruntime does not run the model at ``shape`` (input name → dims; random inputs as
-    :func:`random_inputs` draws them), in one line; None when it runs (or cannot be loaded:
-    the importer says why)."""
+    :func:`random_inputs` draws them, ``given`` ones where their shapes fit:
+    :func:`relsat.onnx.inputs.draw`), in one line; None when it runs (or cannot be loaded: the
+    importer says why)."""
     from relsat.onnx.inputs import kinds_of
 
     try:
@@ -108,7 +113,7 @@ def failure_at(model_or_path: Any, shape: Mapping[str, Sequence[int]]) -> str | 
     except OnnxError:
         return None
     try:
-        _run(session, _draw(session, None, kinds_of(model_or_path), 0, shape))
+        _run(session, _draw(session, None, kinds_of(model_or_path), 0, shape, given))
     except (OnnxError, ValueError) as exc:
         text = str(exc).strip()
         return text.splitlines()[0] if text else type(exc).__name__
@@ -141,9 +146,10 @@ def _draw(
     kinds: Any,
     seed: int,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Inputs of ``session``; dims it leaves dynamic are taken from ``other`` when given, the
-    shapes of those ``shapes`` names from there."""
+    shapes of those ``shapes`` names from there; ``given`` values where their shapes fit."""
     from relsat.onnx.inputs import DRAWABLE, draw
 
     others = {i.name: i.shape for i in other.get_inputs()} if other is not None else {}
@@ -156,10 +162,11 @@ def _draw(
             shape = [d if _static(d) else o for d, o in zip(shape, alt, strict=True)]
         if not all(_static(d) for d in shape):
             raise OnnxError(f"input has dynamic shape {i.shape}", tensor=i.name)
-        if i.type not in DRAWABLE:
+        sample = (given or {}).get(i.name)
+        if i.type not in DRAWABLE and (sample is None or list(sample.shape) != shape):
             raise OnnxError(f"cannot draw inputs of type {i.type}", tensor=i.name)
         specs[i.name] = (i.type, shape)
-    return draw(specs, kinds, seed=seed)
+    return draw(specs, kinds, seed=seed, given=given)
 
 
 def _static(dim: Any) -> bool:
@@ -174,14 +181,15 @@ def verify(
     rtol: float = 1e-4,
     atol: float = 1e-5,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> Comparison:
     """Run both models (ModelProto or path) in onnxruntime on the same random inputs and compare.
 
     Inputs are drawn for the optimized model (whose dims are static; dims it leaves dynamic come
     from the original; ``shapes`` gives inputs' shapes by name, for models with dynamic dims)
-    as :func:`random_inputs` draws them, what an input is read off both models; the two models
-    must have the same input names. Outputs are compared by position
-    (:func:`relsat.graph.execute.compare_outputs`).
+    as :func:`random_inputs` draws them, what an input is read off both models, ``given`` ones
+    taken where their shapes fit; the two models must have the same input names. Outputs are
+    compared by position (:func:`relsat.graph.execute.compare_outputs`).
     """
     from relsat.onnx.inputs import kinds_of
 
@@ -190,5 +198,5 @@ def verify(
     names_opt = sorted(i.name for i in second.get_inputs())
     if names_orig != names_opt:
         raise OnnxError(f"the models' inputs differ: {names_orig} vs {names_opt}")
-    inputs = _draw(second, first, kinds_of(original, optimized), seed, shapes)
+    inputs = _draw(second, first, kinds_of(original, optimized), seed, shapes, given)
     return compare_outputs(_run(first, inputs), _run(second, inputs), rtol=rtol, atol=atol)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ def load(model: Any, options: Options, on_phase: OnPhase | None = None) -> Run:
         raise SettingsError(
             "model", model, "a relsat.Graph, a path to an ONNX file or an onnx.ModelProto"
         )
+    if options.inputs:  # checked against the model, cast to its inputs' types
+        proto = model if _is_proto(model) else _inputs_only(model)
+        if proto is not None:
+            options = replace(options, inputs=_samples(proto, options.inputs))
     graph, shapes = _import(model, options)
     if _is_proto(model):
         source = Source(model, model.SerializeToString())
@@ -62,6 +67,9 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     given, batch = options.input_shapes, options.batch
     proto = model if _is_proto(model) else _inputs_only(model)
     path = None if _is_proto(model) else os.fspath(model)
+    samples = options.inputs
+    if given is None and samples:  # the samples' shapes price a model with dynamic dims
+        given = {name: tuple(v.shape) for name, v in samples.items()}
     dims = plan(proto, given, batch, path=path) if proto is not None else None
     if dims is None:  # static inputs (or an unreadable file: load says why)
         if options.timing_shapes:
@@ -75,7 +83,7 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     source = proto if proto is not None else model
     moved = ""
     try:
-        _check_runs(source, dims, path)
+        _check_runs(source, dims, path, samples)
     except ronnx.PricingShapeError:
         near = _runnable_neighbour(source, dims, given, batch, path)
         if near is None:
@@ -112,20 +120,21 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     return ronnx.load(model, input_shapes=pricing), Shapes(None, pricing, False, note)
 
 
-def _check_runs(model: Any, dims: Any, path: str | None) -> None:
+def _check_runs(model: Any, dims: Any, path: str | None, samples: Any = None) -> None:
     """Refuse, before any work, a pricing shape the model itself does not run at (onnxruntime
-    fails on the original there: a dim beyond a bound the model puts on it), naming the dims,
-    where they occur and what onnxruntime said."""
+    fails on the original there, on drawn inputs and the ``samples`` that fit: a dim beyond a
+    bound the model puts on it), naming the dims, where they occur and what onnxruntime said."""
     from relsat.onnx.errors import PricingShapeError
     from relsat.onnx.verification import failure_at
 
-    failure = failure_at(model if path is None else path, dims.shapes())
+    failure = failure_at(model if path is None else path, dims.shapes(), samples)
     if failure is None:
         return
     where = "; ".join(f"{dims.where(d.name)} = {d.value}" for d in dims.dims)
     raise PricingShapeError(
         f"the model does not run at its pricing shape ({where}): {failure}; choose a shape "
-        "within the model's bounds with --input-shape (Options.input_shapes)",
+        "within the model's bounds with --input-shape (Options.input_shapes), or give values "
+        "relsat cannot draw with --inputs (Options.inputs)",
         dims=dims.names,
         path=path,
     )
@@ -156,6 +165,49 @@ def _runnable_neighbour(
             moved = f" ({d.name} {value}: the model does not run at the default {d.value})"
             return shapes, near, moved
     return None
+
+
+def _samples(model: Any, inputs: Any) -> dict[str, Any] | None:
+    """``Options.inputs`` checked against ``model``'s inputs — a known name, its rank, its
+    static dims, an element type it can be cast to without changing kind — and cast to the
+    input's type; :class:`SettingsError` naming the input otherwise."""
+    if not inputs:
+        return None
+    import numpy as np
+    from onnx import helper
+
+    inits = {t.name for t in model.graph.initializer}
+    declared = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    out = {}
+    for name, value in inputs.items():
+        vi = declared.get(name)
+        if vi is None:
+            raise SettingsError(
+                "inputs", name, f"names of the model's inputs ({', '.join(declared)})"
+            )
+        tt = vi.type.tensor_type
+        dims = [
+            d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in tt.shape.dim
+        ]
+        fits = value.ndim == len(dims) and all(
+            not isinstance(d, int) or d == n for d, n in zip(dims, value.shape, strict=True)
+        )
+        if not fits:
+            raise SettingsError(
+                "inputs", f"{name}: {list(value.shape)}", f"an array of the input's shape {dims}"
+            )
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        if value.dtype != dtype:
+            strings = dtype.kind == "O" and value.dtype.kind in "US"  # onnxruntime's strings
+            if value.dtype.kind != dtype.kind and not strings and not (
+                value.dtype.kind in "iu" and dtype.kind in "iu"
+            ):
+                raise SettingsError(
+                    "inputs", f"{name}: {value.dtype}", f"values of the input's type ({dtype})"
+                )
+            value = value.astype(dtype)
+        out[name] = value
+    return out
 
 
 def _inputs_only(path: Any) -> Any:

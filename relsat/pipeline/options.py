@@ -77,10 +77,15 @@ class Options:
     ``input_shapes`` (input name → dims) and ``batch`` give the *pricing shape* its prices and
     timing use (defaults: batch 1, any other dynamic dim 128), ``timing_shapes`` (each a
     mapping of dim name → value; dims not named keep their pricing value) further shapes to
-    time at (the verdict is the worst). ``static`` fixes the dims to the pricing shape instead
-    (the written model's interface is fixed too), as relsat did before. Where a dim cannot stay
-    symbolic, the model is optimized at the pricing shape and the input kept unless ``static``
-    (:attr:`Result.why` says so, and :attr:`Result.shapes` why the dim could not stay).
+    time at (the verdict is the worst). ``inputs`` (input name → array, e.g. a loaded
+    ``.npz``) are values for onnxruntime's checks and timing, fed wherever an input's shape is
+    the array's (else drawn: :mod:`relsat.onnx.inputs`): what relsat cannot draw, such as axes
+    or a target shape given as an input; for a model with dynamic dims their shapes are the
+    pricing shape unless ``input_shapes`` gives one. ``static`` fixes the dims to the pricing
+    shape instead (the written model's interface is fixed too), as relsat did before. Where a
+    dim cannot stay symbolic, the model is optimized at the pricing shape and the input kept
+    unless ``static`` (:attr:`Result.why` says so, and :attr:`Result.shapes` why the dim could
+    not stay).
     ``ort`` (:class:`~relsat.onnx.runtime.OrtSettings`: threads, optimization level) runs the
     timing and the ``ort-cpu`` prices; ``timing`` (:class:`~relsat.onnx.latency.Timing`: time
     budget, rounds, confidence) is how the optimized model is timed against the input (None:
@@ -109,6 +114,7 @@ class Options:
     db: str | Path | None = None
     resume: bool = False
     input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
+    inputs: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
     batch: int | None = None
     static: bool = False
     timing_shapes: Sequence[Mapping[str, int]] = field(default=(), hash=False)
@@ -141,6 +147,8 @@ class Options:
             raise SettingsError("resume", self.resume, "False without a db")
         if self.input_shapes is not None:
             object.__setattr__(self, "input_shapes", _shapes(self.input_shapes))
+        if self.inputs is not None:
+            object.__setattr__(self, "inputs", _arrays(self.inputs))
         if self.batch is not None:
             check_int("batch", self.batch, 1)
         object.__setattr__(self, "timing_shapes", _timing_shapes(self.timing_shapes))
@@ -203,6 +211,19 @@ def _shapes(shapes: object) -> dict[str, tuple[int, ...]]:
     return fixed
 
 
+def _arrays(inputs: object) -> dict[str, Any]:
+    """``inputs`` as ``{name: numpy array}`` (checked against the model at load)."""
+    import numpy as np
+
+    wanted = "None or a mapping of input name to an array (e.g. a loaded .npz)"
+    if not isinstance(inputs, Mapping) or not all(isinstance(k, str) for k in inputs):
+        raise SettingsError("inputs", inputs, wanted)
+    try:
+        return {name: np.asarray(value) for name, value in inputs.items()}
+    except (TypeError, ValueError):
+        raise SettingsError("inputs", inputs, wanted) from None
+
+
 def _timing_shapes(shapes: object) -> tuple[Mapping[str, int], ...]:
     """``timing_shapes`` as a tuple of ``{dim name: positive int}``."""
     wanted = "a sequence of mappings of dim name to a positive integer"
@@ -237,4 +258,10 @@ def _short(value: Any) -> str:
         return f"<{len(value)} rules>"
     if isinstance(value, CostModel):
         return f"<{value.name}>"
+    if isinstance(value, Mapping) and any(hasattr(v, "shape") for v in value.values()):
+        return (
+            "{"
+            + ", ".join(f"{k}: <{list(getattr(v, 'shape', ()))}>" for k, v in value.items())
+            + "}"
+        )
     return repr(value)

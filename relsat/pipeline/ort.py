@@ -93,7 +93,9 @@ def check(run: Run) -> Run:
     checked = []
     for label, shapes in at_shapes(run, checking=True):
         try:
-            comparison = ronnx.verify(run.source.given, run.exported, shapes=shapes)
+            comparison = ronnx.verify(
+                run.source.given, run.exported, shapes=shapes, given=run.options.inputs
+            )
         except ronnx.OnnxError as exc:
             if not symbolic(run):
                 raise
@@ -119,7 +121,12 @@ def time(run: Run) -> Run:
         (
             label,
             latency.compare_latency(
-                run.source.given, run.exported, settings=o.ort, timing=o.timing, shapes=shapes
+                run.source.given,
+                run.exported,
+                settings=o.ort,
+                timing=o.timing,
+                shapes=shapes,
+                given=o.inputs,
             ),
         )
         for label, shapes in at_shapes(run, checking=False)

@@ -228,8 +228,9 @@ def _time_models(run: Run, before: Graph, after: Graph, lowering: Lowering) -> t
 
     models = [written(run, g)[0] for g in (before, after)]
     shapes = at_shapes(run, checking=False)[0][1]
+    o = run.options
     timed = compare_latency(
-        *models, settings=run.options.ort, timing=lowering.timing, shapes=shapes
+        *models, settings=o.ort, timing=lowering.timing, shapes=shapes, given=o.inputs
     )
     return chosen(timed.verdict, timed.stopped, timed.ratio), timed.ratio
 
