@@ -40,8 +40,8 @@ TIMM_NOTE = (
 )
 #: timm families tried when timm imports (random init, ``pretrained=False``).
 TIMM_MODELS = ("resnet18", "mobilenetv3_small_100", "efficientnet_b0", "convnext_atto")
-#: Those bench/dynamic.py exports with a dynamic batch: a plain CNN and one with layer norms
-#: and GELUs.
+#: Those bench/dynamic.py exports with a dynamic batch and image size: a plain CNN and one
+#: with layer norms and GELUs.
 DYNAMIC_TIMM = ("resnet18", "convnext_atto")
 
 
@@ -306,7 +306,7 @@ def dynamic() -> dict[str, Entry]:
     (batch and sequence; batch for ViT), :data:`DYNAMIC_IMAGES` with a dynamic batch and image
     size, the tiny Llama-style decoder's decode step with a
     dynamic cache (:func:`decode_axes`) and, when timm imports, :data:`DYNAMIC_TIMM` with a
-    dynamic batch, each through both exporters (``<model>.<exporter>.dyn``)."""
+    dynamic batch and image size, each through both exporters (``<model>.<exporter>.dyn``)."""
     entries: list[Entry] = []
     if importlib.util.find_spec("torch") is None:
         return {}
@@ -331,7 +331,9 @@ def dynamic() -> dict[str, Entry]:
     for model in DYNAMIC_TIMM if timm_available() else ():
         for exporter in ("dynamo", "legacy"):
             name = f"timm-{model}.{exporter}.dyn"
-            make = _torch(name, _timm(model), exporter, dynamic={"input": {0: "batch"}})
+            make = _torch(
+                name, _timm(model), exporter, dynamic={"input": IMAGE_AXES["pixel_values"]}
+            )
             entries.append(Entry(name, "timm", exporter, make))
     return {e.name: e for e in entries}
 
