@@ -8,21 +8,23 @@ speedup at the pricing shape beside the ``--static`` run (issue 27).
 
 The corpus (bench/corpus.py's ``dynamic``): today's tiny Hugging Face BERT, GPT-2, Llama-style and
 GPT-J-style decoders and ViT exported with dynamic axes — ``batch`` and ``sequence`` on
-``input_ids`` and ``attention_mask`` (ViT: ``batch`` on ``pixel_values``) — through both exporters
+``input_ids`` and ``attention_mask`` (ViT: ``batch`` on ``pixel_values``), tiny HF ResNet and
+ConvNeXt with ``batch``, ``height`` and ``width`` on ``pixel_values`` — through both exporters
 (``legacy``: ``dynamic_axes``; ``dynamo``: ``dynamic_shapes`` with ``Dim.DYNAMIC``, which names the
 dims ``s21``, ``s35``, ...); the tiny decoder's decode step (one token after a cache) with a
 dynamic batch and cache (bench/corpus.py's ``decode_axes``: dynamo spells the mask's dim
 ``past_sequence_length + 1``, the legacy export names it ``total_sequence_length``; priced with
 ``--input-shape attention_mask=1,129``); and, where timm imports (not beside the pinned CPU torch),
-timm's ResNet-18 and ConvNeXt-atto with a dynamic batch.
+timm's ResNet-18 and ConvNeXt-atto with a dynamic batch and image size.
 
 Per model: ``relsat optimize IN -o OUT --threads N`` (dims symbolic, priced at batch 1 and
 sequence 128), and unless ``--no-static`` the same with ``--static`` (fixed at the pricing
 shape), in subprocesses (bench/calls.py). Then, in onnxruntime, independently of relsat's own
 check: whether the written model keeps the original's interface (each input's and output's
 dims, names included), and whether its outputs equal the original's (rtol 1e-4, atol 1e-5) at
-three shapes — batch 1 and sequence 128, batch 2, sequence 65 (images: batch 1, 2, 3; the decode
-step: 128 cached positions, batch 2, 65 cached) — on token
+three shapes — batch 1 and sequence 128, batch 2, sequence 65 (images: batch 1, 2, 3; images of
+a dynamic size: 128x128, batch 2, 97x75; the decode step: 128 cached positions, batch 2, 65
+cached) — on token
 ids below 100 (every tiny model's vocabulary is larger), an all-ones mask, N(0, 1) pixels. Last,
 latency at the pricing shape: the original, an A/A session of it, relsat's dynamic output and
 the static one, side by side (bench/timing.py: ``--threads``, ``--rounds`` interleaved rounds,
@@ -322,8 +324,9 @@ def main() -> None:
     print(
         "\ndims: what relsat did with the dynamic dims. interface: the written model's inputs "
         "and outputs have the original's dims (names included). outputs: onnxruntime, written "
-        "vs original, at batch 1 / seq 128, batch 2, seq 65 (images: batch 1, 2, 3; a decode "
-        "step: 128, 128 at batch 2, 65 cached). ratio: median latency at batch 1, seq 128 (128 "
+        "vs original, at batch 1 / seq 128, batch 2, seq 65 (images: batch 1, 2, 3; of a "
+        "dynamic size: 128x128, batch 2, 97x75; a decode step: 128, 128 at batch 2, 65 cached). "
+        "ratio: median latency at batch 1, seq 128 (128 "
         "cached) over the original's (below 1 = faster); A/A: a second "
         "session of the original (noise); static: the --static run's output."
     )
