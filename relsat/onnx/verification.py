@@ -160,7 +160,8 @@ def _draw(
             shape = [int(d) for d in shapes[i.name]]
         elif len(alt) == len(shape):
             shape = [d if _static(d) else o for d, o in zip(shape, alt, strict=True)]
-        if not all(_static(d) for d in shape):
+        asked = shapes is not None and i.name in shapes  # 0 there is a length (empty axes)
+        if not all(_static(d) or (asked and d == 0) for d in shape):
             raise OnnxError(f"input has dynamic shape {i.shape}", tensor=i.name)
         sample = (given or {}).get(i.name)
         if i.type not in DRAWABLE and (sample is None or list(sample.shape) != shape):

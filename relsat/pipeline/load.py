@@ -85,10 +85,11 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     try:
         _check_runs(source, dims, path, samples)
     except ronnx.PricingShapeError:
-        near = _runnable_neighbour(source, dims, given, batch, path)
-        if near is None:
-            raise
-        given, dims, moved = near
+        if not _runs_empty(source, dims, path, samples):
+            near = _runnable_neighbour(source, dims, given, batch, path)
+            if near is None:
+                raise
+            given, dims, moved = near
     pricing = dims.shapes()
     if options.static:
         note = f"fixed at {dims.describe()} (static){moved}"
@@ -138,6 +139,30 @@ def _check_runs(model: Any, dims: Any, path: str | None, samples: Any = None) ->
         dims=dims.names,
         path=path,
     )
+
+
+def _runs_empty(model: Any, dims: Any, path: str | None, samples: Any) -> bool:
+    """Does the model declare dims of length 0 (an empty ``axes`` input), which relsat prices
+    as dynamic dims, and run with them at 0? Then the pricing shape fails only for those: the
+    model is not refused (relsat prices no empty tensor; its checks run where it runs)."""
+    from relsat.onnx.verification import failure_at
+
+    proto = model if _is_proto(model) else _inputs_only(model)
+    if proto is None:
+        return False
+    empty = {
+        (vi.name, axis)
+        for vi in proto.graph.input
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim)
+        if d.HasField("dim_value") and d.dim_value == 0
+    }
+    if not empty:
+        return False
+    shapes = {
+        name: tuple(0 if (name, axis) in empty else v for axis, v in enumerate(shape))
+        for name, shape in dims.shapes().items()
+    }
+    return failure_at(model if path is None else path, shapes, samples) is None
 
 
 def _runnable_neighbour(
@@ -199,8 +224,10 @@ def _samples(model: Any, inputs: Any) -> dict[str, Any] | None:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
         if value.dtype != dtype:
             strings = dtype.kind == "O" and value.dtype.kind in "US"  # onnxruntime's strings
-            if value.dtype.kind != dtype.kind and not strings and not (
-                value.dtype.kind in "iu" and dtype.kind in "iu"
+            if (
+                value.dtype.kind != dtype.kind
+                and not strings
+                and not (value.dtype.kind in "iu" and dtype.kind in "iu")
             ):
                 raise SettingsError(
                     "inputs", f"{name}: {value.dtype}", f"values of the input's type ({dtype})"
