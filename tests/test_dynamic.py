@@ -449,6 +449,41 @@ def test_bad_inputs_are_refused_naming_the_input() -> None:
         Options(inputs=[np.ones(3)])
 
 
+def test_a_transposed_convolution_doubles_a_side_less_one() -> None:
+    """A stride-2 ConvTranspose on a dynamic side: ``2*H - 1``, a sum read off its shape
+    function (a multiplier of 2), kept symbolic."""
+    n = helper.make_node
+    nodes = [
+        n("ConvTranspose", ["x", "w"], ["t"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        n("Relu", ["t"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, None, None])
+    model = _model(nodes, [x], [y], [_f32("w", (4, 2, 3, 3))])
+    _, dims = ronnx.load_symbolic(model)
+    assert dims is not None
+    assert [(s.name, s.divisor) for s in dims.sums] == [("2*H - 1", 1), ("2*W - 1", 1)]
+    result = optimize(model, ANALYTIC)
+    assert result.shapes is not None and result.shapes.symbolic
+
+
+def test_an_input_declared_empty_is_not_refused_up_front() -> None:
+    """An ``axes`` input declared of length 0 (reduce over all axes): relsat prices its length
+    as a dynamic dim; onnxruntime runs the model only with it empty, so the pricing shape does
+    not run, but the model is not refused for that."""
+    n = helper.make_node
+    nodes = [n("ReduceSum", ["data", "axes"], ["y"], keepdims=1)]
+    inputs = [
+        helper.make_tensor_value_info("data", TensorProto.FLOAT, [3, 2, 2]),
+        helper.make_tensor_value_info("axes", TensorProto.INT64, [0]),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1])
+    model = _model(nodes, inputs, [y], [], opset=13)
+    result = optimize(model, ANALYTIC)
+    assert result.kept == "original"
+    assert result.shapes is not None and result.shapes.note.startswith("axes[0] kept symbolic")
+
+
 def test_timing_at_the_pricing_shape_and_the_timing_shapes() -> None:
     timing = Timing(max_seconds=0.2, min_rounds=3, max_rounds=3, warmup=1)
     options = Options(cost_model="analytic", timing=timing, timing_shapes=[{"N": 4}])
