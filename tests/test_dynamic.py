@@ -382,23 +382,40 @@ def test_a_side_divided_by_several_strides_is_one_quotient() -> None:
 
 
 def test_a_dim_that_cannot_stay_symbolic_is_fixed_and_said() -> None:
-    """A Concat of a dynamic ``H`` side, a dynamic ``W`` side and one column: ``H + W + 1`` is
-    no product of dims and no sum relsat keeps; the model is optimized at the pricing shape,
-    the note names the inputs and dims."""
+    """A Split of a dynamic side into three: its last part, ``H - 2*((H + 2)//3)``, is no sum
+    relsat keeps (not monotone in ``H``); the model is optimized at the pricing shape, the note
+    names the input and dim."""
     n = helper.make_node
-    nodes = [n("Concat", ["x", "z", "one"], ["c"], axis=2), n("Relu", ["c"], ["y"])]
-    inputs = [
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "H"]),
-        helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, "W"]),
-    ]
+    nodes = [n("Split", ["x"], ["a", "b", "c"], axis=2, num_outputs=3), n("Relu", ["c"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "H"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None])
-    model = _model(nodes, inputs, [y], [_f32("one", (1, 4, 1))])
+    model = _model(nodes, [x], [y], [], opset=18)
     result = optimize(model, Options(cost_model="analytic", timing=None))
     assert result.shapes is not None and not result.shapes.symbolic
     note = result.shapes.note
-    assert note.startswith("fixed at H=128, W=128: ") and "x dim 2 (H)" in note
-    assert "z dim 2 (W)" in note and "\n" not in note
+    assert note.startswith("fixed at H=128: ") and "(Split)" in note and "x dim 2 (H)" in note
+    assert "\n" not in note
     assert result.original.inputs[0].shape == (1, 4, 128)  # imported at the pricing shape
+
+
+def test_a_concat_of_a_class_token_and_the_patches_is_their_sum() -> None:
+    """ViT's tokens: a class token concatenated with the patches of a stride-4 convolution,
+    ``(H//4)*(W//4) + 1``, a sum of a product of sides and one."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w"], ["p"], kernel_shape=[4, 4], strides=[4, 4]),
+        n("Reshape", ["p", "flat"], ["f"]),
+        n("Transpose", ["f"], ["t"], perm=[0, 2, 1]),
+        n("Concat", ["cls", "t"], ["y"], axis=1),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None, 8])
+    inits = [_f32("w", (8, 3, 4, 4)), _f32("cls", (1, 1, 8)), _i64("flat", [1, 8, -1])]
+    model = _model(nodes, [x], [y], inits)
+    _, dims = ronnx.load_symbolic(model)
+    assert dims is not None
+    assert [s.name for s in dims.sums] == ["H//4", "W//4", "(H//4)*(W//4) + 1"]
+    assert dims.sum("(H//4)*(W//4) + 1").at(dims.resolve({"H": 64, "W": 32})) == 16 * 8 + 1
 
 
 def _with_integer_division(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -22,7 +22,7 @@ from relsat import GraphBuilder, Options, optimize
 from relsat import onnx as ronnx
 from relsat.cli import main
 from relsat.errors import GraphError
-from relsat.graph import projections, residuals, views
+from relsat.graph import packing, projections, residuals, views
 from relsat.graph.builder import Tensor
 from relsat.graph.execute import compare, run
 from relsat.graph.graph import Graph, Ref
@@ -170,6 +170,30 @@ def test_near_misses_are_not_sites(kind: dict[str, object]) -> None:
     softmax without the NaN guard and no proof that the mask is finite."""
     graph = _block(**kind)  # type: ignore[arg-type]
     assert sites(graph) == []
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        {},
+        {"packed_projection": True},
+        {"spelled": "guarded"},
+        {"cross": True},
+        {"head_layout": "bsdh"},
+    ],
+    ids=["three-gemms", "gpt2-split", "spelled-guarded", "cross-attention", "heads-interleaved"],
+)
+def test_a_layout_too_large_to_replay_is_checked_at_sampled_positions(
+    kind: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Symbolic dims at their markers (an image's token count near a million) make the head
+    layout too large to replay: it is followed back at its corners and sampled positions, and
+    finds the same sites (and the same near misses) as the replay."""
+    graph = _block(**kind)  # type: ignore[arg-type]
+    replayed = sites(graph)
+    monkeypatch.setattr(packing, "MAX_INDEX", 1)
+    assert sites(graph) == replayed
+    assert len(replayed) == (0 if {"cross", "head_layout"} & set(kind) else 1)
 
 
 def test_a_projection_with_an_activation_or_a_non_scalar_factor_is_not_a_site() -> None:

@@ -168,6 +168,76 @@ def _site(graph: Graph, node: Node, parts: Parts, weights: list[bool]) -> Site |
     return Site(node.id, xq, batch, seq, heads, scale, q, k, v, mask)
 
 
+#: Positions of the head layout :func:`_head_split_sampled` checks besides its corners.
+SAMPLED = 64
+
+
+def _head_split_sampled(
+    graph: Graph,
+    proj: Ref,
+    chain: list[Ref],
+    layout: tuple[int, int, int, int],
+    *,
+    transposed: bool,
+) -> int | None:
+    """:func:`_head_split` for a layout too large to replay (dims at their markers): each of
+    the layout's 16 corners and :data:`SAMPLED` positions drawn with a fixed seed is followed
+    back through ``chain`` to its column of ``proj`` and compared with the head split's. The
+    onnxruntime checks at three shapes stand behind what sampling leaves open."""
+    batch, heads, seq, size = layout
+    final = (batch, heads, size, seq) if transposed else layout
+    top = chain[0] if chain else proj
+    if tuple(graph.shape(top)) != final:
+        return None
+    rng = np.random.default_rng(0)
+    corners = [
+        tuple(c * (n - 1) for c, n in zip(bits, final, strict=True))
+        for bits in np.ndindex(2, 2, 2, 2)
+    ]
+    drawn = [tuple(int(rng.integers(0, n)) for n in final) for _ in range(SAMPLED)]
+    width = graph.shape(proj)[-1]
+    start: int | None = None
+    for position in corners + drawn:
+        linear = _back(graph, chain, proj, position)
+        if linear is None:
+            return None
+        b, h, d, q = (
+            position if transposed else (position[0], position[1], position[3], position[2])
+        )
+        column = h * size + d
+        row = b * seq + q
+        if start is None:
+            start = linear - row * width - column
+            if not 0 <= start <= width - heads * size:
+                return None
+        if linear != row * width + start + column:
+            return None
+    return start
+
+
+def _back(graph: Graph, chain: list[Ref], proj: Ref, position: tuple[int, ...]) -> int | None:
+    """The flat index in ``proj`` of ``position`` of the chain's top output (``chain`` from the
+    top down), or None for a layout op it does not follow."""
+    index = list(position)
+    for out in chain:
+        n = graph.node(out)
+        before = graph.shape(n.inputs[0])
+        if n.op == "reshape":
+            flat = int(np.ravel_multi_index(index, graph.shape(out)))
+            index = [int(i) for i in np.unravel_index(flat, before)]
+        elif n.op == "transpose":
+            back = [0] * len(index)
+            for i, p in enumerate(n.params["perm"]):
+                back[p] = index[i]
+            index = back
+        elif n.op == "split":
+            axis = n.params["axis"] % len(before)
+            index[axis] += int(sum(n.params["sizes"][: out.index]))
+        else:
+            return None
+    return int(np.ravel_multi_index(index, graph.shape(proj)))
+
+
 def _trace(graph: Graph, ref: Ref, weights: list[bool]) -> tuple[Ref, Ref, float, list[Ref]] | None:
     """``ref`` followed down through layout ops and scalar products to a projection: the
     projection's output, its input ``x`` (below any reshapes), the scalars' product and the
@@ -221,8 +291,10 @@ def _head_split(
     into heads (``[B, H, S, D]``, or ``[B, H, D, S]`` when ``transposed``), or None when they
     do something else."""
     shape = graph.shape(proj)
-    if math.prod(shape) > MAX_INDEX or len(shape) < 2:
+    if len(shape) < 2:
         return None
+    if math.prod(shape) > MAX_INDEX:  # symbolic dims at their markers: sampled, not replayed
+        return _head_split_sampled(graph, proj, chain, layout, transposed=transposed)
     index = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
     for out in reversed(chain):
         n = graph.node(out)

@@ -173,16 +173,23 @@ def spell_quotient(poly: Poly, divisor: int) -> str:
 
 
 def spell_poly(poly: Poly) -> str:
-    """``poly`` in words, as dynamo writes it: ``past + 1``, ``2*s0 - 1``."""
+    """``poly`` in words, as dynamo writes it: ``past + 1``, ``2*s0 - 1``; a dim that is an
+    expression is parenthesized in a product, ``(height//16)*(width//16) + 1``."""
     out = ""
     for mono, c in sorted(poly, key=lambda t: (t[0] == (), t[0])):
-        body = "*".join(mono)
+        alone = len(mono) == 1 and c == 1
+        body = "*".join(n if alone or not _compound(n) else f"({n})" for n in mono)
         text = str(abs(c)) if not mono else (body if abs(c) == 1 else f"{abs(c)}*{body}")
         if not out:
             out = text if c > 0 else f"-{text}"
         else:
             out += f" + {text}" if c > 0 else f" - {text}"
     return out or "0"
+
+
+def _compound(name: str) -> bool:
+    """Is ``name`` an expression (``height//16``), parenthesized inside a product?"""
+    return any(ch in name for ch in " +-*/")
 
 
 def _poly(node: ast.AST) -> Poly:

@@ -199,7 +199,9 @@ class _State:
                         continue
                     if (out, axis, x, y) in self.underived:  # tried in an earlier round
                         continue
-                    found = _through(self, node, out, axis, (shapes_a, shapes_b), types)
+                    found = _concatenated(self, node, out, axis, (shapes_a, shapes_b))
+                    if found is None:
+                        found = _through(self, node, out, axis, (shapes_a, shapes_b), types)
                     if found is None:
                         self.underived.add((out, axis, x, y))
                     elif self.a.sum(found.name) is None:
@@ -302,6 +304,44 @@ class _State:
             x == y or self.same(int(x), int(y))
             for x, y in zip(va.reshape(-1).tolist(), vb.reshape(-1).tolist(), strict=True)
         )
+
+
+def _concatenated(
+    state: _State, node: onnx.NodeProto, out: str, axis: int, shapes: tuple[Shapes, Shapes]
+) -> Sum | None:
+    """Dim ``axis`` of a Concat's output along its axis: the sum of its inputs' dims there, each
+    static or the same product of dims and sums at both assignments (ViT's tokens,
+    ``(height//16)*(width//16) + 1``; a cache and a new token, ``past + 1``); None for another
+    node or axis, or when the sum is a product."""
+    if node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
+        return None
+    shapes_a, shapes_b = shapes
+    rank = len(shapes_a[out])
+    concat = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if concat % max(rank, 1) != axis:
+        return None
+    total: Poly = ()
+    for name in node.input:
+        ia, ib = shapes_a.get(name), shapes_b.get(name)
+        if ia is None or ib is None or len(ia) != rank or len(ib) != rank:
+            return None
+        xa, xb = ia[axis], ib[axis]
+        if xa is None or xb is None:
+            return None
+        if xa == xb and state.a.factor(xa) is None:
+            total = add(total, constant(xa))
+        elif _same_product(state.a, state.b, xa, xb):
+            total = add(total, state.a.poly(xa))
+        else:
+            return None
+    if len(total) < 2:  # a product, or a number
+        return None
+    found = Sum(spell_poly(total), total, ())
+    at_a = state.a.with_sums(state.a.markers())
+    at_b = state.b.with_sums(state.b.markers())
+    if found.at(at_a) != shapes_a[out][axis] or found.at(at_b) != shapes_b[out][axis]:
+        return None
+    return found
 
 
 def _through(
