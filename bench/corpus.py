@@ -271,9 +271,11 @@ DYNAMIC_AXES: dict[str, dict[str, dict[int, str]]] = {
     },
     "pixel_values": {"pixel_values": {0: "batch"}},
 }
-#: bench/dynamic.py's convolutional nets with a dynamic image size: batch, height and width
-#: (HF ResNet with bottlenecks and ConvNeXt, tiny: one block per stage, priced at 128x128).
+#: bench/dynamic.py's image models with a dynamic image size: batch, height and width (HF
+#: ResNet with bottlenecks and ConvNeXt, tiny: one block per stage; the tiny ViT with its
+#: position embeddings interpolated; priced at 128x128).
 DYNAMIC_IMAGES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "vit-tiny-any-size": ("hfmodels", "vit", TODAY_HF["vit-tiny"][2] | {"any_size": True}),
     "resnet-tiny": (
         "hfmodels",
         "resnet",

@@ -24,15 +24,16 @@ PIXELS = ["pixel_values"]
 
 
 class HiddenState(nn.Module):
-    """A transformers model called with keyword inputs, returning its first output only."""
+    """A transformers model called with keyword inputs (and ``extra`` keywords), returning its
+    first output only."""
 
-    def __init__(self, model: nn.Module, names: Sequence[str]) -> None:
+    def __init__(self, model: nn.Module, names: Sequence[str], **extra: object) -> None:
         super().__init__()
-        self.model, self.names = model, tuple(names)
+        self.model, self.names, self.extra = model, tuple(names), extra
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         kwargs = dict(zip(self.names, inputs, strict=True))
-        return self.model(**kwargs, return_dict=False)[0]
+        return self.model(**kwargs, **self.extra, return_dict=False)[0]
 
 
 def tokens(vocab: int, seq: int = 128) -> Example:
@@ -229,9 +230,16 @@ def llama_decode(
 
 
 def vit(
-    layers: int = 4, hidden: int = 256, heads: int = 4, ffn: int = 1024, image: int = 224
+    layers: int = 4,
+    hidden: int = 256,
+    heads: int = 4,
+    ffn: int = 1024,
+    image: int = 224,
+    any_size: bool = False,
 ) -> Built:
-    """``ViTModel`` without its pooler, 16x16 patches; 1x3x``image``x``image``."""
+    """``ViTModel`` without its pooler, 16x16 patches; 1x3x``image``x``image``; with
+    ``any_size`` its position embeddings are interpolated to the image's patches
+    (``interpolate_pos_encoding``), so it runs at other image sizes."""
     from transformers import ViTConfig, ViTModel
 
     torch.manual_seed(SEED)
@@ -242,7 +250,8 @@ def vit(
         intermediate_size=ffn,
         image_size=image,
     )
-    model = HiddenState(ViTModel(config, add_pooling_layer=False), PIXELS)
+    extra = {"interpolate_pos_encoding": True} if any_size else {}
+    model = HiddenState(ViTModel(config, add_pooling_layer=False), PIXELS, **extra)
     return model.eval(), (torch.randn(1, 3, image, image),), PIXELS
 
 
