@@ -15,10 +15,13 @@ node into a ``Constant`` only when that is sound for every value of the dims:
 * a node writing a graph output stays (a ``Shape`` the model returns is the run's shape), its
   value known to the nodes reading it.
 
-Then every tensor's dims are checked at both assignments: a dim that differs must be such a
-product (convolution arithmetic on an image side is not: :class:`SymbolicDimError`, naming
-the dims it is computed from), and a static dim must not be divisible by a marker
-(:class:`MarkerClash`: the import tries other markers).
+Each round first keeps as sums the dims operators compute from others (:meth:`_State.derive`):
+an image side through a strided convolution or pool, ``(H + 1)//2``, read off the node's own
+ONNX shape function; a Concat's side, the sum of its inputs'. Then every tensor's dims are
+checked at both assignments: a dim that differs must be a product of dims and sums (the last
+part of an uneven Split is not: :class:`SymbolicDimError`, naming the dims it is computed
+from), and a static dim must not be divisible by a marker (:class:`MarkerClash`: the import
+tries other markers, chosen so that the sums found read back).
 
 With no dynamic dim (``dims`` and ``other`` both static) it folds what ONNX's shape inference
 and onnxruntime's constant folding leave open at fixed input shapes
@@ -183,9 +186,10 @@ class _State:
         """Keep as sums the dims operators make from one input dim by affine arithmetic and a
         floor division — a convolution's or a pooling's output side, ``(H + 1)//2`` after a
         stride of 2; a crop, ``H - 4`` — read off each node's own ONNX shape inference
-        (:func:`_through`), in node order, so a sum may be made of the sums before it. One that
-        is no atom at these markers raises :class:`MarkerClash` after the pass (with every sum
-        found: the next markers are chosen for them all)."""
+        (:func:`_through`), and a Concat's side, the sum of its inputs' (:func:`_concatenated`),
+        in node order, so a sum may be made of the sums before it. One that is no atom at these
+        markers raises :class:`MarkerClash` after the pass (with every sum found: the next
+        markers are chosen for them all)."""
         fresh = False
         for node in nodes:
             if node.domain not in ("", "ai.onnx") or not node.input or not node.input[0]:

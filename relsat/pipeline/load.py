@@ -11,7 +11,9 @@ dims and the pricing shape (``Options.input_shapes`` and ``batch``, else batch 1
 any other dim; where the model does not run at those defaults, one defaulted dim one more or
 one less, said in the note: a legacy decode step runs only with its mask one longer than its
 cache). With ``Options.static``, or when a dim cannot stay symbolic (the reason goes in
-:attr:`Shapes.note`), the model is imported at the pricing shape instead, as before.
+:attr:`Shapes.note`), the model is imported at the pricing shape instead (and then, without
+``static``, the input is handed back: :func:`relsat.pipeline.ort.choose`). ``Options.inputs``
+are checked against the model's inputs here and cast to their types.
 
 A model too large to verify and time on this machine is refused here, before any work
 (:class:`~relsat.onnx.TooLargeError`, naming the memory it would need).
