@@ -843,6 +843,23 @@ def test_gemm_alpha_and_beta_fold_into_the_constants(c_shape: tuple[int, ...], f
     assert graph.op_counts().get("matmul_bias", 0) == (1 if fused else 0)
 
 
+def _masked_model(
+    nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], output: str
+) -> onnx.ModelProto:
+    """Opset 17: float ``x`` [2, 4] and an int64 mask ``m`` [2, 4] in, float ``output`` out."""
+    graph = helper.make_graph(
+        nodes,
+        "masked",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("m", TensorProto.INT64, [2, 4]),
+        ],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, [2, 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def test_small_constants_of_equal_value_are_one_weight() -> None:
     """Each layer of an export carries its own copy of a mask's 0 and -inf: equal small
     constants become one weight, so the layers' identical nodes reading them are one e-node;
@@ -862,17 +879,7 @@ def test_small_constants_of_equal_value_are_one_weight() -> None:
         numpy_helper.from_array(np.full(4, 2.0, np.float32), "w"),
         numpy_helper.from_array(np.full(4, 3.0, np.float32), "w_other"),  # another value: apart
     ]
-    graph = helper.make_graph(
-        nodes,
-        "layers",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
-            helper.make_tensor_value_info("m", TensorProto.INT64, [2, 4]),
-        ],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _masked_model(nodes, inits, "out")
     g = load(model)
     weights = sorted(node.name for node in g.nodes if node.op == "weight")
     assert weights == ["ninf0", "w", "w_other", "zero0"]
@@ -905,17 +912,7 @@ def test_mask_steps_that_change_nothing_are_passed_through(reverse: bool) -> Non
         i64(np.array([step], np.int64), "step"),
         numpy_helper.from_array(np.zeros(1, np.float32), "zero"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "mask",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
-            helper.make_tensor_value_info("m", TensorProto.INT64, [2, 4]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _masked_model(nodes, inits, "y")
     written = to_model(load(model), like=model)
     ops = [node.op_type for node in written.graph.node]
     assert ops == (["Cast", "Slice", "Where"] if reverse else ["Cast", "Where"])

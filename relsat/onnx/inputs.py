@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-__all__ = ["DRAWABLE", "Kind", "draw", "input_kinds", "kinds_of", "merge_kinds"]
+__all__ = ["DRAWABLE", "Kind", "draw", "given_at", "input_kinds", "kinds_of", "merge_kinds"]
 
 #: Ops through which an integer input keeps its values (their first input).
 _PASS_THROUGH = frozenset(
@@ -111,8 +111,8 @@ def draw(
     for name in sorted(specs):
         ort_type, dims = specs[name]
         shape = [int(d) for d in dims]
-        sample = (given or {}).get(name)
-        if sample is not None and list(sample.shape) == shape:
+        sample = given_at(given, name, shape)
+        if sample is not None:
             out[name] = sample
         elif ort_type in _FLOATS:  # drawn in the input's own type (float16: via float32)
             kind = np.dtype(_FLOATS[ort_type])
@@ -127,6 +127,14 @@ def draw(
         else:
             raise ValueError(f"cannot draw inputs of type {ort_type}")
     return out
+
+
+def given_at(
+    given: Mapping[str, np.ndarray] | None, name: str, shape: Sequence[int]
+) -> np.ndarray | None:
+    """The array ``given`` holds for input ``name`` when its shape is ``shape``, else None."""
+    sample = (given or {}).get(name)
+    return sample if sample is not None and list(sample.shape) == list(shape) else None
 
 
 def _integers(rng: np.random.Generator, shape: list[int], kind: Kind) -> np.ndarray:

@@ -335,7 +335,7 @@ def _draw_inputs(
     """One set of inputs for both sessions, drawn as :func:`relsat.onnx.random_inputs` draws
     them (what an integer input is — ids, a mask — read off ``models``; ``given`` values where
     their shapes fit); dims the first session leaves dynamic are taken from the second."""
-    from relsat.onnx.inputs import DRAWABLE, draw, kinds_of
+    from relsat.onnx.inputs import DRAWABLE, draw, given_at, kinds_of
 
     inputs = {i.name: i for i in session.get_inputs()}
     others = {i.name: i for i in other.get_inputs()}
@@ -353,8 +353,7 @@ def _draw_inputs(
             raise OnnxError(
                 f"input shapes {meta.shape} and {dims} differ or are dynamic", tensor=name
             )
-        sample = (given or {}).get(name)
-        if meta.type not in DRAWABLE and (sample is None or list(sample.shape) != shape):
+        if meta.type not in DRAWABLE and given_at(given, name, shape) is None:
             raise OnnxError(f"cannot draw inputs of type {meta.type}", tensor=name)
         specs[name] = (meta.type, shape)
     return draw(specs, kinds_of(*models), seed=seed, given=given)

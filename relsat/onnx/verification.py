@@ -150,7 +150,7 @@ def _draw(
 ) -> dict[str, np.ndarray]:
     """Inputs of ``session``; dims it leaves dynamic are taken from ``other`` when given, the
     shapes of those ``shapes`` names from there; ``given`` values where their shapes fit."""
-    from relsat.onnx.inputs import DRAWABLE, draw
+    from relsat.onnx.inputs import DRAWABLE, draw, given_at
 
     others = {i.name: i.shape for i in other.get_inputs()} if other is not None else {}
     specs = {}
@@ -163,8 +163,7 @@ def _draw(
         asked = shapes is not None and i.name in shapes  # 0 there is a length (empty axes)
         if not all(_static(d) or (asked and d == 0) for d in shape):
             raise OnnxError(f"input has dynamic shape {i.shape}", tensor=i.name)
-        sample = (given or {}).get(i.name)
-        if i.type not in DRAWABLE and (sample is None or list(sample.shape) != shape):
+        if i.type not in DRAWABLE and given_at(given, i.name, shape) is None:
             raise OnnxError(f"cannot draw inputs of type {i.type}", tensor=i.name)
         specs[i.name] = (i.type, shape)
     return draw(specs, kinds, seed=seed, given=given)

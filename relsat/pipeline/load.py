@@ -87,7 +87,7 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     try:
         _check_runs(source, dims, path, samples)
     except ronnx.PricingShapeError:
-        if not _runs_empty(source, dims, path, samples):
+        if not _runs_empty(proto, dims, path, samples):
             near = _runnable_neighbour(source, dims, given, batch, path)
             if near is None:
                 raise
@@ -143,15 +143,12 @@ def _check_runs(model: Any, dims: Any, path: str | None, samples: Any = None) ->
     )
 
 
-def _runs_empty(model: Any, dims: Any, path: str | None, samples: Any) -> bool:
+def _runs_empty(proto: Any, dims: Any, path: str | None, samples: Any) -> bool:
     """Does the model declare dims of length 0 (an empty ``axes`` input), which relsat prices
     as dynamic dims, and run with them at 0? Then the pricing shape fails only for those: the
     model is not refused (relsat prices no empty tensor; its checks run where it runs)."""
     from relsat.onnx.verification import failure_at
 
-    proto = model if _is_proto(model) else _inputs_only(model)
-    if proto is None:
-        return False
     empty = {
         (vi.name, axis)
         for vi in proto.graph.input
@@ -164,7 +161,7 @@ def _runs_empty(model: Any, dims: Any, path: str | None, samples: Any) -> bool:
         name: tuple(0 if (name, axis) in empty else v for axis, v in enumerate(shape))
         for name, shape in dims.shapes().items()
     }
-    return failure_at(model if path is None else path, shapes, samples) is None
+    return failure_at(proto if path is None else path, shapes, samples) is None
 
 
 def _runnable_neighbour(
