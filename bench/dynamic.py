@@ -5,6 +5,7 @@ speedup at the pricing shape beside the ``--static`` run (issue 27).
     python bench/dynamic.py --list
     python bench/dynamic.py [--models bert-tiny gpt2-tiny ...] [--rounds 30] [--threads 1]
                             [--timeout 1800] [--exports DIR] [--relsat-args "..."] [--no-static]
+                            [--peers [onnxslim ort-opt onnxscript]]
 
 The corpus (bench/corpus.py's ``dynamic``): today's tiny Hugging Face BERT, GPT-2, Llama-style and
 GPT-J-style decoders and ViT exported with dynamic axes — ``batch`` and ``sequence`` on
@@ -30,6 +31,11 @@ latency at the pricing shape: the original, an A/A session of it, relsat's dynam
 the static one, side by side (bench/timing.py: ``--threads``, ``--rounds`` interleaved rounds,
 medians; ratios to the original, below 1 = faster).
 
+Peers (``--peers``; default onnxslim and onnxruntime's transformers optimizer, ``ort-opt``, as
+bench/peers.py runs them; ``--peers`` alone for none): each on the same dynamic export, its output
+checked the same way (interface, outputs at three shapes) and timed in the same interleaved
+rounds.
+
 Markdown on stdout, progress on stderr, rows appended to bench/results/dynamic.csv; exports and
 outputs kept in ``--exports`` (``runs/<model>/``, each run's output in a ``.log`` beside it).
 """
@@ -52,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench modules
 import calls
 import common
 import corpus
+import peers
 import timing
 
 NAN = float("nan")
@@ -87,7 +94,13 @@ CSV_HEADERS = [
     "threads",
     "machine",
     "notes",
+    # the peers on the same export (--peers): interface, outputs at 3 shapes, ratio each
+    *(f"{peer}_{what}" for peer in peers.PEERS for what in ("interface", "outputs", "ratio")),
 ]
+#: The peers run by default, and the table's peer columns (``--peers``).
+PEER_COLUMNS: tuple[str, ...] = ("onnxslim", "ort-opt")
+#: ort-opt's model type by the corpus name's first part (heads and hidden size: detected).
+ORT_TYPES = {"bert": "bert", "gpt2": "gpt2", "llama": "gpt2", "gptj": "gpt2", "vit": "vit"}
 
 
 @dataclass
@@ -100,6 +113,7 @@ class Row:
     static: calls.CliRun | None = None
     interface: str = ""
     outputs: str = ""
+    peer_checks: dict[str, tuple[str, str]] = field(default_factory=dict)  # interface, outputs
     timed: timing.Timing | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -201,11 +215,27 @@ def bench_model(entry: corpus.Entry, args: argparse.Namespace) -> Row:
             row.notes.append(f"relsat {variant}: {run.error}")
         elif run.output is not None:
             variants[variant] = run.output
-    written = variants.get("dynamic")
-    if written is not None:
+    for peer in args.peers:
+        kind_of = ORT_TYPES.get(entry.name.split("-")[0], "bert")
+        done = peers.run(peer, made.path, work / f"{peer}.onnx", model_type=kind_of)
+        common.log(f"  {entry.name}: {peer} {done.seconds:.1f} s" + f": {done.error or 'ok'}")
+        if done.output is None:
+            row.notes.append(f"{peer}: {done.error}")
+            row.peer_checks[peer] = ("–", "–")
+            continue
+        variants[peer] = done.output
+    for variant, written in variants.items():
+        if variant == "static":
+            continue
         want, got = dims_of(made.path), dims_of(written)
-        row.interface = "kept" if want == got else f"{want} became {got}"
-        row.outputs = outputs_equal(made.path, written, list(SCHEMES[kind]))
+        interface = "kept" if want == got else f"{want} became {got}"
+        outputs = outputs_equal(made.path, written, list(SCHEMES[kind]))
+        if variant == "dynamic":
+            row.interface, row.outputs = interface, outputs
+        else:
+            row.peer_checks[variant] = ("kept" if want == got else "changed", outputs)
+            if want != got:
+                row.notes.append(f"{variant} interface: {interface}")
     pricing = SCHEMES[kind][0]
     row.timed = timing.side_by_side(
         made.path,
@@ -226,7 +256,7 @@ def _kept(run: calls.CliRun | None) -> str:
     return "–" if run is None else run.error or run.kept or "?"
 
 
-def table(rows: list[Row]) -> str:
+def table(rows: list[Row], shown: tuple[str, ...] = PEER_COLUMNS) -> str:
     headers = [
         "model",
         "relsat s",
@@ -238,6 +268,7 @@ def table(rows: list[Row]) -> str:
         "A/A",
         "kept (dynamic)",
         "kept (static)",
+        *(f"{peer}: ratio, interface, outputs" for peer in shown),
     ]
     body = [
         [
@@ -251,10 +282,18 @@ def table(rows: list[Row]) -> str:
             _f(r.ratio(timing.AA)),
             _kept(r.dynamic),
             _kept(r.static),
+            *(_peer(r, peer) for peer in shown),
         ]
         for r in rows
     ]
     return common.markdown(headers, body)
+
+
+def _peer(r: Row, peer: str) -> str:
+    if peer not in r.peer_checks:
+        return "–"
+    interface, outputs = r.peer_checks[peer]
+    return f"{_f(r.ratio(peer))}, {interface}, {outputs}"
 
 
 def csv_row(r: Row, args: argparse.Namespace, machine: str) -> list[object]:
@@ -281,6 +320,11 @@ def csv_row(r: Row, args: argparse.Namespace, machine: str) -> list[object]:
         args.threads,
         machine,
         "; ".join(r.notes),
+        *(
+            value
+            for peer in peers.PEERS
+            for value in (*r.peer_checks.get(peer, ("", "")), num(r.ratio(peer)))
+        ),
     ]
 
 
@@ -294,6 +338,13 @@ def main() -> None:
     common.add_exports(ap)
     ap.add_argument("--relsat-args", default="", help="more relsat options")
     ap.add_argument("--no-static", action="store_true", help="leave the --static run out")
+    ap.add_argument(
+        "--peers",
+        nargs="*",
+        choices=peers.PEERS,
+        default=list(PEER_COLUMNS),
+        help=f"peers on the same exports (default: {' '.join(PEER_COLUMNS)}; none: --peers)",
+    )
     args = ap.parse_args()
     available = corpus.dynamic()
     if args.list:
@@ -320,7 +371,7 @@ def main() -> None:
             rows[-1].notes.append(f"bench failed: {timing.first_line(exc)}")
         common.log(f"  {entry.name}: {time.perf_counter() - t:.1f} s in all")
     print(f"### dynamic-axes exports through relsat ({machine}, {args.rounds} rounds)\n")
-    print(table(rows))
+    print(table(rows, tuple(args.peers)))
     print(
         "\ndims: what relsat did with the dynamic dims. interface: the written model's inputs "
         "and outputs have the original's dims (names included). outputs: onnxruntime, written "

@@ -258,17 +258,41 @@ def test_a_subgraph_is_refused_for_the_subgraph() -> None:
     assert not isinstance(info.value, ronnx.DynamicShapeError)
 
 
-def test_a_shape_computed_from_an_inputs_values_names_that_input() -> None:
+def test_a_shape_computed_from_an_inputs_values_stays_symbolic() -> None:
+    """Unique's count follows x's values: it becomes a dim of its own (relsat.onnx.opened),
+    priced at what onnxruntime computes at the pricing shape, named on the output."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("Unique", ["r"], ["y"], sorted=1),
     ]
+    result = optimize(_model(nodes, [x], [y]), ANALYTIC)
+    assert result.shapes is not None and result.shapes.dims is not None
+    (opened,) = result.shapes.dims.opened
+    assert (opened.tensor, opened.op, opened.layout) == ("y", "Unique", ("y_dim0",))
+    assert "y_dim0 (of Unique 'y') = " in result.shapes.note
+
+
+def test_a_shape_computed_from_an_inputs_values_empty_at_the_pricing_shape_names_that_input() -> (
+    None
+):
+    """A Compress whose condition (given) keeps nothing is empty at the pricing shape: relsat
+    prices no empty tensor, and refuses it in one line naming the input its shape follows."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Compress", ["r", "cond"], ["y"]),
+    ]
+    settings = Options(cost_model="analytic", timing=None, inputs={"cond": np.zeros(6, bool)})
     with pytest.raises(ronnx.DynamicShapeError) as info:
-        optimize(_model(nodes, [x], [y]), ANALYTIC)
+        optimize(_model(nodes, [x, cond], [y]), settings)
     text = str(info.value)
-    assert "output 'y' has no static shape (dim 0: computed from the values of input 'x')" in text
+    assert "output 'y' has no static shape (dim 0: computed from the values of input 'cond')" in (
+        text
+    )
     assert "\n" not in text
 
 

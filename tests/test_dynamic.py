@@ -694,7 +694,7 @@ def test_a_value_that_cannot_be_written_symbolically_keeps_the_dynamic_original(
     and the input is kept (its dynamic interface), the reason naming ``--static``."""
     from relsat.onnx import exporter
 
-    def refuse(model, dims, interface):
+    def refuse(model, dims, interface, shapes=None):
         raise ronnx.SymbolicDimError("attribute 'split' of Split holds 2*N", dims=("N",))
 
     monkeypatch.setattr(exporter, "symbolize", refuse)

@@ -130,18 +130,25 @@ def load_symbolic(
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     batch: int | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    static: bool = False,
 ) -> tuple[Graph, Dims | None]:
     """Read an ONNX model keeping its dynamic dims symbolic: the graph with each dynamic dim
     given its marker (:mod:`relsat.onnx.symbolic`), shape computations folded where that holds
     for every value of the dims (:mod:`relsat.onnx.shapefold`), and the :class:`Dims` (None for
-    a model whose inputs are all static: then :func:`load` with ``input_shapes`` and ``batch``).
-    ``input_shapes`` and ``batch`` give the dims' pricing values. Raises
+    a model whose inputs are all static and whose shapes ONNX infers: then :func:`load` with
+    ``input_shapes`` and ``batch``). ``input_shapes`` and ``batch`` give the dims' pricing
+    values; ``static`` fixes the inputs there. An output whose dims an operator computes from
+    values (NonZero's count) keeps them symbolic, each a dim of its own valued by onnxruntime
+    at the pricing shape on ``inputs`` where given (:mod:`relsat.onnx.opened`). Raises
     :class:`SymbolicDimError` for a dim that cannot stay symbolic, naming it; else as
     :func:`load`.
     """
     from relsat.onnx.marked import load_symbolic as load_dims
 
-    return load_dims(path_or_model, input_shapes=input_shapes, batch=batch)
+    return load_dims(
+        path_or_model, input_shapes=input_shapes, batch=batch, inputs=inputs, static=static
+    )
 
 
 def to_model(

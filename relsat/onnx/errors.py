@@ -57,7 +57,13 @@ class OnnxError(RelsatError, ValueError):
 
 
 class DynamicShapeError(OnnxError):
-    """An operator's output shape is computed at run time (ONNX shape inference leaves it open)."""
+    """An operator's output shape is computed at run time (ONNX shape inference leaves it open).
+    ``output`` names that output and ``inferred`` holds what ONNX infers of it (element type, and
+    dims with None where open, or None for an open rank), where known:
+    :func:`relsat.onnx.load_symbolic` keeps its open dims symbolic (:mod:`relsat.onnx.opened`)."""
+
+    output: str | None = None
+    inferred: tuple[int, tuple[int | None, ...] | None] | None = None
 
 
 class EmptyTensorError(OnnxError):

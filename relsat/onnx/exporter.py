@@ -64,12 +64,13 @@ def build_model(
     interface = _interface(like) if like is not None else None
     if interface is not None and output_names is None:
         output_names = [o.name for o in interface.output]
-    model = Exporter(graph, opset, seed, output_names, interface).model()
+    exporter = Exporter(graph, opset, seed, output_names, interface)
+    model = exporter.model()
     if dims is None:
         return model
     if interface is None:
         raise OnnxError("dims need like=, the model whose interface to keep")
-    model = symbolize(model, dims, interface)
+    model = symbolize(model, dims, interface, exporter.opaque_shapes)
     try:
         _check(model)
     except Exception as exc:
@@ -173,6 +174,7 @@ class Exporter:
         self.foldable = self._foldable()
         self.values: dict[Ref, Value] = {}
         self.memo: dict[Hashable, str] = {}
+        self.opaque_shapes: dict[str, tuple[int, ...]] = {}  # what ONNX may not infer
 
     # --- opsets ---------------------------------------------------------------------------
 
@@ -563,6 +565,9 @@ class Exporter:
                 name = self.fresh(f"{node.params['type']}_{node.id}_const")
                 self.inits.append(_decode_tensor(spec, name))
                 inputs.append(name)
+        self.opaque_shapes.update(
+            (name, t.shape) for name, t in zip(outs, node.outputs, strict=False)
+        )
         out_it = iter(outs)
         outputs = [
             next(out_it)

@@ -560,6 +560,8 @@ class Importer:
             handler = CONTRIB_HANDLERS.get(node.op_type) or DECODER_CONTRIB_HANDLERS.get(
                 node.op_type
             )
+        if self.dims is not None and any(o.tensor in node.output for o in self.dims.opened):
+            handler = None  # dims computed from values: the operator as it is, never a reshape
         used_outputs = [o for o in node.output if o and self.uses[o]]
         mapped = None
         # an output ONNX's inference leaves open (a contrib op it does not know) is float when
@@ -659,7 +661,9 @@ class Importer:
                     **where,
                 )
             if shape is None:
-                raise DynamicShapeError(self._open_shape(node, name), path=self.path, **where)
+                error = DynamicShapeError(self._open_shape(node, name), path=self.path, **where)
+                error.output, error.inferred = name, self.types.get(name, (0, None))
+                raise error
             shapes.append(shape)
             names.append(name)
         attrs["_onnx"] = {

@@ -31,6 +31,7 @@ from relsat.onnx.dimexpr import SUM_CONSTANT, Poly, Sum, linear
 from relsat.onnx.dimplan import plan, remarked
 from relsat.onnx.errors import DynamicShapeError, OnnxError, SymbolicDimError
 from relsat.onnx.importer import Importer, read_model, skeleton
+from relsat.onnx.opened import MAX_OPENED, Found, declared_dims, opened_output, with_opened
 from relsat.onnx.shapefold import FOLD_LIMIT, MarkerClash, fold
 from relsat.onnx.symbolic import Dims
 
@@ -45,12 +46,26 @@ def load_symbolic(
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     batch: int | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    static: bool = False,
 ) -> tuple[Graph, Dims | None]:
     """See :func:`relsat.onnx.load_symbolic`."""
     model, path = read_model(path_or_model)
     dims = plan(model, input_shapes, batch, path=path)
+    if dims is not None and static:  # the inputs fixed at the pricing shape
+        input_shapes, batch, dims = dims.shapes(), None, None
     if dims is None:
-        return Importer(model, path, input_shapes or {}, batch).run(), None
+        importer = Importer(model, path, input_shapes or {}, batch)
+        try:
+            return importer.run(), None
+        except DynamicShapeError as error:  # an output's dims computed from values
+            layout = {
+                vi.name: tuple(int(d.dim_value) for d in vi.type.tensor_type.shape.dim)
+                for vi in importer.inputs
+            }
+            fixed_inputs = Dims((), layout)
+            at = _Source(path_or_model, inputs)
+            return _import(model, path, fixed_inputs, lambda avoid: fixed_inputs, at, error)
     same: dict[str, str | Poly] = {**tied_dims(path_or_model, dims)}
     same |= summed_dims(path_or_model, dims, same)
     if same:
@@ -74,10 +89,81 @@ def load_symbolic(
         lambda avoid: plan(
             model, input_shapes, batch, avoid=avoid, path=path, same=same, fixed=fixed
         ),
+        _Source(path_or_model, inputs),
     )
 
 
+class _Source:
+    """The model as given (a path or a proto) and the user's input values: what onnxruntime
+    runs to value the dims of an opened output (:mod:`relsat.onnx.opened`)."""
+
+    def __init__(self, model: Any, given: Mapping[str, np.ndarray] | None) -> None:
+        self.model, self.given = model, given
+
+
 def _import(
+    model: onnx.ModelProto,
+    path: str | None,
+    dims: Dims,
+    replan: Any,
+    source: _Source,
+    error: DynamicShapeError | None = None,
+) -> tuple[Graph, Dims]:
+    """The import at ``dims``; each output whose dims an operator computes from values (a
+    :class:`DynamicShapeError`, the first one ``error`` when given) opened and the import run
+    again, up to :data:`~relsat.onnx.opened.MAX_OPENED` of them."""
+    found: list[Found] = []
+    declared = declared_dims(model)
+    base, at = dims, dims  # at: the dims the error's shapes are at
+    first = error
+    for _ in range(MAX_OPENED + 1):
+        if error is not None:
+            one = opened_output(source.model, at, error, source.given, declared)
+            if one is None or len(found) == MAX_OPENED:
+                raise _unopened(error, at, path)
+            found.append(one)
+            dims = with_opened(base, found, model)
+        try:
+            return _import_at(
+                model, path, dims, lambda avoid: with_opened(replan(avoid), found, model, avoid)
+            )
+        except _Open as stop:
+            error, at = stop.error, stop.dims
+            first = first or error
+        except OnnxError:
+            if not found or first is None:
+                raise
+            # an opened dim the model ties to a number or another dim (a MatMul's inner dim
+            # after a Reduce over axes given as an input): not kept symbolic, said as before
+            raise _unopened(first, base, path) from None
+    raise AssertionError("unreachable: the loop returns or raises")
+
+
+class _Open(Exception):
+    """An import stopped at an output whose dims an operator computes from values: the
+    importer's ``error`` and the ``dims`` (markers) it imported at."""
+
+    def __init__(self, error: DynamicShapeError, dims: Dims) -> None:
+        super().__init__(error.reason)
+        self.error, self.dims = error, dims
+
+
+def _unopened(error: DynamicShapeError, dims: Dims, path: str | None) -> OnnxError:
+    """The error for an output that could not be opened: itself at fixed input shapes, else a
+    :class:`SymbolicDimError` (the run then tries fixed shapes)."""
+    free = [d.name for d in dims.dims if d.name not in dims.opened_names()]
+    if not free:
+        return error
+    return SymbolicDimError(
+        f"{error.reason} (with dims {', '.join(free)} symbolic)",
+        dims=tuple(free),
+        path=path,
+        node=error.node,
+        op_type=error.op_type,
+    )
+
+
+def _import_at(
     model: onnx.ModelProto, path: str | None, dims: Dims, replan: Any
 ) -> tuple[Graph, Dims]:
     data_dir = os.path.dirname(os.path.abspath(path)) if path else None
@@ -112,17 +198,11 @@ def _import(
             dims=dims.names,
             path=path,
         )
+    dims = folded.dims
     try:
-        dims = folded.dims
         graph = Importer(folded.model, path, {}, None, symbolic=folded.symbolic, dims=dims).run()
     except DynamicShapeError as exc:
-        raise SymbolicDimError(
-            f"{exc.reason} (with dims {', '.join(dims.names)} symbolic)",
-            dims=dims.names,
-            path=path,
-            node=exc.node,
-            op_type=exc.op_type,
-        ) from None
+        raise _Open(exc, dims) from None
     for n in graph.weights:  # a constant whose size follows a dim cannot be written back
         if any(dims.is_symbolic(d) for d in n.shape):
             spelled = "x".join(dims.spell(d) for d in n.shape)

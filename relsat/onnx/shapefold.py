@@ -110,8 +110,8 @@ def fold(
     nodes_b = list(model.graph.node)  # and here of their second (for the second inference)
     try:
         for _ in range(ROUNDS):
-            shapes_a, types = _infer(model, nodes_a, dims.marked(), skeleton)
-            shapes_b, _ = _infer(model, nodes_b, other.marked(), skeleton)
+            shapes_a, types = _infer(model, nodes_a, dims, skeleton)
+            shapes_b, _ = _infer(model, nodes_b, other, skeleton)
             state.derive(nodes_a, shapes_a, shapes_b, types)
             new_a: list[onnx.NodeProto] = []
             new_b: list[onnx.NodeProto] = []
@@ -124,14 +124,14 @@ def fold(
             nodes_a, nodes_b = new_a, new_b
             if not changed:
                 break
-        shapes_a, types = _infer(model, nodes_a, dims.marked(), skeleton)
-        shapes_b, _ = _infer(model, nodes_b, other.marked(), skeleton)
+        shapes_a, types = _infer(model, nodes_a, dims, skeleton)
+        shapes_b, _ = _infer(model, nodes_b, other, skeleton)
         state.derive(nodes_a, shapes_a, shapes_b, types)
         _check_dims(nodes_a, shapes_a, shapes_b, state)
     except MarkerClash as clash:  # the sums found so far go with it: the next markers must
         # read them back too (:func:`relsat.onnx.dimplan.remarked`)
         raise MarkerClash(clash.marker, state.a.sums[len(dims.sums) :]) from None
-    model_a = _rebuilt(model, nodes_a, dims.marked())
+    model_a = _rebuilt(model, nodes_a, dims)
     return Folded(model_a, frozenset(state.symbolic), state.a)
 
 
@@ -533,35 +533,42 @@ def _constant_node(name: str, value: np.ndarray, node: onnx.NodeProto) -> onnx.N
     return helper.make_node("Constant", [], [name], name=label, value=tensor)
 
 
-def _rebuilt(
-    model: onnx.ModelProto, nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, ...]]
-) -> onnx.ModelProto:
-    """``model`` with ``nodes``, its inputs fixed to ``inputs`` and no value_info (exporters'
-    intermediate shapes were written for their example, not for the markers)."""
+def _rebuilt(model: onnx.ModelProto, nodes: list[onnx.NodeProto], dims: Dims) -> onnx.ModelProto:
+    """``model`` with ``nodes``, its inputs fixed to ``dims``' markers and no value_info
+    (exporters' intermediate shapes were written for their example, not for the markers) but
+    the opened tensors' (:attr:`Dims.opened`) at the markers: shape inference carries them on."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     del out.graph.value_info[:]
+    inputs = dims.marked()
     for vi in out.graph.input:
         if vi.name in inputs:
             for d, v in zip(vi.type.tensor_type.shape.dim, inputs[vi.name], strict=True):
                 d.Clear()
                 d.dim_value = int(v)
+    outputs = {vi.name: vi for vi in out.graph.output}
+    for name, (elem, shape) in dims.marked_opened().items():
+        info = helper.make_tensor_value_info(name, elem, list(shape))
+        if name in outputs:
+            outputs[name].CopyFrom(info)
+        else:
+            out.graph.value_info.append(info)
     return out
 
 
 def _infer(
     model: onnx.ModelProto,
     nodes: list[onnx.NodeProto],
-    inputs: dict[str, tuple[int, ...]],
+    dims: Dims,
     skeleton: Callable[[onnx.ModelProto], onnx.ModelProto],
 ) -> tuple[Shapes, dict[str, int]]:
-    """Every tensor's inferred dims (None where left open) with the inputs at ``inputs``, and
-    its element type."""
+    """Every tensor's inferred dims (None where left open) with the inputs at ``dims``'
+    markers, and its element type."""
     try:
         inferred = onnx.shape_inference.infer_shapes(
-            skeleton(_rebuilt(model, nodes, inputs)), data_prop=True
+            skeleton(_rebuilt(model, nodes, dims)), data_prop=True
         )
     except Exception:
         return {}, {}

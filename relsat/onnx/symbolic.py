@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from relsat.graph.specialize import SHAPE_LIKE
 from relsat.onnx.dimexpr import Poly, Sum, constant, multiply
 
-__all__ = ["SHAPE_LIKE", "Dim", "Dims"]
+__all__ = ["SHAPE_LIKE", "Dim", "Dims", "Opened"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,28 @@ class Dim:
 
 
 @dataclass(frozen=True)
+class Opened:
+    """A tensor whose dims an operator computes from values, not shapes (NonZero's count, a
+    Reshape to a shape given as an input, a Reduce over axes given as one): ``layout`` its dims
+    (an int where ONNX infers one, else the name of a dim of its own), ``elem_type`` its ONNX
+    element type, ``op`` the operator writing it (:mod:`relsat.onnx.opened`)."""
+
+    tensor: str
+    elem_type: int
+    layout: tuple[int | str, ...]
+    op: str
+
+
+@dataclass(frozen=True)
 class Dims:
     """The dynamic dims of one model and each input's dims (an int, or a dim's name);
     ``sums``: the dims the model spells as expressions of others (``past + 1``:
     :class:`~relsat.onnx.dimexpr.Sum`, their values following those dims'); ``fixed``: the dims
     the model itself fixes (it runs at no other value): name, value and where in words
-    (``("d3_2", 2, "grid dim 3 (d3_2)")``), static here and in the written model's interface.
+    (``("d3_2", 2, "grid dim 3 (d3_2)")``), static here and in the written model's interface;
+    ``opened``: tensors whose dims an operator computes from values (:class:`Opened`), each
+    such dim one of :attr:`dims` (its pricing value what onnxruntime computes at the pricing
+    shape, its place ``(tensor, axis)``).
 
     A sum of several terms is an *atom* of the products :meth:`factor` reads, beside the
     markers: at the markers its value is divisible by none of them and divides no static
@@ -62,6 +78,7 @@ class Dims:
     inputs: Mapping[str, tuple[int | str, ...]] = field(hash=False, compare=False)
     fixed: tuple[tuple[str, int, str], ...] = ()
     sums: tuple[Sum, ...] = ()
+    opened: tuple[Opened, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", {k: tuple(v) for k, v in self.inputs.items()})
@@ -166,6 +183,18 @@ class Dims:
             k: tuple(at[d] if isinstance(d, str) else d for d in v) for k, v in self.inputs.items()
         }
 
+    def marked_opened(self) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """Each opened tensor's element type and shape with markers for its dims."""
+        at = self.markers()
+        return {
+            o.tensor: (o.elem_type, tuple(at[d] if isinstance(d, str) else d for d in o.layout))
+            for o in self.opened
+        }
+
+    def opened_names(self) -> set[str]:
+        """The dims operators compute from values (:attr:`opened`)."""
+        return {d for o in self.opened for d in o.layout if isinstance(d, str)}
+
     def shapes(self, values: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         """Each input's shape at ``values`` (dim name → value; missing ones: pricing)."""
         want = self.resolve(values)
@@ -214,9 +243,11 @@ class Dims:
         return tuple(dict.fromkeys(d for n in s.names for d in self.base(n)))
 
     def describe(self, values: Mapping[str, int] | None = None) -> str:
-        """``batch=1, sequence=128``."""
+        """``batch=1, sequence=128`` (the inputs' dims: not those operators compute from
+        values, :attr:`opened`)."""
         want = {**self.pricing(), **(values or {})}
-        return ", ".join(f"{d.name}={want[d.name]}" for d in self.dims)
+        opened = self.opened_names()
+        return ", ".join(f"{d.name}={want[d.name]}" for d in self.dims if d.name not in opened)
 
     def describe_shapes(self, values: Mapping[str, int] | None = None) -> str:
         """``input_ids=[1, 128], attention_mask=[1, 128]``."""
@@ -227,10 +258,14 @@ class Dims:
         dims one larger; the other dims all moved down by half the smallest of them less one
         (128 to 65; two up when that is tiny), so that dims the model keeps apart by a constant
         (a mask of ``past + 1`` beside a cache of ``past``) stay so. Where the model has only
-        one kind, the third varies that kind again."""
+        one kind, the third varies that kind again. Dims operators compute from values
+        (:attr:`opened`) follow the inputs: never moved (one shape when there is no other)."""
         price = self.pricing()
-        batch = [d.name for d in self.dims if any(axis == 0 for _, axis in d.axes)]
-        other = [d.name for d in self.dims if d.name not in batch]
+        free = [d for d in self.dims if d.name not in self.opened_names()]  # inputs' dims
+        if not free:  # only dims computed from values: they follow the inputs
+            return ({**price},)
+        batch = [d.name for d in free if any(axis == 0 for _, axis in d.axes)]
+        other = [d.name for d in free if d.name not in batch]
         second = {n: price[n] + 1 for n in (batch or other)}
         if other and batch:
             down = min(price[n] for n in other) // 2

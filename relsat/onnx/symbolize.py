@@ -21,7 +21,8 @@ writing a graph with markers (:mod:`relsat.onnx.symbolic`) when given its ``dims
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,17 +39,35 @@ __all__ = ["symbolize"]
 _INTS = (TensorProto.INT64, TensorProto.INT32)
 
 
-def symbolize(model: onnx.ModelProto, dims: Dims, interface: onnx.GraphProto) -> onnx.ModelProto:
-    """``model`` (written with markers) with its dims symbolic (see the module docstring)."""
+def symbolize(
+    model: onnx.ModelProto,
+    dims: Dims,
+    interface: onnx.GraphProto,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> onnx.ModelProto:
+    """``model`` (written with markers) with its dims symbolic (see the module docstring);
+    ``shapes``: tensors' shapes at the markers where ONNX may not infer them (opaque nodes'
+    outputs), where a dim an operator computes from values (:attr:`Dims.opened`) is read."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    _Writer(out, dims).run(interface)
+    _Writer(out, dims, shapes or {}).run(interface)
     return out
 
 
 class _Writer:
-    def __init__(self, model: onnx.ModelProto, dims: Dims) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, dims: Dims, shapes: Mapping[str, tuple[int, ...]]
+    ) -> None:
         self.model, self.graph, self.dims = model, model.graph, dims
+        made = {o for node in self.graph.node for o in node.output}
+        self.places = {  # opened dim → the first tensor holding it, and the axis
+            name: (tensor, axis)
+            for tensor, shape in reversed(list(shapes.items()))
+            if tensor in made
+            for axis, v in enumerate(shape)
+            for name in [self._atom(v)]
+            if name in dims.opened_names()
+        }
         self.used = {n for node in self.graph.node for n in [*node.input, *node.output]}
         self.used |= {t.name for t in self.graph.initializer} | {i.name for i in self.graph.input}
         self.first: list[onnx.NodeProto] = []  # the computed dims: they read only inputs
@@ -58,6 +77,13 @@ class _Writer:
         self.vectors: dict[tuple[int, ...], str] = {}  # one computation per distinct value
         self.inputs = {vi.name for vi in self.graph.input}
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+    def _atom(self, v: int) -> str | None:
+        """The dim ``v`` is exactly (its marker), else None."""
+        f = self.dims.factor(v)
+        if f is None or f[0] != 1 or len(f[1]) != 1 or f[1][0][1] != 1:
+            return None
+        return f[1][0][0]
 
     def fresh(self, base: str) -> str:
         return fresh_name(base, self.used)
@@ -107,7 +133,7 @@ class _Writer:
         kept = [t for t in g.initializer if t.name not in symbolic or t.name in read]
         del g.initializer[:]
         g.initializer.extend([*kept, *self.inits])
-        nodes = [*self.first, *g.node]
+        nodes = _ordered([*self.first, *g.node], {*self.inputs, *(t.name for t in g.initializer)})
         del g.node[:]
         g.node.extend(nodes)
         del g.value_info[:]
@@ -142,7 +168,7 @@ class _Writer:
         if name not in self.dim_tensor:
             s = self.dims.sum(name)
             axes = s.axes if s is not None else self.dims.dim(name).axes
-            place = next(((t, a) for t, a in axes if t in self.inputs), None)
+            place = next(((t, a) for t, a in axes if t in self.inputs), self.places.get(name))
             if place is not None:
                 tensor, axis = place
                 if self.opset >= 15:  # Shape's start and end: the one dim, one node
@@ -307,6 +333,33 @@ class _Writer:
                 d.Clear()
                 if f is not None and f[0] == 1 and len(f[1]) == 1 and f[1][0][1] == 1:
                     d.dim_param = f[1][0][0]
+
+
+def _ordered(nodes: Sequence[onnx.NodeProto], ready: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` in an order that computes every input before its readers, each as early as
+    the list has it (the computed dims first, a dim read off an opaque node's output right
+    after that node)."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    waits = [
+        {producer[x] for x in n.input if x and x not in ready and x in producer} for n in nodes
+    ]
+    readers: dict[int, list[int]] = {}
+    for i, w in enumerate(waits):
+        for j in w:
+            readers.setdefault(j, []).append(i)
+    todo = [i for i, w in enumerate(waits) if not w]
+    heapq.heapify(todo)
+    out: list[onnx.NodeProto] = []
+    while todo:
+        i = heapq.heappop(todo)
+        out.append(nodes[i])
+        for r in readers.get(i, ()):
+            waits[r].discard(i)
+            if not waits[r]:
+                heapq.heappush(todo, r)
+    if len(out) != len(nodes):  # a cycle: impossible for a graph written from a DAG
+        raise SymbolicDimError("the written model's dims would be read before they are computed")
+    return out
 
 
 def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int | None, ...]]:

@@ -21,7 +21,7 @@ from relsat.onnx.errors import OnnxError
 from relsat.onnx.runtime import OrtSettings
 from relsat.threads import cap as thread_cap
 
-__all__ = ["failure_at", "random_inputs", "run_onnx", "runs_at", "verify"]
+__all__ = ["failure_at", "output_shapes", "random_inputs", "run_onnx", "runs_at", "verify"]
 
 
 def _session(model_or_path: Any, *, quiet: bool = False) -> Any:
@@ -118,6 +118,36 @@ def failure_at(
         text = str(exc).strip()
         return text.splitlines()[0] if text else type(exc).__name__
     return None
+
+
+def output_shapes(
+    model_or_path: Any,
+    names: Sequence[str],
+    shapes: Mapping[str, Sequence[int]],
+    given: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, tuple[int, ...]] | None:
+    """The shapes of the model's tensors ``names`` (any, not only its outputs) when onnxruntime
+    runs it at input ``shapes`` on the inputs :func:`verify` draws there (``given`` ones where
+    their shapes fit); None when it cannot load or run it."""
+    import onnx
+
+    from relsat.onnx.inputs import kinds_of
+
+    model = model_or_path
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(os.fspath(model_or_path))
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    declared = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in declared)
+    try:
+        session = _session(probe, quiet=True)
+        feeds = _draw(session, None, kinds_of(model), 0, shapes, given)
+        wanted = list(names)
+        got = session.run(wanted, feeds)
+    except Exception:  # OnnxError, or onnxruntime's own classes
+        return None
+    return {n: tuple(int(d) for d in np.shape(v)) for n, v in zip(wanted, got, strict=True)}
 
 
 def runs_at(model_or_path: Any, shapes: Sequence[Mapping[str, Sequence[int]]]) -> list[bool]:

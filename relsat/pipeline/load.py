@@ -76,7 +76,14 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     if dims is None:  # static inputs (or an unreadable file: load says why)
         if options.timing_shapes:
             raise SettingsError("timing_shapes", options.timing_shapes, "() for static inputs")
-        return ronnx.load(model, input_shapes=given, batch=batch), None
+        try:
+            return ronnx.load(model, input_shapes=given, batch=batch), None
+        except ronnx.DynamicShapeError:  # an output's dims computed from values
+            graph, opened = ronnx.load_symbolic(
+                model, input_shapes=given, batch=batch, inputs=samples
+            )
+            assert opened is not None
+            return graph, Shapes(opened, opened.shapes(), True, _opened_note(opened))
     unknown = sorted({k for one in options.timing_shapes for k in one} - set(dims.names))
     if unknown:
         raise SettingsError(
@@ -97,7 +104,9 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
         note = f"fixed at {dims.describe()} (static){moved}"
     else:
         try:
-            graph, marked = ronnx.load_symbolic(model, input_shapes=given, batch=batch)
+            graph, marked = ronnx.load_symbolic(
+                model, input_shapes=given, batch=batch, inputs=samples
+            )
         except ronnx.OnnxError as exc:  # a dim relsat cannot keep symbolic, or a marker out
             # of a bound the model puts on its dim: never worse than fixed shapes
             why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
@@ -111,7 +120,8 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
             note = f"fixed at {dims.describe()}{moved}: {why}"
         else:
             assert marked is not None
-            note = f"{', '.join(marked.names)} kept symbolic; priced at {marked.describe()}{moved}"
+            free = [n for n in marked.names if n not in marked.opened_names()]
+            note = f"{', '.join(free)} kept symbolic; priced at {marked.describe()}{moved}"
             if marked.sums:  # the dims spelled or found as sums of these
                 names = [s.name for s in marked.sums]
                 more = f" and {len(names) - 2} more" if len(names) > 4 else ""
@@ -119,8 +129,33 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
             if marked.fixed:  # said, never silent: the model runs at no other value of these
                 held = "; ".join(f"{where} = {v}" for _, v, where in marked.fixed)
                 note += f"; fixed by the model (it runs at no other value), written static: {held}"
+            if marked.opened:
+                note += f"; {_opened_note(marked)}"
             return graph, Shapes(marked, pricing, True, note)
-    return ronnx.load(model, input_shapes=pricing), Shapes(None, pricing, False, note)
+    try:
+        return ronnx.load(model, input_shapes=pricing), Shapes(None, pricing, False, note)
+    except ronnx.DynamicShapeError:  # the inputs fixed; an output's dims computed from values
+        graph, opened = ronnx.load_symbolic(
+            model, input_shapes=pricing, inputs=samples, static=True
+        )
+        assert opened is not None
+        return graph, Shapes(opened, pricing, True, f"{note}; {_opened_note(opened)}")
+
+
+def _opened_note(dims: Any) -> str:
+    """The dims operators compute from values, in words: ``y_dim0 (of NonZero 'y') kept
+    symbolic, priced at 7``."""
+    parts = [
+        f"{d} (of {o.op} {o.tensor!r}) = {dims.dim(d).value}"
+        for o in dims.opened
+        for d in o.layout
+        if isinstance(d, str) and dims.dim(d).axes[0][0] == o.tensor
+    ]
+    more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
+    return (
+        f"dims computed from values kept symbolic, priced as onnxruntime computes them: "
+        f"{', '.join(parts[:3])}{more}"
+    )
 
 
 def _check_runs(model: Any, dims: Any, path: str | None, samples: Any = None) -> None:

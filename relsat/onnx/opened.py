@@ -1,0 +1,117 @@
+"""Dims an operator computes from values: each kept symbolic, a dim of its own.
+
+NonZero's count, a Reshape to a shape given as an input, a Reduce over axes given as one, a
+Resize to sizes given as one, NonMaxSuppression's selected boxes: ONNX shape inference leaves
+such an output's dims open, and nothing at import time can fix them, for they follow the values
+of each run. Each open dim becomes a dim of its own, like an input's dynamic dim
+(:mod:`relsat.onnx.symbolic`): a marker in the e-graph, so that no rewrite depends on its value,
+and a pricing value, what onnxruntime computes for it at the pricing shape on the inputs the
+checks draw (``Options.inputs`` where given). Its name is the output's ``dim_param`` where the
+model declares one, else ``<tensor>_dim<axis>``. The written model reads it off the tensor at
+run time (``Shape``: :mod:`relsat.onnx.symbolize`) and names it on an output.
+
+A dim ONNX does infer stays what it is: static, or an input's dim. An output that is empty at
+the pricing shape, or that onnxruntime cannot compute there, is not opened: the import then
+fails as before, naming the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import onnx
+
+from relsat.onnx.dimplan import remarked
+from relsat.onnx.errors import DynamicShapeError
+from relsat.onnx.symbolic import Dim, Dims, Opened
+
+__all__ = ["MAX_OPENED", "declared_dims", "opened_output", "with_opened"]
+
+#: Outputs opened in one import at most (each one more import).
+MAX_OPENED = 32
+
+Found = tuple[Opened, tuple[Dim, ...]]
+
+
+def opened_output(
+    source: Any,
+    dims: Dims,
+    error: DynamicShapeError,
+    given: Mapping[str, Any] | None,
+    declared: Mapping[str, Sequence[str]],
+) -> Found | None:
+    """The output ``error`` names, opened: its layout and its new dims, valued by onnxruntime
+    running ``source`` (the model as given: a path or a proto) at ``dims``' pricing shape;
+    None when it cannot be (no output named, a rank that disagrees, an empty or uncomputable
+    tensor there). ``declared``: the graph outputs' ``dim_param`` names by axis ("" for none)."""
+    from relsat.onnx.verification import output_shapes
+
+    name = error.output
+    if name is None or error.inferred is None or any(o.tensor == name for o in dims.opened):
+        return None
+    elem, inferred = error.inferred
+    got = output_shapes(source, [name], dims.shapes(), given)
+    if not elem or got is None:
+        return None
+    real = got[name]
+    if inferred is not None and len(inferred) != len(real):
+        return None
+    taken = {*dims.names, *(s.name for s in dims.sums)}
+    layout: list[int | str] = []
+    new: list[Dim] = []
+    for axis, value in enumerate(real):
+        known = inferred[axis] if inferred is not None else None
+        kept = _known(dims, known) if known is not None else None
+        if kept is not None:
+            layout.append(kept)
+            continue
+        if value == 0:  # relsat prices no empty tensor
+            return None
+        label = _label(name, axis, declared.get(name, ()), taken)
+        taken.add(label)
+        new.append(Dim(label, 0, int(value), ((name, axis),)))
+        layout.append(label)
+    if not new:
+        return None
+    return Opened(name, elem, tuple(layout), error.op_type or ""), tuple(new)
+
+
+def _known(dims: Dims, value: int) -> int | str | None:
+    """A dim ONNX infers, as a layout entry: the number when static, the dim's name when it is
+    exactly one input dim; None (open it) for anything else computed from dims."""
+    f = dims.factor(value)
+    if f is None:
+        return value
+    coef, powers = f
+    if coef == 1 and len(powers) == 1 and powers[0][1] == 1 and powers[0][0] in dims.names:
+        return powers[0][0]
+    return None
+
+
+def _label(tensor: str, axis: int, declared: Sequence[str], taken: set[str]) -> str:
+    base = declared[axis] if axis < len(declared) and declared[axis] else f"{tensor}_dim{axis}"
+    label, k = base, 1
+    while label in taken:
+        label, k = f"{base}_{k}", k + 1
+    return label
+
+
+def with_opened(dims: Dims, found: Iterable[Found], model: Any, avoid: Iterable[int] = ()) -> Dims:
+    """``dims`` with the opened outputs ``found`` and their dims, markers chosen again."""
+    found = list(found)
+    if not found:
+        return dims
+    extra = tuple(d for _, made in found for d in made)
+    out = replace(dims, dims=(*dims.dims, *extra), opened=(*dims.opened, *(o for o, _ in found)))
+    return remarked(out, set(avoid), model)
+
+
+def declared_dims(model: onnx.ModelProto) -> dict[str, tuple[str, ...]]:
+    """Each graph output's ``dim_param`` names by axis (``""`` where it has none)."""
+    return {
+        vi.name: tuple(d.dim_param for d in vi.type.tensor_type.shape.dim)
+        for vi in model.graph.output
+        if vi.type.WhichOneof("value") == "tensor_type"
+    }
