@@ -217,7 +217,7 @@ def bench_model(entry: corpus.Entry, args: argparse.Namespace) -> Row:
             variants[variant] = run.output
     for peer in args.peers:
         kind_of = ORT_TYPES.get(entry.name.split("-")[0], "bert")
-        done = peers.run(peer, made.path, work / f"{peer}.onnx", model_type=kind_of)
+        done = peers.run(peer, made.path, work / f"{peer}.onnx", model_type=kind_of, annotate=False)
         common.log(f"  {entry.name}: {peer} {done.seconds:.1f} s" + f": {done.error or 'ok'}")
         if done.output is None:
             row.notes.append(f"{peer}: {done.error}")

@@ -53,9 +53,12 @@ def run(
     heads: int = 0,
     hidden: int = 0,
     timeout: float = 600.0,
+    annotate: bool = True,
 ) -> PeerRun:
     """``peer`` (one of :data:`PEERS`) on ``source``, written to ``target``; ``model_type``,
-    ``heads`` and ``hidden`` are ort-opt's (0: let it detect them)."""
+    ``heads`` and ``hidden`` are ort-opt's (0: let it detect them); ``annotate``: give the
+    fusers' outputs static shapes (:func:`annotate_shapes`, for relsat to read them; off where
+    the file is judged as the fuser wrote it, its interface included)."""
     target.unlink(missing_ok=True)
     start = time.perf_counter()
     detail = ""
@@ -75,7 +78,7 @@ def run(
     except Exception as exc:
         return PeerRun(None, time.perf_counter() - start, first_line(exc))
     seconds = time.perf_counter() - start
-    failure = annotate_shapes(target)
+    failure = annotate_shapes(target) if annotate else None
     if failure:
         detail = "; ".join(d for d in (detail, f"shape inference failed: {failure}") if d)
     return PeerRun(target, seconds, None, detail)

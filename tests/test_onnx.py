@@ -461,9 +461,19 @@ def test_truncated_file(tmp_path: Path) -> None:
         load(tmp_path / "missing.onnx")
 
 
-def test_old_opset() -> None:
-    model = make([node("Relu", ["x"], ["y"])], {"x": [2]}, {"y": [2]}, opset=6)
-    with pytest.raises(OnnxError, match="opset 6"):
+def test_old_opset_is_raised_by_the_version_converter() -> None:
+    """Opset 6 (the model zoo's older graphs): ONNX's version converter raises it to 7, legacy
+    broadcasting included."""
+    nodes = [node("Add", ["x", "b"], ["s"], broadcast=1), node("Relu", ["s"], ["y"])]
+    model = make(nodes, {"x": [2, 3, 4], "b": [4]}, {"y": [2, 3, 4]}, opset=6)
+    graph = load(model)
+    assert [n.op for n in graph.nodes if n.op not in ("input", "weight")] == ["ewadd", "relu"]
+
+
+def test_an_old_opset_the_converter_cannot_raise_is_refused() -> None:
+    up = node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 2.0])
+    model = make([up], {"x": [1, 1, 2, 2]}, {"y": [1, 1, 4, 4]}, opset=1)
+    with pytest.raises(OnnxError, match=r"opset 1 is not supported .*version converter"):
         load(model)
 
 

@@ -1,6 +1,12 @@
-"""Dims an operator computes from values (relsat.onnx.opened): NonZero's count, a Reduce over
-axes given as an input. Each is a dim of its own, symbolic in the e-graph and in the written
-model, which onnxruntime runs to the original's outputs whatever the values."""
+"""Opaque operators whose outputs ONNX shape inference alone does not give relsat.
+
+Dims an operator computes from values (relsat.onnx.opened): NonZero's count, a Reduce over axes
+given as an input. Each is a dim of its own, symbolic in the e-graph and in the written model,
+which onnxruntime runs to the original's outputs whatever the values.
+
+Several outputs read (TopK's values and indices, an LSTM's Y and Y_h, a Split by sizes given as
+an input): one opaque node per output in relsat's graph (an e-class holds one tensor), written
+back as one ONNX node."""
 
 from __future__ import annotations
 
@@ -139,3 +145,122 @@ def test_an_opened_dim_the_model_ties_to_a_number_is_refused_as_before() -> None
     settings = Options(cost_model="analytic", timing=None, inputs={"axes": np.array([1])})
     with pytest.raises(ronnx.DynamicShapeError, match="computed from the values of input 'axes'"):
         optimize(model, settings)
+
+
+# --- several outputs ------------------------------------------------------------------------
+
+
+def _pair(x: str, out: str, rng: np.random.Generator) -> tuple[list, list]:
+    """Two MatMul+Add+Relu on ``x`` summed into ``out`` (relsat packs them into one Gemm)."""
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in (("w1", (16, 16)), ("w2", (16, 16)), ("bias", (16,)))
+    ]
+    node = helper.make_node
+    nodes = [
+        node("MatMul", [x, "w1"], ["a1"]),
+        node("Add", ["a1", "bias"], ["b1"]),
+        node("Relu", ["b1"], ["c1"]),
+        node("MatMul", [x, "w2"], ["a2"]),
+        node("Add", ["a2", "bias"], ["b2"]),
+        node("Relu", ["b2"], ["c2"]),
+        node("Add", ["c1", "c2"], [out]),
+    ]
+    return nodes, inits
+
+
+def test_topk_values_and_indices_are_one_node_again() -> None:
+    rng = np.random.default_rng(0)
+    nodes, inits = _pair("x", "c", rng)
+    inits.append(numpy_helper.from_array(np.array([5], np.int64), "k"))
+    nodes += [
+        helper.make_node("TopK", ["c", "k"], ["values", "indices"], axis=-1),
+        helper.make_node("Cast", ["indices"], ["position"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["values", "position"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 16])
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 5]),
+        helper.make_tensor_value_info("indices", TensorProto.INT64, ["B", 5]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    tops = [n for n in optimize(model, ANALYTIC).graph.nodes if n.op == "opaque"]
+    assert sorted(n.params["type"] for n in tops) == ["Cast", "TopK", "TopK"]
+    result = optimize(model, ANALYTIC)
+    assert result.kept == "optimized" and result.rewrites()
+    written = result.model
+    (topk,) = [n for n in written.graph.node if n.op_type == "TopK"]
+    assert topk.output[1] == "indices" and "_unread" not in topk.output[0]
+    for batch in (1, 3):
+        feeds = {"x": rng.standard_normal((batch, 16)).astype(np.float32)}
+        for got, want in zip(_run(written, feeds), _run(model, feeds), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_split_by_sizes_given_as_an_input_keeps_both_pieces_symbolic() -> None:
+    """Each piece's dims are dims of their own (relsat.onnx.opened), each piece an opaque node
+    of its own, the Split written back once; the outputs keep their declared 16."""
+    rng = np.random.default_rng(1)
+    nodes, inits = _pair("x", "c", rng)
+    nodes += [
+        helper.make_node("Split", ["c", "sizes"], ["p", "q"], axis=0),
+        helper.make_node("Relu", ["p"], ["y"]),
+        helper.make_node("Sigmoid", ["q"], ["z"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 16])
+    sizes = helper.make_tensor_value_info("sizes", TensorProto.INT64, [2])
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 16]),
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 16]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x, sizes], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    given = {"sizes": np.array([2, 4], np.int64)}
+    result = optimize(model, Options(cost_model="analytic", timing=None, inputs=given))
+    assert result.kept == "optimized"
+    dims = result.shapes.dims
+    # ONNX infers nothing of a Split by sizes given as an input: both dims of each piece open
+    opened = {o.tensor: o.layout for o in dims.opened}
+    assert opened == {"p": ("p_dim0", "p_dim1"), "q": ("q_dim0", "q_dim1")}
+    values = [dims.dim(n).value for n in (*opened["p"], *opened["q"])]
+    assert values == [2, 16, 4, 16]
+    written = result.model
+    (split,) = [n for n in written.graph.node if n.op_type == "Split" and "sizes" in n.input]
+    assert len(split.output) == 2 and not any("_unread" in o for o in split.output)
+    out_dims = [
+        [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+        for vi in written.graph.output
+    ]
+    assert out_dims == [["p_dim0", 16], ["q_dim0", 16]]
+    for cut in ([2, 4], [5, 1], [3, 3]):
+        feeds = {"x": rng.standard_normal((6, 16)).astype(np.float32), "sizes": np.array(cut)}
+        for got, want in zip(_run(written, feeds), _run(model, feeds), strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_refusal_further_on_is_said_rather_than_the_opened_shape() -> None:
+    """After NonZero's count is opened the import goes on to an If (subgraphs are not
+    supported): that is what the error says, not NonZero's open shape."""
+    one = numpy_helper.from_array(np.ones(2, np.float32), "one")
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["one"], ["out"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])],
+        [one],
+    )
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("Cast", ["nz"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("If", ["cond"], ["picked"], then_branch=branch, else_branch=branch),
+        helper.make_node("ReduceSum", ["f"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["picked", "total"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    with pytest.raises(ronnx.OnnxError, match="subgraphs") as info:
+        optimize(_model(nodes, [x, cond], [y]), ANALYTIC)
+    assert not isinstance(info.value, ronnx.DynamicShapeError)

@@ -16,6 +16,7 @@ embedding in the last),
 dims made symbolic again), :mod:`~relsat.onnx.exporter` (graph → ONNX),
 :mod:`~relsat.onnx.verification` (onnxruntime sessions, :func:`run_onnx`, :func:`verify`),
 :mod:`~relsat.onnx.marked` (:func:`load_symbolic`: import with symbolic dims),
+:mod:`~relsat.onnx.opened` (dims an operator computes from values),
 :mod:`~relsat.onnx.latency` (timing two models against each other). :func:`load`,
 :func:`to_model` and :func:`save` import the importer and exporter when called, so that ``import
 relsat`` does not import ``onnx``.
@@ -28,7 +29,12 @@ zoo writes its weights), are constants like initializers (:mod:`relsat.onnx.cons
 else — and a supported op in a form relsat cannot express (dilated conv, Gemm with alpha != 1,
 pooling with ceil_mode that changes the size, non-float tensors, ...) — becomes an *opaque* node
 that keeps its op_type, domain, opset, attributes, constant (non-float) inputs and all outputs, and
-is exported back unchanged; its output shapes come from ONNX shape inference. Explicit conv padding
+is exported back unchanged; its output shapes come from ONNX shape inference (a dim it leaves
+open because the operator computes it from values — NonZero's count, a Reshape to a shape given
+as an input — is a dim of its own: :mod:`relsat.onnx.opened`). An opaque operator with several
+outputs read (TopK, LSTM, a Split by sizes given as an input) is one opaque node per output,
+written back as one node. A model below opset 7 is raised to 7 by ONNX's version converter
+first. Explicit conv padding
 that is neither VALID nor TASO's SAME becomes an opaque ``Pad`` before a VALID conv. Graph inputs
 and outputs may have any tensor element type: tensors other than float32 (token ids, attention
 masks, shapes, booleans) are read only by opaque nodes (Gather of an embedding, Cast, Where, ...),
@@ -116,9 +122,10 @@ def load(
     ``input_shapes`` gives full shapes by input name, ``batch`` the value of dynamic leading dims;
     a dim left dynamic raises :class:`OnnxError` naming the input. Initializers and Constant nodes
     become weights with their real values (``graph.values``). Raises :class:`OnnxError` for an
-    unreadable or invalid file, an opset below 7, inputs or outputs that are not tensors of a
-    known element type, sparse tensors, subgraphs (If/Loop/Scan), a node reading a tensor nobody
-    defines, or a shape ONNX cannot infer.
+    unreadable or invalid file, an opset below 7 that ONNX's version converter cannot raise to
+    7, inputs or outputs that are not tensors of a known element type, sparse tensors,
+    subgraphs (If/Loop/Scan), a node reading a tensor nobody defines, or a shape ONNX cannot
+    infer.
     """
     from relsat.onnx.importer import load_model
 

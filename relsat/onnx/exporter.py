@@ -175,6 +175,7 @@ class Exporter:
         self.values: dict[Ref, Value] = {}
         self.memo: dict[Hashable, str] = {}
         self.opaque_shapes: dict[str, tuple[int, ...]] = {}  # what ONNX may not infer
+        self.siblings: dict[str, onnx.NodeProto] = {}  # one operator's outputs: one node
 
     # --- opsets ---------------------------------------------------------------------------
 
@@ -568,6 +569,8 @@ class Exporter:
         self.opaque_shapes.update(
             (name, t.shape) for name, t in zip(outs, node.outputs, strict=False)
         )
+        if self._merged(node, attrs, meta, inputs, outs):
+            return
         out_it = iter(outs)
         outputs = [
             next(out_it)
@@ -599,6 +602,26 @@ class Exporter:
         )
         onnx_node.attribute.extend(proto_attrs)
         self.nodes.append(onnx_node)
+        self.siblings[_sibling_key(node, attrs, meta, inputs)] = onnx_node
+
+    def _merged(
+        self,
+        node: Node,
+        attrs: dict[str, Any],
+        meta: dict[str, Any],
+        inputs: list[str],
+        outs: list[str],
+    ) -> bool:
+        """Whether ``node`` is one output of an operator already written (the importer makes
+        one opaque node per output read): its output is then put in that node's unread slot."""
+        first = self.siblings.get(_sibling_key(node, attrs, meta, inputs))
+        slots = [j for j, code in enumerate(meta["outputs"]) if code == 1]
+        if first is None or len(slots) != 1 or len(outs) != 1:
+            return False
+        if slots[0] >= len(first.output) or "_unread" not in first.output[slots[0]]:
+            return False
+        first.output[slots[0]] = outs[0]
+        return True
 
     def _inputs(self) -> list[onnx.ValueInfoProto]:
         """The graph inputs: the graph's own (element types as recorded by their opaque
@@ -734,6 +757,16 @@ def _same_schema(op_type: str, old: int, new: int) -> bool:
     except onnx.defs.SchemaError:
         return True
     return bool(a == b)
+
+
+def _sibling_key(node: Node, attrs: dict[str, Any], meta: dict[str, Any], inputs: list[str]) -> str:
+    """What the opaque nodes for the outputs of one operator share: its type, attributes,
+    domain, opset and inputs (constants by their encoding, not their fresh names)."""
+    shared = {k: v for k, v in meta.items() if k not in ("outputs", "out_dtypes")}
+    tensors = [
+        name if spec == "t" else spec for name, spec in zip(inputs, meta["inputs"], strict=True)
+    ]
+    return json.dumps([node.params["type"], attrs, shared, tensors], sort_keys=True)
 
 
 def _live(nodes: Sequence[NodeProto], outputs: set[str]) -> list[NodeProto]:

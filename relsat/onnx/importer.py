@@ -234,6 +234,9 @@ class Importer:
         self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
         self.opsets.setdefault("", self.opsets.get("ai.onnx", 0))
         self.opset = self.opsets[""]
+        if 0 < self.opset < MIN_OPSET:  # older exports (the model zoo's opset 3-6 graphs)
+            model = _upgraded(model, self.opset, path)
+            self.opsets[""] = self.opset = MIN_OPSET
         if self.opset < MIN_OPSET:
             raise OnnxError(f"opset {self.opset} is not supported (need >= {MIN_OPSET})", path=path)
         self.model = onnx.ModelProto()
@@ -681,11 +684,16 @@ class Importer:
         for key, dtypes in (("in_dtypes", in_dtypes), ("out_dtypes", out_dtypes)):
             if any(d != FLOAT for d in dtypes):
                 attrs["_onnx"][key] = [_dtype_name(d) for d in dtypes]
-        try:
-            outs = self.g.opaque(node.op_type, tensors, shapes, attrs, name=node.name or names[0])
-        except GraphError as exc:
-            raise self.error(exc.reason, **where) from None
-        for name, t in zip(names, outs, strict=True):
+        # Several outputs read: one opaque node per output (an e-class holds one tensor), each
+        # marking the others present but unread; the exporter writes them back as one node.
+        for j, name in enumerate(names):
+            one = attrs if len(names) == 1 else _projection(attrs, node.output, name, out_dtypes[j])
+            try:
+                (t,) = self.g.opaque(
+                    node.op_type, tensors, [shapes[j]], one, name=node.name or name
+                )
+            except GraphError as exc:
+                raise self.error(exc.reason, **where) from None
             self.env[name] = t
 
     def _open_shape(self, node: NodeProto, name: str) -> str:
@@ -739,6 +747,34 @@ SKELETON_MAX_ELEMENTS = 4096
 #: onnxscript's ort_fusions) write in the default domain, where onnxruntime registers them and
 #: the ONNX checker knows no such operator; read as the ``com.microsoft`` operator of that name.
 RUNTIME_OPS_IN_ONNX_DOMAIN = frozenset({"SimplifiedLayerNormalization"})
+
+
+def _upgraded(model: onnx.ModelProto, opset: int, path: str | None) -> onnx.ModelProto:
+    """``model`` converted from ``opset`` to :data:`MIN_OPSET` by ONNX's version converter;
+    :class:`OnnxError` saying why when it cannot be."""
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:  # the converter raises RuntimeError and its own C++ errors
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OnnxError(
+            f"opset {opset} is not supported (need >= {MIN_OPSET}), and ONNX's version "
+            f"converter cannot raise it: {first}",
+            path=path,
+        ) from None
+
+
+def _projection(
+    attrs: dict[str, Any], outputs: Sequence[str], name: str, dtype: int
+) -> dict[str, Any]:
+    """The attributes of the opaque node for output ``name`` alone of a node writing
+    ``outputs``: the others present but unread, its own element type."""
+    meta = {**attrs["_onnx"], "outputs": [(1 if o == name else 2) if o else 0 for o in outputs]}
+    meta.pop("out_dtypes", None)
+    if dtype != FLOAT:
+        meta["out_dtypes"] = [_dtype_name(dtype)]
+    return {**attrs, "_onnx": meta}
 
 
 def _runtime_ops_to_contrib(model: onnx.ModelProto) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -130,9 +131,9 @@ def _import(
         except _Open as stop:
             error, at = stop.error, stop.dims
             first = first or error
-        except OnnxError:
-            if not found or first is None:
-                raise
+        except OnnxError as exc:
+            if not found or first is None or not _about_opened(exc, dims):
+                raise  # a refusal of its own (a subgraph further on): that one is said
             # an opened dim the model ties to a number or another dim (a MatMul's inner dim
             # after a Reduce over axes given as an input): not kept symbolic, said as before
             raise _unopened(first, base, path) from None
@@ -146,6 +147,17 @@ class _Open(Exception):
     def __init__(self, error: DynamicShapeError, dims: Dims) -> None:
         super().__init__(error.reason)
         self.error, self.dims = error, dims
+
+
+def _about_opened(error: OnnxError, dims: Dims) -> bool:
+    """Does ``error`` name a size made of an opened dim's marker (``cannot reshape 24 elements
+    to [61, 59]``)?"""
+    opened = dims.opened_names()
+    for number in re.findall(r"\d+", error.reason):
+        f = dims.factor(int(number))
+        if f is not None and any(n in opened for n, _ in f[1]):
+            return True
+    return False
 
 
 def _unopened(error: DynamicShapeError, dims: Dims, path: str | None) -> OnnxError:

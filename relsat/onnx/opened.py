@@ -43,7 +43,8 @@ def opened_output(
     declared: Mapping[str, Sequence[str]],
 ) -> Found | None:
     """The output ``error`` names, opened: its layout and its new dims, valued by onnxruntime
-    running ``source`` (the model as given: a path or a proto) at ``dims``' pricing shape;
+    running ``source`` (the model as given: a path or a proto) at ``dims``' pricing shape (or
+    with the input dims it declares empty at 0);
     None when it cannot be (no output named, a rank that disagrees, an empty or uncomputable
     tensor there). ``declared``: the graph outputs' ``dim_param`` names by axis ("" for none)."""
     from relsat.onnx.verification import output_shapes
@@ -52,7 +53,11 @@ def opened_output(
     if name is None or error.inferred is None or any(o.tensor == name for o in dims.opened):
         return None
     elem, inferred = error.inferred
-    got = output_shapes(source, [name], dims.shapes(), given)
+    got = None
+    for shapes in (dims.shapes(), _empty_at_zero(dims, source)):
+        got = output_shapes(source, [name], shapes, given) if shapes else None
+        if got is not None:
+            break
     if not elem or got is None:
         return None
     real = got[name]
@@ -76,6 +81,29 @@ def opened_output(
     if not new:
         return None
     return Opened(name, elem, tuple(layout), error.op_type or ""), tuple(new)
+
+
+def _empty_at_zero(dims: Dims, source: Any) -> dict[str, tuple[int, ...]] | None:
+    """The pricing shape with the input dims the model declares of length 0 (an empty ``axes``)
+    at 0, where it runs (relsat prices them as dynamic dims); None when it declares none."""
+    model = source if isinstance(source, onnx.ModelProto) else None
+    if model is None:
+        try:
+            model = onnx.load(source, load_external_data=False)
+        except Exception:  # unreadable here: the importer read it, so this does not happen
+            return None
+    empty = {
+        (vi.name, axis)
+        for vi in model.graph.input
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim)
+        if d.HasField("dim_value") and d.dim_value == 0
+    }
+    if not empty:
+        return None
+    return {
+        name: tuple(0 if (name, axis) in empty else v for axis, v in enumerate(shape))
+        for name, shape in dims.shapes().items()
+    }
 
 
 def _known(dims: Dims, value: int) -> int | str | None:
