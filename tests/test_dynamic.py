@@ -742,3 +742,68 @@ def test_a_sequence_bounded_by_a_position_table_below_the_markers_is_fixed() -> 
     assert result.shapes is not None and not result.shapes.symbolic
     assert result.shapes.note.startswith("fixed at S=16: ")
     assert "\n" not in result.shapes.note
+
+
+def test_a_masks_chain_of_reshapes_is_one_reshape_with_0_and_minus_1() -> None:
+    """A bool mask [batch, seq] unsqueezed twice, flattened and reshaped to [batch, 1, 1, seq]
+    from Shape (how exporters build an attention mask) is one Reshape to ``[0, 1, 1, -1]``:
+    no Shape, Gather or Concat left for it, the same outputs at three shapes."""
+    node = helper.make_node
+    nodes = [
+        node("Cast", ["mask"], ["flag"], to=TensorProto.BOOL),
+        node("Unsqueeze", ["flag", "one"], ["u1"]),
+        node("Unsqueeze", ["u1", "two"], ["u2"]),
+        node("Reshape", ["u2", "flat"], ["f"]),
+        node("Shape", ["mask"], ["s"]),
+        node("Gather", ["s", "zero"], ["b"], axis=0),
+        node("Gather", ["s", "one"], ["n"], axis=0),
+        node("Concat", ["b", "ones", "n"], ["target"], axis=0),
+        node("Reshape", ["f", "target"], ["m"]),
+        node("Where", ["m", "nil", "low"], ["bias"]),
+        node("MatMul", ["x", "w1"], ["a1"]),
+        node("Add", ["a1", "b1"], ["r1"]),
+        node("Relu", ["r1"], ["c1"]),
+        node("MatMul", ["x", "w2"], ["a2"]),
+        node("Add", ["a2", "b1"], ["r2"]),
+        node("Relu", ["r2"], ["c2"]),
+        node("Add", ["c1", "c2"], ["y"]),
+    ]
+    inits = [
+        _i64("one", [1]),
+        _i64("two", [2]),
+        _i64("zero", [0]),
+        _i64("flat", [-1]),
+        _i64("ones", [1, 1]),
+        numpy_helper.from_array(np.array(0.0, np.float32), "nil"),
+        numpy_helper.from_array(np.array(-1e4, np.float32), "low"),
+        _f32("w1", (16, 16)),
+        _f32("w2", (16, 16)),
+        _f32("b1", (16,)),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("bias", TensorProto.FLOAT, ["batch", 1, 1, "seq"]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16]),
+    ]
+    model = _model(nodes, inputs, outputs, inits)
+    result = optimize(model, ANALYTIC)
+    assert result.kept == "optimized" and result.shapes is not None and result.shapes.symbolic
+    written = result.model
+    ops = [n.op_type for n in written.graph.node]
+    assert "Unsqueeze" not in ops and "Shape" not in ops and "Concat" not in ops
+    (reshape,) = [n for n in written.graph.node if n.op_type == "Reshape"]
+    target = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}[reshape.input[1]]
+    assert target.tolist() == [0, 1, 1, -1]
+    sessions = [ort.InferenceSession(m.SerializeToString()) for m in (model, written)]
+    for batch, seq in ((1, 128), (2, 128), (1, 65)):
+        rng = np.random.default_rng(batch * seq)
+        feeds = {
+            "mask": rng.integers(0, 2, (batch, seq)).astype(np.int64),
+            "x": rng.standard_normal((batch, 16)).astype(np.float32),
+        }
+        want, got = (s.run(None, feeds) for s in sessions)
+        for a, b in zip(want, got, strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)

@@ -38,6 +38,7 @@ from relsat.onnx.data import read_array, resolve
 from relsat.onnx.decoder_ops import CONTRIB_HANDLERS as DECODER_CONTRIB_HANDLERS
 from relsat.onnx.decoder_ops import HANDLERS as DECODER_HANDLERS
 from relsat.onnx.errors import DynamicShapeError, EmptyTensorError, OnnxError
+from relsat.onnx.names import fresh_name
 from relsat.onnx.opmap import HANDLERS
 from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
@@ -49,6 +50,8 @@ __all__ = ["Importer", "load_model", "read_model", "skeleton"]
 
 FLOAT = TensorProto.FLOAT
 MIN_OPSET = 7
+#: Reshape-like steps: a chain of them on a non-float tensor is one Reshape (Importer._collapsed).
+RESHAPES = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 #: Float constants of at most this many elements and equal values become one weight: an
 #: exporter writes each layer's own copy of a mask's 0 and -inf or a scale, and with one weight
 #: the layers' identical nodes reading them are one e-node (hash-consing).
@@ -256,6 +259,7 @@ class Importer:
         self.uses: Counter[str] = Counter()  # tensor name → node inputs and graph outputs read it
         self.node_by_input: dict[str, int] = {}  # tensor name → index of its first reader
         self.producers: dict[str, NodeProto] = {}  # tensor name → the node writing it
+        self.collapsed: dict[str, str] = {}  # a collapsed reshape's output → its source
         self._fix_inputs(input_shapes, batch)
         self._check_structure()
         self._infer_shapes()
@@ -552,6 +556,7 @@ class Importer:
         where = self._node_id(k, node)
         if self._passes_through(node):
             return
+        node = self._collapsed(node)
         handler = None
         if node.domain in ("", "ai.onnx"):
             handler = (
@@ -612,6 +617,36 @@ class Importer:
                 return False
         self.env[out] = self.env[src]
         return True
+
+    def _collapsed(self, node: NodeProto) -> NodeProto:
+        """``node``, or — for a reshape-like step (:data:`RESHAPES`) of a non-float tensor right
+        after another whose output only it reads (a mask unsqueezed, flattened and reshaped) —
+        one Reshape from the first step's input to ``node``'s shape; the steps it replaces are
+        then read by nothing and dropped. Float reshapes are the e-graph's own."""
+        if node.domain not in ("", "ai.onnx") or node.op_type not in RESHAPES:
+            return node
+        x, out = node.input[0], node.output[0]
+        before = self.producers.get(x)
+        if (
+            self.dtype(x) in (FLOAT, 0)
+            or before is None
+            or before.domain not in ("", "ai.onnx")
+            or before.op_type not in RESHAPES
+            or self.uses[x] != 1
+            or x in self.graph_outputs
+        ):
+            return node
+        source = self.collapsed.get(x, before.input[0])
+        shape = self.inferred_shape(out)
+        known = source in self.env or source in self.consts  # a dim read off a shape, say
+        if shape is None or not known or self.static_shape(source) is None:
+            return node
+        target = fresh_name(f"{out}_shape", {*self.consts, *self.types, *self.env})
+        self.consts[target] = np.array(shape, dtype=np.int64)
+        self.const_types[target] = TensorProto.INT64
+        self.types[target] = (TensorProto.INT64, (len(shape),))
+        self.collapsed[out] = source
+        return onnx.helper.make_node("Reshape", [source, target], [out], name=node.name)
 
     def inferred_shape(self, name: str) -> tuple[int, ...] | None:
         shape = self.types.get(name, (0, None))[1]
