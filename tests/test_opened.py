@@ -264,3 +264,29 @@ def test_a_refusal_further_on_is_said_rather_than_the_opened_shape() -> None:
     with pytest.raises(ronnx.OnnxError, match="subgraphs") as info:
         optimize(_model(nodes, [x, cond], [y]), ANALYTIC)
     assert not isinstance(info.value, ronnx.DynamicShapeError)
+
+
+def test_one_onnxruntime_run_values_every_opened_output(monkeypatch) -> None:
+    """Two NonZero counts opened one after the other: the shapes come from one run of the
+    model asking for every node output, not one run each."""
+    from relsat.onnx import verification
+
+    runs = []
+    real = verification.output_shapes
+
+    def counted(*args, **kwargs):
+        runs.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(verification, "output_shapes", counted)
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("NonZero", ["x2"], ["nz2"]),
+        helper.make_node("Concat", ["nz", "nz2"], ["both"], axis=1),
+        helper.make_node("Cast", ["both"], ["y"], to=TensorProto.FLOAT),
+    ]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4]) for n in ("x", "x2")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, None])
+    result = optimize(_model(nodes, inputs, [y]), ANALYTIC)
+    assert [o.tensor for o in result.shapes.dims.opened] == ["nz", "nz2"]
+    assert len(runs) == 1 and {"nz", "nz2", "both"} <= set(runs[0])

@@ -32,7 +32,14 @@ from relsat.onnx.dimexpr import SUM_CONSTANT, Poly, Sum, linear
 from relsat.onnx.dimplan import plan, remarked
 from relsat.onnx.errors import DynamicShapeError, OnnxError, SymbolicDimError
 from relsat.onnx.importer import Importer, read_model, skeleton
-from relsat.onnx.opened import MAX_OPENED, Found, declared_dims, opened_output, with_opened
+from relsat.onnx.opened import (
+    MAX_OPENED,
+    Found,
+    RunShapes,
+    declared_dims,
+    opened_output,
+    with_opened,
+)
 from relsat.onnx.shapefold import FOLD_LIMIT, MarkerClash, fold
 from relsat.onnx.symbolic import Dims
 
@@ -65,7 +72,7 @@ def load_symbolic(
                 for vi in importer.inputs
             }
             fixed_inputs = Dims((), layout)
-            at = _Source(path_or_model, inputs)
+            at = RunShapes(path_or_model, inputs)
             return _import(model, path, fixed_inputs, lambda avoid: fixed_inputs, at, error)
     same: dict[str, str | Poly] = {**tied_dims(path_or_model, dims)}
     same |= summed_dims(path_or_model, dims, same)
@@ -90,16 +97,8 @@ def load_symbolic(
         lambda avoid: plan(
             model, input_shapes, batch, avoid=avoid, path=path, same=same, fixed=fixed
         ),
-        _Source(path_or_model, inputs),
+        RunShapes(path_or_model, inputs),
     )
-
-
-class _Source:
-    """The model as given (a path or a proto) and the user's input values: what onnxruntime
-    runs to value the dims of an opened output (:mod:`relsat.onnx.opened`)."""
-
-    def __init__(self, model: Any, given: Mapping[str, np.ndarray] | None) -> None:
-        self.model, self.given = model, given
 
 
 def _import(
@@ -107,7 +106,7 @@ def _import(
     path: str | None,
     dims: Dims,
     replan: Any,
-    source: _Source,
+    source: RunShapes,
     error: DynamicShapeError | None = None,
 ) -> tuple[Graph, Dims]:
     """The import at ``dims``; each output whose dims an operator computes from values (a
@@ -119,7 +118,7 @@ def _import(
     first = error
     for _ in range(MAX_OPENED + 1):
         if error is not None:
-            one = opened_output(source.model, at, error, source.given, declared)
+            one = opened_output(source, at, error, declared)
             if one is None or len(found) == MAX_OPENED:
                 raise _unopened(error, at, path)
             found.append(one)

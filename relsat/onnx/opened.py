@@ -27,7 +27,7 @@ from relsat.onnx.dimplan import remarked
 from relsat.onnx.errors import DynamicShapeError
 from relsat.onnx.symbolic import Dim, Dims, Opened
 
-__all__ = ["MAX_OPENED", "declared_dims", "opened_output", "with_opened"]
+__all__ = ["MAX_OPENED", "RunShapes", "declared_dims", "opened_output", "with_opened"]
 
 #: Outputs opened in one import at most (each one more import).
 MAX_OPENED = 32
@@ -35,32 +35,62 @@ MAX_OPENED = 32
 Found = tuple[Opened, tuple[Dim, ...]]
 
 
+class RunShapes:
+    """The model as given (a path or a proto) and the user's input values; the shapes
+    onnxruntime computes for its tensors at an input shape, taken in one run (every node output
+    asked for) the first time one is needed and kept for the outputs opened after it."""
+
+    def __init__(self, model: Any, given: Mapping[str, Any] | None) -> None:
+        self.model, self.given = model, given
+        self.taken: dict[tuple[tuple[str, tuple[int, ...]], ...], dict[str, tuple[int, ...]]] = {}
+        self._proto: onnx.ModelProto | None = None
+
+    def proto(self) -> onnx.ModelProto:
+        """The model without its external data (its inputs and nodes)."""
+        if self._proto is None:
+            if isinstance(self.model, onnx.ModelProto):
+                self._proto = self.model
+            else:
+                self._proto = onnx.load(self.model, load_external_data=False)
+        return self._proto
+
+    def shape(self, name: str, shapes: Mapping[str, Sequence[int]]) -> tuple[int, ...] | None:
+        """Tensor ``name``'s shape when the model runs at input ``shapes``; None when it does
+        not run there."""
+        from relsat.onnx.verification import output_shapes
+
+        key = tuple(sorted((k, tuple(int(d) for d in v)) for k, v in shapes.items()))
+        if key not in self.taken:
+            names = [o for n in self.proto().graph.node for o in n.output if o]
+            self.taken[key] = output_shapes(self.model, names, shapes, self.given) or {}
+        if name not in self.taken[key]:  # the run of every output failed: this one alone
+            alone = output_shapes(self.model, [name], shapes, self.given)
+            self.taken[key].update(alone or {})
+        return self.taken[key].get(name)
+
+
 def opened_output(
-    source: Any,
+    runs: RunShapes,
     dims: Dims,
     error: DynamicShapeError,
-    given: Mapping[str, Any] | None,
     declared: Mapping[str, Sequence[str]],
 ) -> Found | None:
     """The output ``error`` names, opened: its layout and its new dims, valued by onnxruntime
-    running ``source`` (the model as given: a path or a proto) at ``dims``' pricing shape (or
-    with the input dims it declares empty at 0);
-    None when it cannot be (no output named, a rank that disagrees, an empty or uncomputable
-    tensor there). ``declared``: the graph outputs' ``dim_param`` names by axis ("" for none)."""
-    from relsat.onnx.verification import output_shapes
-
+    running the model (``runs``) at ``dims``' pricing shape (or with the input dims it declares
+    empty at 0); None when it cannot be (no output named, a rank that disagrees, an empty or
+    uncomputable tensor there). ``declared``: the graph outputs' ``dim_param`` names by axis
+    ("" for none)."""
     name = error.output
     if name is None or error.inferred is None or any(o.tensor == name for o in dims.opened):
         return None
     elem, inferred = error.inferred
-    got = None
-    for shapes in (dims.shapes(), _empty_at_zero(dims, source)):
-        got = output_shapes(source, [name], shapes, given) if shapes else None
-        if got is not None:
+    real = None
+    for shapes in (dims.shapes(), _empty_at_zero(dims, runs.proto())):
+        real = runs.shape(name, shapes) if shapes else None
+        if real is not None:
             break
-    if not elem or got is None:
+    if not elem or real is None:
         return None
-    real = got[name]
     if inferred is not None and len(inferred) != len(real):
         return None
     taken = {*dims.names, *(s.name for s in dims.sums)}
@@ -83,15 +113,9 @@ def opened_output(
     return Opened(name, elem, tuple(layout), error.op_type or ""), tuple(new)
 
 
-def _empty_at_zero(dims: Dims, source: Any) -> dict[str, tuple[int, ...]] | None:
-    """The pricing shape with the input dims the model declares of length 0 (an empty ``axes``)
+def _empty_at_zero(dims: Dims, model: onnx.ModelProto) -> dict[str, tuple[int, ...]] | None:
+    """The pricing shape with the input dims ``model`` declares of length 0 (an empty ``axes``)
     at 0, where it runs (relsat prices them as dynamic dims); None when it declares none."""
-    model = source if isinstance(source, onnx.ModelProto) else None
-    if model is None:
-        try:
-            model = onnx.load(source, load_external_data=False)
-        except Exception:  # unreadable here: the importer read it, so this does not happen
-            return None
     empty = {
         (vi.name, axis)
         for vi in model.graph.input
