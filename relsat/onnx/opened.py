@@ -38,7 +38,8 @@ Found = tuple[Opened, tuple[Dim, ...]]
 class RunShapes:
     """The model as given (a path or a proto) and the user's input values; the shapes
     onnxruntime computes for its tensors at an input shape, taken in one run (every node output
-    asked for) the first time one is needed and kept for the outputs opened after it."""
+    ONNX leaves open there asked for) the first time one is needed and kept for the outputs
+    opened after it."""
 
     def __init__(self, model: Any, given: Mapping[str, Any] | None) -> None:
         self.model, self.given = model, given
@@ -61,12 +62,39 @@ class RunShapes:
 
         key = tuple(sorted((k, tuple(int(d) for d in v)) for k, v in shapes.items()))
         if key not in self.taken:
-            names = [o for n in self.proto().graph.node for o in n.output if o]
+            names = self._open_at(shapes)
             self.taken[key] = output_shapes(self.model, names, shapes, self.given) or {}
         if name not in self.taken[key]:  # the run of every output failed: this one alone
             alone = output_shapes(self.model, [name], shapes, self.given)
             self.taken[key].update(alone or {})
         return self.taken[key].get(name)
+
+    def _open_at(self, shapes: Mapping[str, Sequence[int]]) -> list[str]:
+        """The node outputs whose dims ONNX's shape inference leaves open with the inputs at
+        ``shapes`` (those computed from values, and what follows from them): what the run
+        asks for, rather than every activation of a large model."""
+        from relsat.onnx.importer import skeleton
+
+        fixed = onnx.ModelProto()
+        fixed.CopyFrom(skeleton(self.proto()))
+        for vi in fixed.graph.input:
+            if vi.name in shapes:
+                for d, v in zip(vi.type.tensor_type.shape.dim, shapes[vi.name], strict=False):
+                    d.Clear()
+                    d.dim_value = int(v)
+        del fixed.graph.value_info[:]
+        outputs = [o for n in fixed.graph.node for o in n.output if o]
+        try:
+            inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True).graph
+        except Exception:  # onnx's inference errors: ask for every output
+            return outputs
+        known = {
+            vi.name
+            for vi in [*inferred.value_info, *inferred.output]
+            if vi.type.tensor_type.HasField("shape")
+            and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+        }
+        return [o for o in outputs if o not in known]
 
 
 def opened_output(
