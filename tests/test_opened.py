@@ -294,3 +294,16 @@ def test_one_onnxruntime_run_values_every_opened_output(monkeypatch) -> None:
     assert [o.tensor for o in result.shapes.dims.opened] == ["nz", "nz2"]
     assert len(runs) == 1 and {"nz", "nz2", "both"} <= set(runs[0])
     assert "rx" not in runs[0]  # what ONNX leaves open at the pricing shape, not every tensor
+
+
+def test_no_names_asked_is_no_shapes() -> None:
+    """onnxruntime reads an empty list of output names as every graph output: asked for no
+    tensor, output_shapes runs nothing (an output opened at the markers whose shape ONNX
+    infers at the pricing shape asks for none in the first run)."""
+    from relsat.onnx.verification import output_shapes
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
+    assert output_shapes(model, [], {"x": (2, 3)}) == {}
+    assert output_shapes(model, ["y"], {"x": (2, 3)}) == {"y": (2, 3)}

@@ -27,7 +27,14 @@ from relsat.onnx.dimplan import remarked
 from relsat.onnx.errors import DynamicShapeError
 from relsat.onnx.symbolic import Dim, Dims, Opened
 
-__all__ = ["MAX_OPENED", "RunShapes", "declared_dims", "opened_output", "with_opened"]
+__all__ = [
+    "MAX_OPENED",
+    "RunShapes",
+    "declared_dims",
+    "empty_at_zero",
+    "opened_output",
+    "with_opened",
+]
 
 #: Outputs opened in one import at most (each one more import).
 MAX_OPENED = 32
@@ -113,7 +120,7 @@ def opened_output(
         return None
     elem, inferred = error.inferred
     real = None
-    for shapes in (dims.shapes(), _empty_at_zero(dims, runs.proto())):
+    for shapes in (dims.shapes(), empty_at_zero(dims, runs.proto())):
         real = runs.shape(name, shapes) if shapes else None
         if real is not None:
             break
@@ -141,7 +148,7 @@ def opened_output(
     return Opened(name, elem, tuple(layout), error.op_type or ""), tuple(new)
 
 
-def _empty_at_zero(dims: Dims, model: onnx.ModelProto) -> dict[str, tuple[int, ...]] | None:
+def empty_at_zero(dims: Dims, model: onnx.ModelProto) -> dict[str, tuple[int, ...]] | None:
     """The pricing shape with the input dims ``model`` declares of length 0 (an empty ``axes``)
     at 0, where it runs (relsat prices them as dynamic dims); None when it declares none."""
     empty = {

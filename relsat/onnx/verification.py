@@ -133,6 +133,8 @@ def output_shapes(
 
     from relsat.onnx.inputs import kinds_of
 
+    if not names:  # onnxruntime reads no names as every graph output
+        return {}
     model = model_or_path
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(os.fspath(model_or_path))

@@ -182,20 +182,12 @@ def _runs_empty(proto: Any, dims: Any, path: str | None, samples: Any) -> bool:
     """Does the model declare dims of length 0 (an empty ``axes`` input), which relsat prices
     as dynamic dims, and run with them at 0? Then the pricing shape fails only for those: the
     model is not refused (relsat prices no empty tensor; its checks run where it runs)."""
+    from relsat.onnx.opened import empty_at_zero
     from relsat.onnx.verification import failure_at
 
-    empty = {
-        (vi.name, axis)
-        for vi in proto.graph.input
-        for axis, d in enumerate(vi.type.tensor_type.shape.dim)
-        if d.HasField("dim_value") and d.dim_value == 0
-    }
-    if not empty:
+    shapes = empty_at_zero(dims, proto)
+    if shapes is None:
         return False
-    shapes = {
-        name: tuple(0 if (name, axis) in empty else v for axis, v in enumerate(shape))
-        for name, shape in dims.shapes().items()
-    }
     return failure_at(proto if path is None else path, shapes, samples) is None
 
 
