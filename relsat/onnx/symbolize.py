@@ -60,14 +60,13 @@ class _Writer:
     ) -> None:
         self.model, self.graph, self.dims = model, model.graph, dims
         made = {o for node in self.graph.node for o in node.output}
-        self.places = {  # opened dim → the first tensor holding it, and the axis
-            name: (tensor, axis)
-            for tensor, shape in reversed(list(shapes.items()))
-            if tensor in made
-            for axis, v in enumerate(shape)
-            for name in [self._atom(v)]
-            if name in dims.opened_names()
-        }
+        opened = dims.opened_names()
+        self.places: dict[str, tuple[str, int]] = {}  # opened dim → first tensor, axis
+        for tensor, shape in shapes.items():
+            for axis, v in enumerate(shape if tensor in made else ()):
+                name = self._atom(v)
+                if name in opened:
+                    self.places.setdefault(name, (tensor, axis))
         self.used = {n for node in self.graph.node for n in [*node.input, *node.output]}
         self.used |= {t.name for t in self.graph.initializer} | {i.name for i in self.graph.input}
         self.first: list[onnx.NodeProto] = []  # the computed dims: they read only inputs

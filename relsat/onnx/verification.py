@@ -135,16 +135,17 @@ def output_shapes(
 
     if not names:  # onnxruntime reads no names as every graph output
         return {}
-    model = model_or_path
-    if not isinstance(model, onnx.ModelProto):
-        model = onnx.load(os.fspath(model_or_path))
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    if isinstance(model_or_path, onnx.ModelProto):  # the caller's: extended on a copy
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model_or_path)
+    else:  # read here: extended in place, the weights held once
+        probe = onnx.load(os.fspath(model_or_path))
+    kinds = kinds_of(probe)  # what an input is, read before the extra outputs are declared
     declared = {o.name for o in probe.graph.output}
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in declared)
     try:
         session = _session(probe, quiet=True)
-        feeds = _draw(session, None, kinds_of(model), 0, shapes, given)
+        feeds = _draw(session, None, kinds, 0, shapes, given)
         wanted = list(names)
         got = session.run(wanted, feeds)
     except Exception:  # OnnxError, or onnxruntime's own classes

@@ -76,14 +76,10 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
     if dims is None:  # static inputs (or an unreadable file: load says why)
         if options.timing_shapes:
             raise SettingsError("timing_shapes", options.timing_shapes, "() for static inputs")
-        try:
-            return ronnx.load(model, input_shapes=given, batch=batch), None
-        except ronnx.DynamicShapeError:  # an output's dims computed from values
-            graph, opened = ronnx.load_symbolic(
-                model, input_shapes=given, batch=batch, inputs=samples
-            )
-            assert opened is not None
-            return graph, Shapes(opened, opened.shapes(), True, _opened_note(opened))
+        graph, opened = _fixed(model, given, batch, samples)
+        if opened is None:
+            return graph, None
+        return graph, Shapes(opened, opened.shapes(), True, _opened_note(opened))
     unknown = sorted({k for one in options.timing_shapes for k in one} - set(dims.names))
     if unknown:
         raise SettingsError(
@@ -132,19 +128,30 @@ def _import(model: Any, options: Options) -> tuple[Graph, Shapes | None]:
             if marked.opened:
                 note += f"; {_opened_note(marked)}"
             return graph, Shapes(marked, pricing, True, note)
+    graph, opened = _fixed(model, pricing, None, samples)
+    if opened is None:
+        return graph, Shapes(None, pricing, False, note)
+    return graph, Shapes(opened, pricing, True, f"{note}; {_opened_note(opened)}")
+
+
+def _fixed(model: Any, shapes: Any, batch: int | None, samples: Any) -> tuple[Graph, Any]:
+    """The graph with the inputs at ``shapes`` (and ``batch``), and the dims operators compute
+    from values, when an output has any (:mod:`relsat.onnx.opened`; else None)."""
+    from relsat import onnx as ronnx
+
     try:
-        return ronnx.load(model, input_shapes=pricing), Shapes(None, pricing, False, note)
-    except ronnx.DynamicShapeError:  # the inputs fixed; an output's dims computed from values
+        return ronnx.load(model, input_shapes=shapes, batch=batch), None
+    except ronnx.DynamicShapeError:
         graph, opened = ronnx.load_symbolic(
-            model, input_shapes=pricing, inputs=samples, static=True
+            model, input_shapes=shapes, batch=batch, inputs=samples, static=True
         )
         assert opened is not None
-        return graph, Shapes(opened, pricing, True, f"{note}; {_opened_note(opened)}")
+        return graph, opened
 
 
 def _opened_note(dims: Any) -> str:
-    """The dims operators compute from values, in words: ``y_dim0 (of NonZero 'y') kept
-    symbolic, priced at 7``."""
+    """The dims operators compute from values, in words: ``dims computed from values kept
+    symbolic, priced as onnxruntime computes them: y_dim0 (of NonZero 'y') = 7``."""
     parts = [
         f"{d} (of {o.op} {o.tensor!r}) = {dims.dim(d).value}"
         for o in dims.opened

@@ -60,6 +60,11 @@ class Shapes:
     symbolic: bool
     note: str
 
+    @property
+    def opened(self) -> bool:
+        """Does the run hold dims an operator computes from values (``Dims.opened``)?"""
+        return self.dims is not None and bool(self.dims.opened)
+
     def describe_pricing(self) -> str:
         """``input_ids=[1, 128], attention_mask=[1, 128]``."""
         return ", ".join(f"{k}={list(v)}" for k, v in self.pricing.items())
