@@ -1,28 +1,38 @@
-"""onnxruntime CPU costs: units, fallbacks, the per-machine cache, the pipeline with "ort-cpu".
+"""onnxruntime CPU costs: units, fallbacks, the per-machine cache, the pipeline with "ort-cpu",
+and prices that hold (repeats, spread, load, re-checks).
 
 Small shapes only, and no assertion compares two timings (they depend on the machine's load).
+Tests of the cache take every price as sound (:data:`LENIENT`) and read no load: on a busy
+machine their prices would otherwise be doubtful and re-checked, and which ones would depend on
+the load. The stability policy itself is tested with a fake timer and a fake load probe.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from relsat import GraphBuilder, Limits, Options, optimize
 from relsat.cost import AnalyticModel, OpSignature, OrtModel, OrtTiming, price_egraph
-from relsat.cost.ort import CostCacheWarning, cache_dir, unit_graph
+from relsat.cost.ort import CostCacheWarning, cache_dir, remeasured, unit_graph
 from relsat.cost.price import enode_signatures
+from relsat.cost.stability import Price, Stability
+from relsat.cost.table import COST_SCHEMA
 from relsat.engine.egraph import EGraph
 from relsat.onnx import to_model
 from relsat.onnx.runtime import OrtSettings
 
-FAST = OrtTiming(warmup=1, min_runs=3, max_runs=8, budget_s=0.02)
+#: Every price sound, one attempt: the cache's tests do not depend on the machine's load.
+LENIENT = Stability(attempts=1, max_spread=math.inf, max_load=1.0)
+FAST = OrtTiming(warmup=1, min_runs=3, max_runs=8, budget_s=0.02, passes=3, stability=LENIENT)
 
 CONV = OpSignature("conv2d", (1, 1, 0, 2), "", ((1, 4, 8, 8), (8, 4, 3, 3)), (1, 8, 8, 8))
 CONV_W = OpSignature(  # the same conv, its weight an initializer
@@ -54,8 +64,25 @@ def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     yield tmp_path / "cache"
 
 
+class Load:
+    """A load probe reporting ``shares``, one per attempt (the last one repeated)."""
+
+    def __init__(self, *shares: float | None) -> None:
+        self.shares = list(shares) or [0.0]
+        self.calls = 0
+
+    def start(self) -> object:
+        return None
+
+    def share(self, since: object) -> float | None:
+        value = self.shares[min(self.calls, len(self.shares) - 1)]
+        self.calls += 1
+        return value
+
+
 def model(**kw: object) -> OrtModel:
-    return OrtModel(**{"timing": FAST, "progress": False, **kw})  # type: ignore[arg-type]
+    defaults = {"timing": FAST, "progress": False, "probe": Load(0.0)}
+    return OrtModel(**{**defaults, **kw})  # type: ignore[arg-type]
 
 
 # --- units --------------------------------------------------------------------------------
@@ -200,12 +227,12 @@ def test_an_interrupted_run_leaves_a_readable_cache(monkeypatch: pytest.MonkeyPa
     one_at_a_time = replace(FAST, batch=1)
     m = model(save_every=0.0, timing=one_at_a_time)
 
-    def flaky(self: OrtModel, batch: list[OpSignature]) -> list[float]:
+    def flaky(self: OrtModel, batch: list[OpSignature], *args: object) -> list[float]:
         assert self.path is not None
         on_disk.append(pq.read_table(self.path).num_rows if self.path.exists() else 0)
         if len(on_disk) > 3:
             raise KeyboardInterrupt
-        return price_batch(self, batch)
+        return price_batch(self, batch, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(OrtModel, "_price_batch", flaky)
     with pytest.raises(KeyboardInterrupt):
@@ -260,13 +287,185 @@ def test_price_egraph_measures_each_distinct_unit_once() -> None:
     assert m.measured == 2 and (ms >= 0).all()  # one conv, one relu
 
 
-def test_a_unit_is_priced_by_its_clearest_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Load only adds time: a burst over two of the three passes does not set the price (the
-    median of the pass medians would have taken it); the pass that ran clear of it does."""
+# --- prices that hold ----------------------------------------------------------------------
+
+STRICT = replace(FAST, passes=3, stability=Stability())  # the default thresholds, 3 repeats
+RELU = TIMED[3]
+
+
+def fake_timer(monkeypatch: pytest.MonkeyPatch, *repeats: float) -> list[float]:
+    """Each pass of any unit returns the next of ``repeats`` (ms; the last one repeated); the
+    list of what was handed out is returned (its length: the passes timed)."""
     import relsat.cost.ort as ort
 
-    pass_medians = iter([0.9, 0.2, 0.8])  # ms: passes 1 and 3 ran under a burst
-    monkeypatch.setattr(ort, "_median_ms", lambda *a, **k: next(pass_medians))
-    m = model(cache=False, timing=replace(FAST, passes=3))
+    given: list[float] = []
+
+    def median_ms(*args: object, **kw: object) -> float:
+        given.append(repeats[min(len(given), len(repeats) - 1)])
+        return given[-1]
+
+    monkeypatch.setattr(ort, "_median_ms", median_ms)
+    return given
+
+
+def quiet_model(**kw: object) -> OrtModel:
+    m = model(**{"timing": STRICT, **kw})
     m._overhead_ms = 0.0
-    assert m.costs([TIMED[3]])[0] == pytest.approx(0.2)
+    return m
+
+
+def test_a_wide_spread_is_measured_again_and_the_median_stored_with_its_spread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst over two of three repeats (the 25 µs rotary): the spread is wide, the unit is
+    timed again; the clear attempt's median is the price (the pool of both is still wide),
+    stored with its spread."""
+    given = fake_timer(monkeypatch, 0.025, 0.005, 0.024, 0.005, 0.006, 0.005)
+    m = quiet_model()
+    assert m.costs([RELU])[0] == pytest.approx(0.005)
+    assert len(given) == 6  # two attempts of three passes
+    assert m.path is not None
+    (row,) = pq.read_table(m.path).to_pylist()
+    assert row["ms"] == pytest.approx(0.005)
+    assert row["spread"] == pytest.approx((0.0055 - 0.005) / 0.005)  # IQR over median
+    assert row["load"] == 0.0
+
+
+def test_a_narrow_spread_is_measured_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    given = fake_timer(monkeypatch, 0.0100, 0.0102, 0.0101)
+    m = quiet_model()
+    assert m.costs([RELU])[0] == pytest.approx(0.0101)
+    assert len(given) == 3
+    assert m.table.prices(m.device, [RELU])[RELU].spread == pytest.approx(0.0001 / 0.0101)
+
+
+def test_a_busy_machine_has_the_unit_timed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load inflates every repeat alike (a narrow spread, a wrong price): the load the attempt
+    ran under sends it round again, and the quiet attempt's repeats alone give the price."""
+    given = fake_timer(monkeypatch, 0.0137, 0.0137, 0.0136, 0.0108, 0.0107, 0.0108)
+    m = quiet_model(probe=Load(0.6, 0.05))
+    assert m.costs([RELU])[0] == pytest.approx(0.0108)
+    assert len(given) == 6
+    price = m.table.prices(m.device, [RELU])[RELU]
+    assert price.load == 0.05 and price.sound(STRICT.stability)
+
+
+def test_a_price_still_doubtful_after_the_last_attempt_is_stored_as_such(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    given = fake_timer(monkeypatch, 0.02, 0.02, 0.02, 0.03, 0.03, 0.03, 0.04, 0.04, 0.04)
+    m = quiet_model(probe=Load(0.7, 0.5, 0.9))
+    assert m.costs([RELU])[0] == pytest.approx(0.03)  # the least loaded attempt's
+    assert len(given) == 9  # three attempts
+    price = m.table.prices(m.device, [RELU])[RELU]
+    assert price.load == 0.5 and not price.sound(STRICT.stability)
+
+
+def test_a_doubtful_price_is_rechecked_on_next_use_and_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_timer(monkeypatch, 0.025, 0.025, 0.025)
+    first = quiet_model(probe=Load(0.8))  # timed under load, three times: doubtful
+    first.costs([RELU])
+    given = fake_timer(monkeypatch, 0.005, 0.0051, 0.005)
+    second = quiet_model()
+    assert second.cost(RELU) == pytest.approx(0.005)  # re-checked: it disagrees, replaced
+    assert len(given) == 3  # a re-check is one attempt
+    assert (second.measured, second.rechecked) == (0, 1)
+    assert second.replaced == [(RELU, pytest.approx(0.025), pytest.approx(0.005))]
+    assert second.cost(RELU) == pytest.approx(0.005) and len(given) == 3  # once per instance
+    assert "1 re-checked (1 replaced)" in second.report()
+    third = quiet_model()
+    assert third.cost(RELU) == pytest.approx(0.005) and third.rechecked == 0  # sound now
+
+
+def test_a_sound_recheck_that_agrees_confirms_the_price(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_timer(monkeypatch, 0.010, 0.018, 0.010, 0.018, 0.010, 0.018, 0.010, 0.018, 0.010)
+    first = quiet_model()  # spread too wide on every attempt: stored doubtful
+    first.costs([RELU])
+    stored = first.table.prices(first.device, [RELU])[RELU]
+    assert not stored.sound(STRICT.stability)
+    fake_timer(monkeypatch, 0.0104, 0.0105, 0.0104)
+    second = quiet_model()
+    assert second.cost(RELU) == stored.ms and second.replaced == []  # within 10 %: kept
+    assert second.table.prices(second.device, [RELU])[RELU].sound(STRICT.stability)
+
+
+def test_remeasure_rechecks_sound_prices_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_timer(monkeypatch, 0.010, 0.010, 0.010)
+    quiet_model().costs([RELU])
+    given = fake_timer(monkeypatch, 0.020, 0.020, 0.020)
+    assert quiet_model().cost(RELU) == pytest.approx(0.010) and given == []  # sound: as stored
+    again = quiet_model(remeasure=True)
+    assert again.cost(RELU) == pytest.approx(0.020) and again.rechecked == 1
+
+
+def test_an_old_cache_file_without_spreads_loads_and_is_rechecked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cache written before rows kept their spread and load: read with both unknown (no
+    warning, nothing lost), each price re-checked on its first use, the file written back with
+    the new columns."""
+    m = quiet_model()
+    assert m.path is not None
+    canonical = m.canonical(RELU)
+    row = {
+        "device": m.device,
+        "key": canonical.key,
+        "op": canonical.op,
+        **{f"p{i}": canonical.params[i] for i in range(6)},
+        "s": canonical.s,
+        "inputs": "[[4,16]]",
+        "output": "[4,16]",
+        "ms": 0.025,
+        "source": "measured:onnxruntime-cpu",
+    }
+    old = pa.schema([f for f in COST_SCHEMA if f.name not in ("spread", "load")])
+    m.path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([row], schema=old), m.path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = quiet_model()
+    assert loaded.cached == 1
+    assert loaded.table.prices(loaded.device, [RELU])[RELU] == Price(0.025, None, None)
+    fake_timer(monkeypatch, 0.005, 0.005, 0.005)
+    assert loaded.cost(RELU) == pytest.approx(0.005) and loaded.rechecked == 1
+    written = pq.read_table(m.path)
+    assert {"spread", "load"} <= set(written.column_names)
+    assert written.to_pylist()[0]["spread"] == 0.0
+
+
+def test_a_recheck_of_every_stored_price(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_timer(monkeypatch, 0.010, 0.010, 0.010)
+    quiet_model().costs(TIMED[3:5])
+    fake_timer(monkeypatch, 0.030, 0.030, 0.030)
+    m = quiet_model()
+    assert m.recheck().checked == 0  # every price sound: nothing to do
+    done = m.recheck(every=True)
+    assert (done.rows, done.checked, len(done.replaced), done.doubtful) == (2, 2, 2, 0)
+
+
+def test_measure_reports_price_spread_load_and_attempts() -> None:
+    """A real onnxruntime timing: only its structure is asserted, never a time."""
+    price = model(cache=False, probe=Load(None)).measure(RELU)
+    assert isinstance(price, Price) and price.ms > 0 and price.attempts >= 1
+    assert price.spread is not None and price.spread >= 0 and price.load is None
+
+
+def test_a_real_load_probe_reads_a_share() -> None:
+    """The default probe on a real measurement: a share in [0, 1] stored beside the price (or
+    unknown where the platform has no counters); the value depends on the machine."""
+    m = model(cache=False, probe=None, timing=replace(FAST, stability=Stability(attempts=1)))
+    m.costs([RELU])
+    price = m.table.prices(m.device, [RELU])[RELU]
+    assert price.spread is not None and (price.load is None or 0.0 <= price.load <= 1.0)
+
+
+def test_remeasured_options_price_with_a_remeasuring_model() -> None:
+    plain = Options()
+    onnx = remeasured(plain, onnx=True)
+    assert isinstance(onnx.cost_model, OrtModel) and onnx.cost_model.remeasure
+    assert remeasured(plain, onnx=False) is plain  # a Graph is priced by the roofline
+    assert remeasured(Options(cost_model="t4"), onnx=True).cost_model == "t4"
+    shared = Options(cost_model=model(cache=False))
+    assert remeasured(shared, onnx=True).cost_model.remeasure  # type: ignore[union-attr]

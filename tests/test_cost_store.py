@@ -1,10 +1,13 @@
-"""The shared cost store: writers' own files, merging by DuckDB, identities kept apart, corrupt
-files named and skipped, and ``relsat costs`` export / import / merge.
+"""The shared cost store: writers' own files, merging by DuckDB (sound rows first), identities
+kept apart, corrupt files named and skipped, older files without spreads read, clearing, and
+``relsat costs`` show / export / import / merge / clear.
 
-Small shapes only; no assertion compares two timings."""
+Small shapes only; no assertion compares two timings. Every price is taken as sound here
+(``LENIENT``): which prices a busy machine makes doubtful is tests/test_cost_ort.py's."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,11 +18,14 @@ import pytest
 from relsat.cli import EXIT_ERROR, main
 from relsat.cost import OpSignature, OrtModel, OrtTiming
 from relsat.cost.ort import PROTOCOL, CostCacheWarning, cache_dir
-from relsat.cost.store import CostStore, CostStoreError, merge_rows, read_sources
-from relsat.cost.table import COST_SCHEMA
+from relsat.cost.stability import Stability
+from relsat.cost.store import CostStore, CostStoreError, StoreRows, merge_rows, read_sources
+from relsat.cost.table import COST_SCHEMA, CostTable
+from relsat.engine.db import Database
 from relsat.onnx.runtime import OrtSettings
 
-FAST = OrtTiming(warmup=1, min_runs=3, max_runs=8, budget_s=0.02)
+LENIENT = Stability(attempts=1, max_spread=math.inf, max_load=1.0)
+FAST = OrtTiming(warmup=1, min_runs=3, max_runs=8, budget_s=0.02, passes=3, stability=LENIENT)
 SIGS = [
     OpSignature("relu", (), "", ((4, 16),), (4, 16)),
     OpSignature("ewadd", (), "", ((2, 8), (2, 8)), (2, 8)),
@@ -37,14 +43,33 @@ def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     yield tmp_path / "cache"
 
 
+class Quiet:
+    """A load probe that always reads a quiet machine."""
+
+    def start(self) -> object:
+        return None
+
+    def share(self, since: object) -> float:
+        return 0.0
+
+
 def model(**kw: object) -> OrtModel:
-    return OrtModel(**{"timing": FAST, "progress": False, "cache": False, **kw})  # type: ignore[arg-type]
+    defaults = {"timing": FAST, "progress": False, "cache": False, "probe": Quiet()}
+    return OrtModel(**{**defaults, **kw})  # type: ignore[arg-type]
 
 
-def rows(device: str, ms: dict[str, float]) -> pa.Table:
-    """Cost rows of ``device`` with the given key → ms (other columns filler)."""
+def rows(
+    device: str,
+    ms: dict[str, float],
+    spread: float | None = None,
+    load: float | None = None,
+    *,
+    old: bool = False,
+) -> pa.Table:
+    """Cost rows of ``device`` with the given key → ms, each of ``spread`` and ``load`` (other
+    columns filler); ``old``: as written before rows kept spread and load (no such columns)."""
     n = len(ms)
-    return pa.table(
+    table = pa.table(
         {
             "device": [device] * n,
             "key": list(ms),
@@ -55,9 +80,12 @@ def rows(device: str, ms: dict[str, float]) -> pa.Table:
             "output": ["[1]"] * n,
             "ms": list(ms.values()),
             "source": ["test"] * n,
+            "spread": [spread] * n,
+            "load": [load] * n,
         },
         schema=COST_SCHEMA,
     )
+    return table.drop_columns(["spread", "load"]) if old else table
 
 
 def test_each_writer_owns_a_file_and_no_row_is_lost(tmp_path: Path) -> None:
@@ -225,3 +253,133 @@ def test_a_miss_reads_the_store_again_before_measuring(tmp_path: Path) -> None:
     assert late.shared == 0
     late.costs(SIGS)
     assert late.measured == 0 and late.shared == len(SIGS)
+
+
+# --- spreads, older files, clearing ----------------------------------------------------------
+
+
+def by_key(table: pa.Table, column: str = "ms") -> dict[str, object]:
+    return dict(zip(table["key"].to_pylist(), table[column].to_pylist(), strict=True))
+
+
+def test_merging_prefers_sound_rows_and_keeps_the_widest_spread() -> None:
+    """A writer's sound re-check outvotes another writer's doubtful price; writers that
+    disagree make the merged row doubtful (its spread their IQR over the median)."""
+    doubtful = rows("m", {"rotary": 0.025, "conv": 1.0}, spread=0.02, load=0.8)
+    sound = rows("m", {"rotary": 0.005}, spread=0.03, load=0.0)
+    merged = merge_rows([doubtful, sound])
+    assert by_key(merged) == {"conv": 1.0, "rotary": 0.005}
+    assert by_key(merged, "spread") == {"conv": 0.02, "rotary": 0.03}
+    assert by_key(merged, "load") == {"conv": 0.8, "rotary": 0.0}
+    apart = merge_rows([rows("m", {"k": 1.0}, 0.01, 0.0), rows("m", {"k": 2.0}, 0.02, 0.0)])
+    assert by_key(apart, "spread") == {"k": pytest.approx(0.5 / 1.5)}  # they disagree
+    unknown = merge_rows([rows("m", {"k": 1.0}), rows("m", {"k": 3.0}, 0.5, 0.9)])
+    assert by_key(unknown) == {"k": 2.0} and by_key(unknown, "spread") == {"k": None}
+
+
+def test_an_older_file_without_spreads_reads_as_spread_unknown(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    pq.write_table(rows("m", {"a": 1.0, "b": 2.0}, old=True), store / "old.parquet")
+    found = CostStore(store).read("m")
+    assert not found.skipped and by_key(found.rows) == {"a": 1.0, "b": 2.0}
+    assert by_key(found.rows, "spread") == {"a": None, "b": None}
+    spreads = found.spreads()["m"]
+    assert (spreads.rows, spreads.unknown, spreads.doubtful, spreads.median) == (2, 2, 2, None)
+    table = CostTable.from_parquet(store / "old.parquet")  # a shipped table of the old format
+    assert table.to_arrow()["spread"].null_count == 2
+
+
+def test_an_older_database_cost_table_gains_the_columns(tmp_path: Path) -> None:
+    path = str(tmp_path / "old.duckdb")
+    db = Database(path)
+    db.execute(
+        "CREATE TABLE cost (device VARCHAR NOT NULL, key VARCHAR NOT NULL, op VARCHAR NOT NULL,"
+        + "".join(f" p{i} INTEGER NOT NULL," for i in range(6))
+        + " s VARCHAR NOT NULL, inputs VARCHAR NOT NULL, output VARCHAR NOT NULL,"
+        " ms DOUBLE NOT NULL, source VARCHAR NOT NULL, PRIMARY KEY (device, key))"
+    )
+    db.execute(
+        f"INSERT INTO cost VALUES ('m', 'a', 'relu', {'-1, ' * 6}'', '[[1]]', '[1]', 1, 't')"
+    )
+    table = CostTable(db)
+    table.insert_arrow(rows("m", {"b": 2.0}, spread=0.05, load=0.1))
+    assert by_key(table.to_arrow(), "spread") == {"a": None, "b": 0.05}
+    db.close()
+
+
+def test_spreads_summarise_how_far_prices_hold() -> None:
+    table = pa.concat_tables(
+        [
+            rows("m", {"a": 1.0, "b": 1.0}, spread=0.02, load=0.0),
+            rows("m", {"c": 1.0}, spread=0.4, load=0.0),
+            rows("m", {"d": 1.0}, spread=0.04, load=0.9),
+            rows("m", {"e": 1.0}),
+        ]
+    )
+    s = StoreRows(table).spreads()["m"]
+    assert (s.rows, s.wide, s.loaded, s.unknown, s.doubtful) == (5, 1, 1, 1, 3)
+    assert s.median == pytest.approx(0.03)
+
+
+def test_clear_removes_rows_and_says_what(tmp_path: Path) -> None:
+    store = CostStore(tmp_path / "store")
+    store.add(rows("m1", {"a": 1.0, "b": 2.0}), "one")
+    mixed = store.add(pa.concat_tables([rows("m1", {"c": 1.0}), rows("m2", {"c": 5.0})]), "mix")
+    (tmp_path / "store" / "bad.parquet").write_bytes(b"not parquet")
+    done = store.clear("m1")
+    assert done.rows == {"m1": 3} and done.total == 3
+    assert len(done.deleted) == 1 and done.rewritten == (mixed,)
+    assert [s.path.endswith("bad.parquet") for s in done.skipped] == [True]
+    assert store.read().identities() == {"m2": 1}  # the other identity's row kept
+    everything = store.clear()
+    assert everything.rows == {"m2": 1} and everything.deleted == (mixed,)
+    assert [Path(f).name for f in store.files()] == ["bad.parquet"]  # unreadable: left alone
+
+
+def test_costs_clear_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    CostStore(store).add(pa.concat_tables([rows("m1", {"a": 1.0}), rows("m2", {"a": 2.0})]))
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert main(["costs", "clear", "--store", str(store)]) == 2  # no terminal to ask: refused
+    assert "give --yes" in capsys.readouterr().err
+    assert CostStore(store).read().rows.num_rows == 2  # nothing removed
+    assert main(["costs", "clear", "--store", str(store), "--identity", "m1", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "removed 1 row from" in out and "m1" in out and "0 files deleted, 1 rewritten" in out
+    assert main(["costs", "clear", "--store", str(store), "-y"]) == 0
+    assert "removed 1 row" in capsys.readouterr().out
+    assert CostStore(store).files() == []
+    assert main(["costs", "clear", "--store", str(store), "-y"]) == 0
+    assert "no rows to remove" in capsys.readouterr().out
+
+
+def test_show_gives_the_spread_and_lists_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    here = f"{OrtSettings(threads=1).machine()}|protocol{PROTOCOL}"
+    store = CostStore(tmp_path / "s")
+    store.add(rows(here, {"a": 0.5, "b": 0.25}, spread=0.02, load=0.0))
+    argv = ["costs", "show", "--store", str(tmp_path / "s"), "--threads", "1"]
+    assert main([*argv, "--rows"]) == 0
+    out = capsys.readouterr().out
+    assert "spread median 2.0%, 90th percentile 2.0%; every price sound" in out
+    assert "relu" in out and "0.5000" in out and "2.0%" in out
+    store.add(rows(here, {"old": 1.0}, old=True), "old")
+    assert main(argv) == 0
+    assert "1 of unknown spread: 1 re-checked on next use" in capsys.readouterr().out
+
+
+def test_show_remeasure_rechecks_this_machines_prices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real onnxruntime re-check from the command line: its report's structure, no time."""
+    m = model(settings=OrtSettings(threads=1), store=tmp_path / "s")
+    m.costs(SIGS[:2])
+    argv = ["costs", "show", "--store", str(tmp_path / "s"), "--threads", "1", "--remeasure"]
+    assert main(argv) == 0
+    assert "re-checked the doubtful prices" in capsys.readouterr().out
+    assert main([*argv, "all"]) == 0
+    assert "2 of 2 timed again" in capsys.readouterr().out

@@ -3,7 +3,8 @@
 * :class:`CostModel` prices an :class:`OpSignature`; :class:`AnalyticModel` is a roofline for a
   named :class:`Device` (:data:`DEVICES`), :class:`TableModel` reads a :class:`CostTable`
   (measured costs, shippable as Parquet) and falls back to another model; :class:`OrtModel`
-  times each signature in onnxruntime on this CPU (cached per machine).
+  times each signature in onnxruntime on this CPU (cached per machine), each price the median of
+  repeats kept with its spread and re-checked while doubtful (:class:`Stability`).
 * :func:`price_egraph` prices every e-node set-at-a-time into ``enode_cost(enode, ms)``, with the
   concat and weight-precomputation policies of :class:`Pricing`.
 
@@ -17,6 +18,7 @@ from relsat.cost.analytic import DEVICES, AnalyticModel, Device, Kernel, kernels
 from relsat.cost.model import ZERO_COST, CostError, CostModel, OpSignature, Pricing
 from relsat.cost.ort import OrtModel, OrtTiming
 from relsat.cost.price import enode_signatures, price_egraph
+from relsat.cost.stability import Price, Stability
 from relsat.cost.table import CostTable, TableModel
 
 __all__ = [
@@ -31,7 +33,9 @@ __all__ = [
     "OpSignature",
     "OrtModel",
     "OrtTiming",
+    "Price",
     "Pricing",
+    "Stability",
     "TableModel",
     "enode_signatures",
     "kernels",

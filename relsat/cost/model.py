@@ -118,6 +118,19 @@ class OpSignature:
             fields.append(list(self.constants))
         return json.dumps(fields, separators=(",", ":"))
 
+    @classmethod
+    def from_key(cls, key: str) -> OpSignature:
+        """The signature whose :attr:`key` is ``key`` (a cost table's row names its unit by it).
+
+        >>> sig = OpSignature("matmul", (0,), "", ((2, 3), (3, 4)), (2, 4), (False, True))
+        >>> OpSignature.from_key(sig.key) == sig
+        True
+        """
+        fields = json.loads(key)
+        op, params, s, inputs, output = fields[:5]
+        constants = tuple(fields[5]) if len(fields) > 5 else None
+        return cls(op, tuple(params), s, tuple(map(tuple, inputs)), tuple(output), constants)
+
     def error(self, message: str, model: str | None = None) -> CostError:
         """A :class:`CostError` naming this signature."""
         return CostError(message, op=self.op, inputs=self.inputs, output=self.output, model=model)

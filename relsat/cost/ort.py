@@ -5,9 +5,17 @@
 :func:`relsat.onnx.to_model` — so a fused unit (Conv+bias+Relu) is timed exactly as the
 exporter writes it and onnxruntime fuses it — and times it in a session from
 :class:`~relsat.onnx.runtime.OrtSettings` (the options end-to-end timings use), TASO-style:
-``warmup`` untimed runs, then the median of ``min_runs``…``max_runs`` timed runs (stopping after
-``budget_s``), inputs pre-allocated and bound once, minus the fixed per-call overhead of a
-trivial model, clamped at ``floor_ms`` (:class:`OrtTiming`).
+``warmup`` untimed runs, then ``min_runs``…``max_runs`` timed runs (stopping after
+``budget_s``) spread over ``passes`` round-robin passes, inputs pre-allocated and bound once;
+the price is the median of the passes' medians minus the fixed per-call overhead of a trivial
+model, clamped at ``floor_ms`` (:class:`OrtTiming`).
+
+* Prices that hold (:mod:`relsat.cost.stability`): a unit whose passes spread too wide, or that
+  was timed while other processes took much of the CPU, is timed again; a price stored is the
+  median with its spread and the load it was timed under. A doubtful stored price (spread
+  unknown — a cache written before spreads were kept — or wide, or timed under load) is
+  re-checked on its first use by an instance, and replaced when a sound re-check disagrees.
+  ``remeasure=True`` re-checks every price an instance uses.
 
 * Weight inputs are initializers: onnxruntime prepacks constant conv and matmul weights, so a
   weight timed as a graph input would be priced wrong. Which inputs are weight-only comes from
@@ -35,6 +43,8 @@ trivial model, clamped at ``floor_ms`` (:class:`OrtTiming`).
   to a file of its own there; rows of another identity are never read. On a miss the cache and
   the store are read again before measuring (another process may have measured it meanwhile).
   An unreadable file of either is named in a :class:`CostCacheWarning` and skipped.
+  :meth:`OrtModel.recheck` re-times the stored prices themselves (``relsat costs show
+  --remeasure``); :func:`remeasured` makes a run's ``ort-cpu`` model re-time every price.
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +71,9 @@ import pyarrow.parquet as pq
 
 from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import CostModel, OpSignature
+from relsat.cost.stability import CpuLoad, LoadProbe, Price, Stability, recheck, settle
 from relsat.cost.store import CostStore, CostStoreError, CostStoreWarning, StoreWriter, warn_skipped
-from relsat.cost.table import COST_SCHEMA, CostTable
+from relsat.cost.table import CostTable, conform, missing_columns
 from relsat.errors import CostError
 from relsat.graph.builder import GraphBuilder
 from relsat.graph.graph import Graph
@@ -74,7 +85,9 @@ __all__ = [
     "CostCacheWarning",
     "OrtModel",
     "OrtTiming",
+    "Rechecked",
     "cache_dir",
+    "remeasured",
     "unit_graph",
 ]
 
@@ -101,7 +114,10 @@ ORT_ZERO_COST = frozenset(
 #: protocol (2: round-robin passes, :class:`OrtTiming`; 3: one kernel, one price; 4: sessions
 #: without spinning threads, :class:`~relsat.onnx.runtime.OrtSettings`; 5: an attention's keys
 #: given as the transpose they come from, :func:`unit_graph`; 6: the least of the per-pass
-#: medians, :class:`OrtTiming`) are never mixed with these.
+#: medians, :class:`OrtTiming`) are never mixed with these. Protocol 6's rows written before
+#: prices kept their spread (the least of the per-pass medians, now their median, re-timed
+#: when they spread too wide or were timed under load) read as spread unknown: each is
+#: re-checked on its first use and replaced where it disagrees, so a cache carries over.
 PROTOCOL = 6
 
 #: The input positions whose constness changes what onnxruntime does (it prepacks a constant
@@ -141,22 +157,25 @@ class OrtTiming:
     exceed ``memory_cap`` bytes are not run (fallback price).
 
     ``passes``: the runs are spread over that many round-robin passes over a batch of
-    ``batch`` units (each pass a share of the runs and the budget), and a unit's time is the
-    least of its per-pass medians. On a shared machine load comes and goes in bursts longer than
-    one unit's timing (measured here: the same conv timed 0.26 and 0.56 ms in two one-pass runs
-    under load); passes spread each burst over all units, and since load only ever adds time,
-    the pass that ran clear of it gives the price. (Until protocol 6 it was the median of the
-    pass medians: a burst over two of three passes then set the price, as for a fused rotary
-    priced 25 µs that rechecks timed at 4-11 µs.)"""
+    ``batch`` units (each pass a share of the runs and the budget); each pass's median is one
+    repeat, and a unit's price is the median of its repeats. On a shared machine load comes and
+    goes in bursts longer than one unit's timing (measured here: the same conv timed 0.26 and
+    0.56 ms in two one-pass runs under load); passes spread each burst over all units, a burst
+    over one or two of five repeats does not move the median, and one over more spreads the
+    repeats: ``stability`` (:class:`~relsat.cost.stability.Stability`) then has the unit timed
+    again, as when the machine was busy while it was timed. (Protocol 6 took the least of three
+    pass medians, unchecked; before it their median, unchecked: a burst over two of three
+    passes set the price of a fused rotary to 25 µs that re-checks timed at 4-11 µs.)"""
 
     warmup: int = 3
-    min_runs: int = 5
-    max_runs: int = 32
+    min_runs: int = 10
+    max_runs: int = 60
     budget_s: float = 0.25
     memory_cap: int = 1 << 30
     floor_ms: float = 1e-4
-    passes: int = 3
+    passes: int = 5
     batch: int = 16
+    stability: Stability = field(default_factory=Stability)
 
     def __post_init__(self) -> None:
         if self.warmup < 1 or self.min_runs < 1 or self.max_runs < self.min_runs:
@@ -220,11 +239,15 @@ class OrtModel(CostModel):
     every unit); ``progress``: a progress bar on stderr (None: when stderr is a terminal);
     ``fallback``: the price of units onnxruntime cannot time (default ``AnalyticModel("cpu")``);
     ``store``: a shared :class:`~relsat.cost.store.CostStore` (or its folder) read and written
-    beside the cache.
+    beside the cache; ``remeasure``: re-check every stored price this instance uses, not only
+    the doubtful ones (:mod:`relsat.cost.stability`); ``probe``: what watches the machine's
+    load while units are timed (default :class:`~relsat.cost.stability.CpuLoad`).
 
     ``measured`` counts the units this instance timed, ``cached`` the rows read from the cache
     file, ``shared`` those it lacked that the cache folder's other files or the store had,
-    ``fallbacks`` the signatures priced by the fallback, ``fallback_reasons`` why (by op).
+    ``fallbacks`` the signatures priced by the fallback, ``fallback_reasons`` why (by op),
+    ``rechecked`` the stored prices it timed again and ``replaced`` those a re-check replaced
+    (signature, old ms, new ms).
     """
 
     name = "ort-cpu"
@@ -244,8 +267,14 @@ class OrtModel(CostModel):
         progress: bool | None = None,
         fallback: CostModel | None = None,
         store: CostStore | str | os.PathLike[str] | None = None,
+        remeasure: bool = False,
+        probe: LoadProbe | None = None,
     ) -> None:
         self.settings = settings if settings is not None else OrtSettings()
+        self.remeasure = remeasure
+        self.probe: LoadProbe = (
+            probe if probe is not None else CpuLoad(threads=self.settings.effective_threads)
+        )
         self.timing = timing if timing is not None else OrtTiming()
         self.device = f"{self.settings.machine()}|protocol{PROTOCOL}"
         self.fallback = fallback if fallback is not None else AnalyticModel("cpu")
@@ -260,6 +289,9 @@ class OrtModel(CostModel):
         self.measured = 0
         self.fallbacks = 0
         self.fallback_reasons: dict[str, Counter[str]] = {}
+        self.rechecked = 0
+        self.replaced: list[tuple[OpSignature, float, float]] = []
+        self._checked: set[OpSignature] = set()  # timed by this instance: not re-checked again
         self._priced: dict[OpSignature, float] = {}  # zero-cost and fallback prices, this run
         self._dirty = False
         self._overhead_ms: float | None = None
@@ -301,7 +333,8 @@ class OrtModel(CostModel):
     def costs(self, sigs: Sequence[OpSignature]) -> np.ndarray:
         keyed = [self.canonical(s) for s in sigs]
         unique = list(dict.fromkeys(keyed))
-        known = self.table.lookup(self.device, unique)
+        stored = self.table.prices(self.device, unique)
+        known = {s: p.ms for s, p in stored.items()}
         known.update((s, self._priced[s]) for s in unique if s in self._priced)
         todo = []
         for s in unique:
@@ -312,17 +345,49 @@ class OrtModel(CostModel):
             else:
                 todo.append(s)
         if todo:
-            todo = self._refresh(todo, known)
-        if todo:
-            self._measure_all(todo, known)
+            todo = self._refresh(todo, known, stored)
+        doubtful = [s for s in stored if s not in self._priced and self._doubtful(stored[s], s)]
+        if todo or doubtful:
+            self._measure_all(todo + doubtful, known, stored, thorough=self.remeasure)
         return np.array([known[s] for s in keyed], dtype=np.float64)
 
+    def _doubtful(self, price: Price, sig: OpSignature) -> bool:
+        """Whether a stored price is re-checked now: not yet by this instance, and doubtful (or
+        every one, with ``remeasure``)."""
+        return sig not in self._checked and (
+            self.remeasure or not price.sound(self.timing.stability)
+        )
+
+    def recheck(self, every: bool = False) -> Rechecked:
+        """Re-time this identity's stored prices that are doubtful (every one with ``every``),
+        as their next use would, and write the cache and the store. A unit that cannot be
+        rebuilt or run keeps its price."""
+        rows = self.table.to_arrow(self.device)
+        sigs = [OpSignature.from_key(k) for k in rows["key"].to_pylist()]
+        stored = self.table.prices(self.device, sigs)
+        todo = [
+            s for s in sigs if s not in self._checked and (every or self._doubtful(stored[s], s))
+        ]
+        before = (self.rechecked, len(self.replaced))
+        if todo:
+            self._measure_all(todo, {s: p.ms for s, p in stored.items()}, stored, thorough=True)
+        after = self.table.prices(self.device, todo)
+        return Rechecked(
+            rows=len(sigs),
+            checked=self.rechecked - before[0],
+            replaced=tuple(self.replaced[before[1] :]),
+            doubtful=sum(not p.sound(self.timing.stability) for p in after.values()),
+        )
+
     def _refresh(
-        self, todo: list[OpSignature], known: dict[OpSignature, float]
+        self,
+        todo: list[OpSignature],
+        known: dict[OpSignature, float],
+        stored: dict[OpSignature, Price],
     ) -> list[OpSignature]:
         """``todo`` less what other writers (processes of this machine, machines sharing the
         store) have measured since this instance read the cache and the store: read again on
-        a miss, before measuring."""
+        a miss, before measuring (their prices added to ``known`` and ``stored``)."""
         if self.path is None and self.store is None:
             return todo
         rows = self._read(warn=False)
@@ -333,20 +398,38 @@ class OrtModel(CostModel):
                 self.table.insert_arrow(new)
                 self.cached += new.num_rows
         self.shared += self._read_shared(warn=False)
-        found = self.table.lookup(self.device, todo)
-        known.update(found)
+        found = self.table.prices(self.device, todo)
+        stored.update(found)
+        known.update((s, p.ms) for s, p in found.items())
         return [s for s in todo if s not in found]
 
-    def _measure_all(self, todo: list[OpSignature], known: dict[OpSignature, float]) -> None:
-        """Price ``todo`` in batches of round-robin passes (:class:`OrtTiming`); the cache file is
-        written every ``save_every`` seconds and — also on an exception or interrupt — when done,
-        so measurements survive the run."""
+    def _measure_all(
+        self,
+        todo: list[OpSignature],
+        known: dict[OpSignature, float],
+        stored: dict[OpSignature, Price],
+        *,
+        thorough: bool = False,
+    ) -> None:
+        """Price ``todo`` in batches of round-robin passes (:class:`OrtTiming`), those in
+        ``stored`` as re-checks: one attempt each (the cheap check of a doubtful price on its
+        next use) unless ``thorough`` (asked for: ``remeasure``, :meth:`recheck`). The cache file
+        is written every ``save_every`` seconds and — also on an exception or interrupt — when
+        done, so measurements survive the run."""
         last_save = time.monotonic()
+        size = self.timing.batch
+        # new units and re-checks apart: a re-check may take one attempt, a new unit up to all
+        fresh = [s for s in todo if s not in stored]
+        again = [s for s in todo if s in stored]
+        batches: list[tuple[list[OpSignature], int | None]]
+        batches = [(fresh[i : i + size], None) for i in range(0, len(fresh), size)]
+        once = None if thorough else 1
+        batches += [(again[i : i + size], once) for i in range(0, len(again), size)]
         try:
             with self._progress_bar(len(todo)) as advance:
-                for lo in range(0, len(todo), self.timing.batch):
-                    batch = todo[lo : lo + self.timing.batch]
-                    for sig, ms in zip(batch, self._price_batch(batch), strict=True):
+                for batch, attempts in batches:
+                    prices = self._price_batch(batch, stored, attempts)
+                    for sig, ms in zip(batch, prices, strict=True):
                         known[sig] = ms
                         advance(sig.op)
                     if self._dirty and time.monotonic() - last_save >= self.save_every:
@@ -355,38 +438,83 @@ class OrtModel(CostModel):
         finally:
             self.save()
 
-    def _price_batch(self, batch: list[OpSignature]) -> list[float]:
-        """Measured prices of ``batch`` (fallback prices for units that cannot be timed)."""
+    def _price_batch(
+        self,
+        batch: list[OpSignature],
+        stored: dict[OpSignature, Price] | None = None,
+        attempts: int | None = None,
+    ) -> list[float]:
+        """Measured prices of ``batch`` (fallback prices for units that cannot be timed), in
+        at most ``attempts`` attempts (default: :class:`~relsat.cost.stability.Stability`'s);
+        a unit in ``stored`` is a re-check (:func:`~relsat.cost.stability.recheck` decides
+        what stands; one that cannot be timed now keeps its price)."""
+        stored = stored if stored is not None else {}
         prices: dict[int, float] = {}
         units: dict[int, tuple[Any, Any]] = {}
+
+        def failed(i: int, exc: Exception) -> None:
+            sig = batch[i]
+            self._checked.add(sig)
+            prices[i] = stored[sig].ms if sig in stored else self._fall_back(sig, exc)
+
         for i, sig in enumerate(batch):
             try:
                 units[i] = self._prepared(sig)
             except Exception as exc:  # one unit onnxruntime or relsat cannot handle: fall back
-                prices[i] = self._fall_back(sig, exc)
-        share = replace(
-            self.timing,
-            min_runs=max(1, -(-self.timing.min_runs // self.timing.passes)),
-            max_runs=max(1, -(-self.timing.max_runs // self.timing.passes)),
-            budget_s=self.timing.budget_s / self.timing.passes,
+                failed(i, exc)
+        share = self._pass_timing()
+
+        def time_pass(i: int, first: bool) -> float:
+            session, binding = units[i]
+            return _median_ms(session, binding, share, warmup=first)
+
+        def run_failed(i: int, exc: Exception) -> None:
+            failed(i, batch[i].error(f"onnxruntime cannot run it: {_first_line(exc)}"))
+
+        settled = settle(
+            list(units),
+            time_pass,
+            passes=self.timing.passes,
+            stability=self.timing.stability,
+            probe=self.probe,
+            on_error=run_failed,
+            attempts=attempts,
         )
-        runs: dict[int, list[float]] = {i: [] for i in units}
-        for p in range(self.timing.passes):
-            for i, (session, binding) in list(units.items()):
-                try:
-                    runs[i].append(_median_ms(session, binding, share, warmup=p == 0))
-                except Exception as exc:
-                    error = batch[i].error(f"onnxruntime cannot run it: {_first_line(exc)}")
-                    prices[i] = self._fall_back(batch[i], error)
-                    del units[i], runs[i]
-        for i, times in runs.items():  # load only adds time: the clearest pass is the price
-            ms = max(min(times) - self.overhead_ms(), self.timing.floor_ms)
-            self.table.insert(self.device, [batch[i]], [ms], SOURCE)
-            self._new.add(batch[i].key)
-            self.measured += 1
-            self._dirty = True
-            prices[i] = ms
+        for i, timed in settled.items():
+            prices[i] = self._settled(batch[i], timed, stored.get(batch[i]))
         return [prices[i] for i in range(len(batch))]
+
+    def _pass_timing(self) -> OrtTiming:
+        """One pass's share of :attr:`timing`: its runs and budget over ``passes``."""
+        t = self.timing
+        return replace(
+            t,
+            min_runs=max(1, -(-t.min_runs // t.passes)),
+            max_runs=max(1, -(-t.max_runs // t.passes)),
+            budget_s=t.budget_s / t.passes,
+        )
+
+    def _settled(self, sig: OpSignature, timed: Price, old: Price | None) -> float:
+        """Store the price ``timed`` (as timed: the overhead not yet subtracted) of ``sig``,
+        or what a re-check of ``old`` leaves standing; returns the price."""
+        net = replace(timed, ms=max(timed.ms - self.overhead_ms(), self.timing.floor_ms))
+        self._checked.add(sig)
+        if old is None:
+            new = net
+            self.measured += 1
+        else:
+            new = recheck(old, net, self.timing.stability)
+            self.rechecked += 1
+            if new.ms != old.ms:
+                self.replaced.append((sig, old.ms, new.ms))
+            if (new.ms, new.spread, new.load) == (old.ms, old.spread, old.load):
+                return new.ms
+        self.table.insert(
+            self.device, [sig], [new.ms], SOURCE, spread=[new.spread], load=[new.load]
+        )
+        self._new.add(sig.key)
+        self._dirty = True
+        return new.ms
 
     def _fall_back(self, sig: OpSignature, exc: Exception) -> float:
         reason = exc.reason if isinstance(exc, CostError) else f"{type(exc).__name__}: {exc}"
@@ -400,15 +528,27 @@ class OrtModel(CostModel):
         self._priced[sig] = ms
         return ms
 
-    def measure(self, sig: OpSignature) -> float:
-        """Time one signature in onnxruntime (no cache, no fallback, one pass). Raises
+    def measure(self, sig: OpSignature) -> Price:
+        """Time one signature in onnxruntime as a unit of its own is timed — repeats until its
+        price is sound or the attempts run out (:mod:`relsat.cost.stability`) — with no cache
+        and no fallback: its price, spread, load and attempts. Raises
         :class:`~relsat.errors.CostError` saying which step failed."""
         session, binding = self._prepared(sig)
-        try:
-            ms = _median_ms(session, binding, self.timing)
-        except Exception as exc:
+        share = self._pass_timing()
+        errors: list[Exception] = []
+        settled = settle(
+            [0],
+            lambda _, first: _median_ms(session, binding, share, warmup=first),
+            passes=self.timing.passes,
+            stability=self.timing.stability,
+            probe=self.probe,
+            on_error=lambda _, exc: errors.append(exc),
+        )
+        if errors:
+            exc = errors[0]
             raise sig.error(f"onnxruntime cannot run it: {_first_line(exc)}", self.name) from exc
-        return max(ms - self.overhead_ms(), self.timing.floor_ms)
+        timed = settled[0]
+        return replace(timed, ms=max(timed.ms - self.overhead_ms(), self.timing.floor_ms))
 
     def _prepared(self, sig: OpSignature) -> tuple[Any, Any]:
         """The unit's session and bound inputs; CostError when over the memory cap."""
@@ -454,7 +594,11 @@ class OrtModel(CostModel):
         if self.path is None or not self.path.exists():
             return None
         try:
-            rows = pq.read_table(str(self.path)).select(COST_SCHEMA.names).cast(COST_SCHEMA)
+            rows = pq.read_table(str(self.path))
+            missing = missing_columns(rows)
+            if missing:
+                raise ValueError(f"it lacks the columns {missing}")
+            rows = conform(rows)  # a file written before spreads were kept: spread unknown
         except Exception as exc:  # truncated, not Parquet, other columns: start afresh
             if warn:
                 warnings.warn(
@@ -548,9 +692,15 @@ class OrtModel(CostModel):
     def report(self) -> str:
         """What this instance did: units timed, rows from the cache, fallbacks and why."""
         store = f", {self.shared} from other files and {self.store}" if self.shared else ""
+        checked = (
+            f", {self.rechecked} re-checked ({len(self.replaced)} replaced)"
+            if self.rechecked
+            else ""
+        )
         lines = [
             f"{self.name} on {self.device}: {self.measured} units timed, {self.cached} from "
-            f"{self.path or 'no cache'}{store}, {self.fallbacks} priced by {self.fallback.source}"
+            f"{self.path or 'no cache'}{store}{checked}, {self.fallbacks} priced by "
+            f"{self.fallback.source}"
         ]
         for op, reasons in sorted(self.fallback_reasons.items()):
             for reason, n in reasons.most_common():
@@ -576,6 +726,32 @@ class OrtModel(CostModel):
         ) as bar:
             task = bar.add_task("timing units in onnxruntime", total=total)
             yield lambda op: bar.update(task, advance=1, description=f"timing {op} units")
+
+
+@dataclass(frozen=True)
+class Rechecked:
+    """What :meth:`OrtModel.recheck` did: of the identity's ``rows``, ``checked`` were timed
+    again, ``replaced`` by their re-check (signature, old ms, new ms); ``doubtful`` of those
+    checked are still doubtful (the machine was busy, or the unit's timings spread)."""
+
+    rows: int
+    checked: int
+    replaced: tuple[tuple[OpSignature, float, float], ...]
+    doubtful: int
+
+
+def remeasured(options: Any, *, onnx: bool) -> Any:
+    """``options`` (a :class:`relsat.Options`) with an ``ort-cpu`` model that re-checks every
+    stored price it uses (``OrtModel(remeasure=True)``), where the options price with
+    ``ort-cpu`` (its default for an ONNX input, ``onnx``); other options as they are. An
+    :class:`OrtModel` already there (a shared store's) is told to re-check."""
+    model = options.cost_model
+    if isinstance(model, OrtModel):
+        model.remeasure = True
+        return options
+    if model == "ort-cpu" or (model is None and onnx):
+        return replace(options, cost_model=OrtModel(options.ort, remeasure=True))
+    return options
 
 
 def _one_kernel(sig: OpSignature) -> OpSignature:

@@ -15,9 +15,14 @@ and re-measures what is missing.
   of machines can point at one shared folder and no writer loses another's rows.
 * **Reading merges.** :meth:`CostStore.read` reads every ``*.parquet`` file (sub-folders too),
   and DuckDB (``sql/cost/merge_rows.sql``) keeps one row per identity and signature: the median
-  of the times stored for it, whatever the files' order. A file that cannot be read (truncated,
+  of the times stored for it (of its sound ones, where some are:
+  :mod:`relsat.cost.stability`), whatever the files' order. A file that cannot be read (truncated,
   not Parquet, other columns) is named in :attr:`StoreRows.skipped` and left alone; the other
   files' rows are read.
+* **Clearing.** :meth:`CostStore.clear` removes every row, or one identity's: files left with
+  no row are deleted, the others rewritten without those rows (``relsat costs clear``).
+* **Older files.** A file written before rows kept their spread and load reads with both
+  unknown (:func:`~relsat.cost.table.conform`).
 * **Where.** A local folder, or an object-store URI that ``pyarrow.fs`` opens (``s3://…``,
   ``gs://…``; written without a rename, one object per writer; the tests take that path through
   a ``file://`` URI, no object store being reachable from them). The local cost cache
@@ -42,17 +47,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from relsat.cost.table import COST_SCHEMA
+from relsat.cost.stability import Stability
+from relsat.cost.table import COST_SCHEMA, conform, missing_columns
 from relsat.errors import DatabaseError
 
 __all__ = [
+    "Cleared",
     "CostStore",
     "CostStoreError",
     "CostStoreWarning",
     "Skipped",
+    "Spreads",
     "StoreRows",
     "StoreWriter",
     "merge_rows",
@@ -93,6 +102,72 @@ class StoreRows:
         for device in self.rows["device"].to_pylist():
             counts[device] = counts.get(device, 0) + 1
         return dict(sorted(counts.items()))
+
+    def spreads(self, stability: Stability | None = None) -> dict[str, Spreads]:
+        """How far each identity's prices hold (:class:`Spreads`), sorted by identity."""
+        s = stability if stability is not None else Stability()
+        by: dict[str, list[tuple[float | None, float | None]]] = {}
+        cols = [self.rows[n].to_pylist() for n in ("device", "spread", "load")]
+        for device, spread, load in zip(*cols, strict=True):
+            by.setdefault(device, []).append((spread, load))
+        return {d: Spreads.of(rows, s) for d, rows in sorted(by.items())}
+
+
+@dataclass(frozen=True)
+class Spreads:
+    """One identity's prices by how far they hold: the ``median`` and 90th percentile
+    (``p90``) of the known spreads (None: none known); how many are ``wide`` (spread over
+    ``max_spread``), were timed under ``loaded`` (load over ``max_load``) and have an
+    ``unknown`` spread; ``doubtful``: those re-checked on their next use (any of the three)."""
+
+    rows: int
+    median: float | None
+    p90: float | None
+    wide: int
+    loaded: int
+    unknown: int
+    doubtful: int
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[float | None, float | None]], s: Stability) -> Spreads:
+        """The summary of (spread, load) pairs under ``s``'s thresholds."""
+        known = sorted(spread for spread, _ in rows if spread is not None)
+        return cls(
+            rows=len(rows),
+            median=_quantile(known, 0.5),
+            p90=_quantile(known, 0.9),
+            wide=sum(spread is not None and spread > s.max_spread for spread, _ in rows),
+            loaded=sum(load is not None and load > s.max_load for _, load in rows),
+            unknown=len(rows) - len(known),
+            doubtful=sum(not s.sound(spread, load) for spread, load in rows),
+        )
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile of sorted ``values`` (linear between neighbours); None if empty."""
+    if not values:
+        return None
+    at = q * (len(values) - 1)
+    lo = int(at)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (at - lo)
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """What :meth:`CostStore.clear` removed: ``rows`` per machine identity, the files
+    ``deleted`` (left with no row) and ``rewritten`` (some rows kept), and the files it could
+    not read (``skipped``: left alone)."""
+
+    rows: dict[str, int]
+    deleted: tuple[str, ...] = ()
+    rewritten: tuple[str, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def total(self) -> int:
+        """Rows removed, every identity's."""
+        return sum(self.rows.values())
 
 
 class CostStore:
@@ -145,6 +220,44 @@ class CostStore:
             except CostStoreError as exc:
                 skipped.append(Skipped(path, exc.reason))
         return StoreRows(merge_rows(tables, device), len(files) - len(skipped), tuple(skipped))
+
+    def clear(self, device: str | None = None) -> Cleared:
+        """Remove the store's rows of one machine identity (``device``; None: every row). A
+        file left with no row is deleted; one that keeps rows of other identities is rewritten
+        (atomically) without those; an unreadable file is left alone and named in
+        :attr:`Cleared.skipped`. A writer still running writes its own file again with what it
+        holds in memory."""
+        removed: dict[str, int] = {}
+        deleted: list[str] = []
+        rewritten: list[str] = []
+        skipped: list[Skipped] = []
+        for path in self.files():
+            try:
+                rows = read_file(path, self.fs)
+            except CostStoreError as exc:
+                skipped.append(Skipped(path, exc.reason))
+                continue
+            mask = pc.equal(rows["device"], device) if device is not None else None
+            gone = rows if mask is None else rows.filter(mask)
+            kept = rows.slice(0, 0) if mask is None else rows.filter(pc.invert(mask))
+            if not gone.num_rows:
+                continue
+            for name in gone["device"].to_pylist():
+                removed[name] = removed.get(name, 0) + 1
+            try:
+                if kept.num_rows:
+                    StoreWriter(self, path).write(kept)
+                    rewritten.append(path)
+                else:
+                    self.fs.delete_file(path)
+                    deleted.append(path)
+            except OSError as exc:
+                raise CostStoreError(
+                    f"cannot remove cost rows: {_first_line(exc)}", path=path
+                ) from None
+        return Cleared(
+            dict(sorted(removed.items())), tuple(deleted), tuple(rewritten), tuple(skipped)
+        )
 
     def writer(self, name: str | None = None) -> StoreWriter:
         """A writer that owns one new file of the store (``name``.parquet; default
@@ -232,18 +345,25 @@ def read_sources(sources: Sequence[str | os.PathLike[str]], device: str | None =
     return StoreRows(merge_rows(tables, device), files, tuple(skipped))
 
 
-def merge_rows(tables: Sequence[pa.Table], device: str | None = None) -> pa.Table:
+def merge_rows(
+    tables: Sequence[pa.Table], device: str | None = None, stability: Stability | None = None
+) -> pa.Table:
     """Rows of several cost tables as one: one row per (identity, signature), the median time
-    (DuckDB, ``sql/cost/merge_rows.sql``); only ``device``'s rows unless None."""
+    of its sound rows where some are sound (by ``stability``'s thresholds), else of all, with
+    the widest spread (DuckDB, ``sql/cost/merge_rows.sql``); only ``device``'s rows unless
+    None."""
     from relsat.engine.db import Database
 
-    rows = [t for t in tables if t.num_rows]
+    rows = [conform(t) for t in tables if t.num_rows]
     if not rows:
         return COST_SCHEMA.empty_table()
+    s = stability if stability is not None else Stability()
     db = Database()
     try:
         with db.registered("cost_rows", pa.concat_tables(rows)):
-            merged = db.run_arrow("cost/merge_rows", device=device)
+            merged = db.run_arrow(
+                "cost/merge_rows", device=device, max_spread=s.max_spread, max_load=s.max_load
+            )
     finally:
         db.close()
     return merged.cast(COST_SCHEMA)
@@ -256,13 +376,13 @@ def warn_skipped(skipped: Iterable[Skipped], category: type[Warning] = CostStore
 
 
 def _cost_rows(table: pa.Table, path: str) -> pa.Table:
-    """``table`` with exactly :data:`COST_SCHEMA`'s columns and types, or a
-    :class:`CostStoreError` naming ``path``."""
-    missing = [n for n in COST_SCHEMA.names if n not in table.column_names]
+    """``table`` with exactly :data:`COST_SCHEMA`'s columns and types (an older file's spread
+    and load unknown), or a :class:`CostStoreError` naming ``path``."""
+    missing = missing_columns(table)
     if missing:
         raise CostStoreError(f"not a cost table: it lacks the columns {missing}", path=path)
     try:
-        return table.select(COST_SCHEMA.names).cast(COST_SCHEMA)
+        return conform(table)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise CostStoreError(f"not a cost table: {_first_line(exc)}", path=path) from None
 

@@ -4,6 +4,11 @@ Rows are written set-at-a-time through Arrow and persist with the database; ``sa
 ``load_parquet`` ship a table, so costs measured on one GPU can be reused on a machine without
 one. :class:`TableModel` answers from a table and falls back to another model (by default the
 analytic one) for signatures it lacks.
+
+A measured row keeps how far it can be trusted: ``spread`` (the interquartile range of its
+repeats over their median) and ``load`` (other processes' share of the CPU while it was timed),
+:mod:`relsat.cost.stability`. Tables written before those columns existed read with both
+unknown (null) — :func:`conform` — and are written back with them.
 """
 
 from __future__ import annotations
@@ -18,10 +23,18 @@ import pyarrow.parquet as pq
 
 from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import CostModel, OpSignature
+from relsat.cost.stability import Price
 from relsat.engine.db import Database
 from relsat.errors import DatabaseError
 
-__all__ = ["COST_SCHEMA", "CostTable", "TableModel"]
+__all__ = [
+    "COST_SCHEMA",
+    "OPTIONAL_COLUMNS",
+    "CostTable",
+    "TableModel",
+    "conform",
+    "missing_columns",
+]
 
 #: The columns of the ``cost`` table (``sql/cost/schema.sql``), as Arrow types.
 COST_SCHEMA = pa.schema(
@@ -35,8 +48,30 @@ COST_SCHEMA = pa.schema(
         ("output", pa.string()),
         ("ms", pa.float64()),
         ("source", pa.string()),
+        ("spread", pa.float64()),  # null: unknown (a measurement without repeats, an old table)
+        ("load", pa.float64()),  # null: unknown
     ]
 )
+
+#: The columns a cost table written before they existed lacks: read as unknown (null).
+OPTIONAL_COLUMNS = ("spread", "load")
+
+
+def missing_columns(rows: pa.Table) -> list[str]:
+    """The columns of :data:`COST_SCHEMA` that ``rows`` lacks and :func:`conform` cannot add."""
+    return [
+        n for n in COST_SCHEMA.names if n not in rows.column_names and n not in OPTIONAL_COLUMNS
+    ]
+
+
+def conform(rows: pa.Table) -> pa.Table:
+    """``rows`` with exactly :data:`COST_SCHEMA`'s columns and types: other columns dropped, a
+    table written before :data:`OPTIONAL_COLUMNS` existed given them as null (spread and load
+    unknown). The caller checks :func:`missing_columns` first; Arrow's cast errors pass."""
+    for name in OPTIONAL_COLUMNS:
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, pa.float64()))
+    return rows.select(COST_SCHEMA.names).cast(COST_SCHEMA)
 
 
 class CostTable:
@@ -55,7 +90,16 @@ class CostTable:
         if not by_key:
             return {}
         rows = self.db.run("cost/lookup", device=device, keys=list(by_key))
-        return {by_key[key]: float(ms) for key, ms in rows}
+        return {by_key[key]: float(ms) for key, ms, _, _ in rows}
+
+    def prices(self, device: str, sigs: Sequence[OpSignature]) -> dict[OpSignature, Price]:
+        """The stored prices, with their spread and load, of those of ``sigs`` the table has
+        for ``device``."""
+        by_key = {s.key: s for s in sigs}
+        if not by_key:
+            return {}
+        rows = self.db.run("cost/lookup", device=device, keys=list(by_key))
+        return {by_key[key]: Price(float(ms), spread, load) for key, ms, spread, load in rows}
 
     def get(self, device: str, sig: OpSignature) -> float | None:
         """The stored time of one signature, or None."""
@@ -67,10 +111,17 @@ class CostTable:
         sigs: Sequence[OpSignature],
         ms: Sequence[float] | np.ndarray,
         source: str,
+        *,
+        spread: Sequence[float | None] | None = None,
+        load: Sequence[float | None] | None = None,
     ) -> None:
-        """Store ``ms[i]`` for ``sigs[i]`` (replacing rows of the same device and signature)."""
+        """Store ``ms[i]`` for ``sigs[i]`` (replacing rows of the same device and signature),
+        with its ``spread[i]`` and ``load[i]`` (default: unknown)."""
         if len(sigs) != len(ms):
             raise ValueError(f"{len(sigs)} signatures but {len(ms)} times")
+        for name, values in (("spreads", spread), ("loads", load)):
+            if values is not None and len(values) != len(sigs):
+                raise ValueError(f"{len(sigs)} signatures but {len(values)} {name}")
         if not sigs:
             return
         n = len(sigs)
@@ -86,15 +137,18 @@ class CostTable:
             "output": [json.dumps(list(s.output), separators=(",", ":")) for s in sigs],
             "ms": np.asarray(ms, dtype=np.float64),
             "source": [source] * n,
+            "spread": list(spread) if spread is not None else [None] * n,
+            "load": list(load) if load is not None else [None] * n,
         }
         self.insert_arrow(pa.table(columns, schema=COST_SCHEMA))
 
     def insert_arrow(self, rows: pa.Table) -> None:
-        """Store rows with the columns of :data:`COST_SCHEMA` (replacing same device and key)."""
-        missing = [n for n in COST_SCHEMA.names if n not in rows.column_names]
+        """Store rows with the columns of :data:`COST_SCHEMA` (replacing same device and key);
+        rows without spread and load (an older table) store them as unknown."""
+        missing = missing_columns(rows)
         if missing:
             raise DatabaseError(f"cost rows lack columns {missing}", path=self.db.path)
-        rows = rows.select(COST_SCHEMA.names).cast(COST_SCHEMA)
+        rows = conform(rows)
         with self.db.transaction():
             self.db.insert_arrow("cost_in", rows)
             self.db.run("cost/upsert")

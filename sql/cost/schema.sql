@@ -16,8 +16,15 @@ CREATE TABLE IF NOT EXISTS cost (
     output VARCHAR NOT NULL,   -- JSON output shape
     ms     DOUBLE  NOT NULL,   -- one run, milliseconds
     source VARCHAR NOT NULL,   -- 'analytic', 'measured:<backend>', ...
+    spread DOUBLE,             -- IQR of the repeats over their median; NULL: unknown
+    load   DOUBLE,             -- others' share of the CPU while timed; NULL: unknown
     PRIMARY KEY (device, key)
 );
+
+-- A cost table of a database written before spread and load existed: the columns added (at
+-- the end, where CREATE puts them), its rows' NULL (unknown).
+ALTER TABLE cost ADD COLUMN IF NOT EXISTS spread DOUBLE;
+ALTER TABLE cost ADD COLUMN IF NOT EXISTS load DOUBLE;
 
 -- Staging for set-at-a-time upserts (cost/upsert.sql).
 CREATE TEMP TABLE IF NOT EXISTS cost_in AS SELECT * FROM cost LIMIT 0;
