@@ -201,7 +201,7 @@ def test_a_rule_that_changes_a_shape_is_refused_when_it_fires() -> None:
     applied (counted as rejected per rule), so no e-class mixes shapes and no wrong graph can be
     extracted."""
     bad = parse_rules(
-        "# name: bad-concat\n(ewadd ?a ?b) => (concat 0 2 ?a ?b)\n\n"
+        "# name: bad-concat\n(ewadd ?a ?b) => (concat 0 2 ?a ?b)\nordered\n\n"
         "# name: bad-relu\n(matmul 0 ?a ?b) => (relu ?b)\n"
     )
     eg = EGraph.from_graph(models.load("nasrnn"))
@@ -222,10 +222,11 @@ def test_a_rule_that_changes_a_shape_is_refused_when_it_fires() -> None:
 #: A rule set that never saturates: commutativity and associativity of ewadd and ewmul on
 #: everything (TASO's, unguarded by any cost).
 EXPLODING = parse_rules(
-    "# name: add-comm\n(ewadd ?a ?b) => (ewadd ?b ?a)\n\n"
-    "# name: add-assoc\n(ewadd ?a (ewadd ?b ?c)) => (ewadd (ewadd ?a ?b) ?c)\n\n"
-    "# name: mul-comm\n(ewmul ?a ?b) => (ewmul ?b ?a)\n\n"
-    "# name: mul-assoc\n(ewmul ?a (ewmul ?b ?c)) => (ewmul (ewmul ?a ?b) ?c)\n"
+    # TENSAT's algebra, matched in the order written as TENSAT does (``ordered``)
+    "# name: add-comm\n(ewadd ?a ?b) => (ewadd ?b ?a)\nordered\n\n"
+    "# name: add-assoc\n(ewadd ?a (ewadd ?b ?c)) => (ewadd (ewadd ?a ?b) ?c)\nordered\n\n"
+    "# name: mul-comm\n(ewmul ?a ?b) => (ewmul ?b ?a)\nordered\n\n"
+    "# name: mul-assoc\n(ewmul ?a (ewmul ?b ?c)) => (ewmul (ewmul ?a ?b) ?c)\nordered\n"
 )
 
 
@@ -514,7 +515,7 @@ def test_a_new_match_is_found_whatever_its_one_new_enode(first: str, second: str
     x, y = b.input([4, 4], name="x"), b.input([4, 4], name="y")
     graph = b.build(b.relu(b.add(x, y)))
     eg = EGraph.from_graph(graph)
-    rules = list(parse_rules(f"# name: one\n{first}\n\n# name: two\n{second}\n"))
+    rules = list(parse_rules(f"# name: one\n{first}\nordered\n\n# name: two\n{second}\nordered\n"))
     result = explore(eg, rules, limits=Limits(iterations=2), schedule=Schedule(k_multi=0))
     assert [s.matches for s in result.iterations] == [1, 1]
     assert eg.db.execute("SELECT iteration, rule, matches FROM rule_stats ORDER BY ALL") == [

@@ -32,13 +32,14 @@ from typing import Any
 import pyarrow as pa
 
 from relsat.errors import RuleError
-from relsat.rewrite.rules import OPERATORS, Pattern, Rule, Term, Var, canonical
+from relsat.rewrite.exprs import FACTS, Cond, Expr, Param, expr_type
+from relsat.rewrite.rules import COMMUTATIVE, OPERATORS, Pattern, Rule, Term, Var, canonical
 
-__all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "rule_sql"]
+__all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "rule_sql"]
 
-#: Variable slots per rule (columns v0…v5 of the match tables; TASO's rules use at most 4, the
-#: bias-aware merges 5).
-MAX_VARS = 6
+#: Variable slots per rule, tensors and parameters (columns v0…v9 of the match tables; TASO's
+#: rules use at most 4 tensors, the merges of fused convs 5 tensors and 4 parameters).
+MAX_VARS = 10
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
 #: Tensor children of a node created or matched by a rule (enode columns c0…c3; a third or
@@ -60,6 +61,11 @@ class Program:
     rguard: pa.Table
     lhs_height: int
     rhs_height: int
+    #: Generated statements (None: no rule needs one): refuse the matches whose conditions
+    #: (``where`` expressions) do not hold; append the values a right-hand side computes
+    #: (arithmetic on parameter variables) to each match's slots.
+    cond_sql: str | None = None
+    derive_sql: str | None = None
 
     @property
     def names(self) -> list[str]:
@@ -93,7 +99,14 @@ def rule_sql(rule: Rule) -> str:
         aliases.append((alias, p, join))
         ints, tensors = _split_args(p)
         conds = [f"{alias}.op = '{p.op}'"]
-        conds += [f"{alias}.p{i} = {v}" for i, v in enumerate(ints)]
+        for i, v in enumerate(ints):
+            if isinstance(v, Param):
+                if v.name in binding:
+                    conds.append(f"{alias}.p{i} = {binding[v.name]}")
+                else:
+                    binding[v.name] = f"{alias}.p{i}"
+            else:
+                conds.append(f"{alias}.p{i} = {v}")
         conds.append(f"{alias}.arity = {len(tensors)}")
         conds.append(f"NOT {alias}.filtered")
         where.append(" AND ".join(conds))
@@ -109,17 +122,35 @@ def rule_sql(rule: Rule) -> str:
         return alias
 
     roots = [visit(p, None) for p in rule.lhs]
+    facts = sorted({v.name for g in rule.guards if isinstance(g, Cond) for v in _fact_vars(g.expr)})
+    for g in rule.guards:
+        if isinstance(g, Cond):
+            where.append(
+                expr_sql(
+                    g.expr,
+                    lambda p: binding[p.name],
+                    lambda v: f"g_{v.name}.shape",
+                    lambda v: f"g_{v.name}.all_weights",
+                )
+            )
     select = [f"{r}.class AS root{i}" for i, r in enumerate(roots)]
-    select += [f"{binding[v.name]} AS v{slots[v.name]}" for v in rule.bound]
+    select += [f"{binding[v.name]} AS v{slots[v.name]}" for v in rule.slots]
+
+    def table(p: Pattern) -> str:  # a commutative op matches either operand order
+        return "enode_either" if p.op in COMMUTATIVE and not rule.ordered else "enode"
+
     lines = [
         f"-- {rule.name}: " + " ; ".join(str(p) for p in rule.lhs),
         "SELECT DISTINCT " + ", ".join(select),
-        f"FROM enode {aliases[0][0]}",
+        f"FROM {table(aliases[0][1])} {aliases[0][0]}",
     ]
-    for alias, _, join in aliases[1:]:
+    for alias, p, join in aliases[1:]:
         lines.append(
-            f"JOIN enode {alias} ON {alias}.{join}" if join else f"CROSS JOIN enode {alias}"
+            f"JOIN {table(p)} {alias} ON {alias}.{join}"
+            if join
+            else f"CROSS JOIN {table(p)} {alias}"
         )
+    lines += [f"JOIN eclass g_{n} ON g_{n}.id = {binding[n]}" for n in facts]
     if rule.is_multi:
         where.append(f"{roots[0]}.class {'<' if _symmetric(rule) else '<>'} {roots[1]}.class")
     lines.append("WHERE " + "\n  AND ".join(where))
@@ -138,6 +169,7 @@ def rule_key(rule: Rule, *, guards: bool = True) -> str:
     counts as new too, which costs one full search and nothing else."""
     text = [f"{lhs} => {rhs}" for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True)]
     text += ["symmetric"] if rule.symmetric else []
+    text += ["ordered"] if rule.ordered else []
     text += [f"where {g}" for g in rule.guards] if guards else []
     return hashlib.sha256("\n".join(text).encode()).hexdigest()[:16]
 
@@ -149,6 +181,9 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     prows: list[dict[str, Any]] = []
     trows: list[dict[str, Any]] = []
     grows: list[dict[str, Any]] = []
+    derives: list[str] = []
+    conds_sql: list[str] = []
+    fact_slots: set[int] = set()
     for rid, rule in enumerate(rules):
         if len(rule.lhs) > 2:
             raise RuleError("at most two left-hand sides are supported", rule=rule.name)
@@ -158,11 +193,27 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         for pid in roots:  # pids and tids are row positions
             prows[pid]["is_root"] = True
             prows[pid]["jslot"] = jslot
+        derived: dict[Expr, int] = {}  # a right-hand side's arithmetic -> its slot
+        for p in rule.rhs:
+            for e in p.exprs():
+                derived.setdefault(e, MAX_VARS + len(derived))
+        if derived:
+            values = ", ".join(
+                f"CAST({_value_sql(e, slots)} AS BIGINT)" for e in derived
+            )
+            derives.append(f"WHEN {rid} THEN [{values}]")
+        conds = [g.expr for g in rule.guards if isinstance(g, Cond)] if guards else []
+        conds += _implicit(derived)
+        if conds:
+            conds_sql.append(
+                f"WHEN {rid} THEN " + " AND ".join(f"({_value_sql(c, slots)})" for c in conds)
+            )
+            fact_slots.update(slots[t.name] for c in conds for t in _fact_vars(c))
         memo: dict[Pattern, int] = {}
         for i, p in enumerate(rule.rhs):
-            tid = _add_template(rid, p, slots, trows, memo, rule)
+            tid = _add_template(rid, p, slots, trows, memo, rule, derived)
             trows[tid]["root_of"] |= 1 << i  # a bit per right-hand side it is the root of
-        for g in rule.guards if guards else ():
+        for g in (g for g in rule.guards if not isinstance(g, Cond)) if guards else ():
             args = [slots[a.name] for a in g.args] + [-1] * (4 - len(g.args))
             grows.append(
                 {
@@ -193,14 +244,139 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         pa.Table.from_pylist(grows, schema=_GUARD),
         max((r["height"] for r in prows), default=0),
         max((r["height"] for r in trows), default=0),
+        _cond_statement(conds_sql, fact_slots),
+        _derive_statement(derives),
     )
 
 
 def _slots(rule: Rule) -> dict[str, int]:
-    slots = {v.name: i for i, v in enumerate(rule.bound)}
+    """Variable slots: tensors and parameters alike, in order of first appearance."""
+    slots = {v.name: i for i, v in enumerate(rule.slots)}
     if len(slots) > MAX_VARS:
-        raise RuleError(f"{len(slots)} variables; the engine supports {MAX_VARS}", rule=rule.name)
+        raise RuleError(
+            f"{len(slots)} variables (tensors and parameters); the engine supports {MAX_VARS}",
+            rule=rule.name,
+        )
     return slots
+
+
+# ---------------------------------------------------------------------------------------------
+# Values: conditions and right-hand-side arithmetic as SQL over a match's slots (match.v)
+
+_SQL_OPS = {"==": "=", "!=": "<>", "and": "AND", "or": "OR", "%": "%"}
+
+
+def expr_sql(
+    term: object, value: Any, shape: Any, weights: Any
+) -> str:
+    """``term`` (relsat.rewrite.exprs) as SQL: ``value(param)`` gives a parameter's column (a
+    float parameter's float32 bits are read as a DOUBLE with the macro ``f32``),
+    ``shape(var)`` / ``weights(var)`` a tensor variable's e-class columns."""
+    if isinstance(term, bool):
+        return "true" if term else "false"
+    if isinstance(term, int):
+        return str(term)
+    if isinstance(term, float):
+        return f"CAST({term!r} AS DOUBLE)"
+    if isinstance(term, Param):
+        col = value(term)
+        return f"f32({col})" if term.type == "float" else col
+    assert isinstance(term, Expr)
+    op, args = term.op, term.args
+    sub = [expr_sql(a, value, shape, weights) if not isinstance(a, Var) else "" for a in args]
+    if op == "rank":
+        return f"len({shape(args[0])})"
+    if op == "size":
+        return f"list_aggregate({shape(args[0])}, 'product')"
+    if op == "weights":
+        return weights(args[0])
+    if op == "dim":
+        sh = shape(args[0])
+        return f"{sh}[CASE WHEN ({sub[1]}) < 0 THEN len({sh}) + ({sub[1]}) ELSE ({sub[1]}) END + 1]"
+    if op == "chain":
+        return f"({sub[0]} AND {sub[1]})"
+    if op == "not":
+        return f"(NOT {sub[0]})"
+    if op == "neg":
+        return f"(-{sub[0]})"
+    if op == "/" and expr_type(term) == "int":
+        return f"({sub[0]} // {sub[1]})"
+    if op == "/":
+        return f"(CAST({sub[0]} AS DOUBLE) / {sub[1]})"
+    return f"({sub[0]} {_SQL_OPS.get(op, op)} {sub[1]})"
+
+
+def _value_sql(term: object, slots: dict[str, int]) -> str:
+    """``term`` over the match row ``m`` (slot k is ``m.v[k + 1]``; e-class ``g<k>``)."""
+    return expr_sql(
+        term,
+        lambda p: f"m.v[{slots[p.name] + 1}]",
+        lambda v: f"g{slots[v.name]}.shape",
+        lambda v: f"g{slots[v.name]}.all_weights",
+    )
+
+
+def _fact_vars(term: object) -> list[Var]:
+    if not isinstance(term, Expr):
+        return []
+    found = [term.args[0]] if term.op in FACTS and isinstance(term.args[0], Var) else []
+    return found + [v for a in term.args for v in _fact_vars(a)]
+
+
+def _implicit(derived: dict[Expr, int]) -> list[Expr]:
+    """What a right-hand side's arithmetic needs to be a parameter: an integer division that
+    divides exactly, a value that fits an e-node's 32-bit parameter."""
+    out: list[Expr] = []
+    for e in derived:
+        stack: list[object] = [e]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, Expr):
+                if t.op in ("/", "%"):
+                    out.append(Expr("!=", (t.args[1], 0)))
+                if t.op == "/":
+                    out.append(Expr("==", (Expr("%", t.args), 0)))
+                stack.extend(t.args)
+        out.append(Expr("chain", (Expr("<=", (-(2**31), e)), Expr("<=", (e, 2**31 - 1)))))
+    return out
+
+
+def _cond_statement(cases: list[str], fact_slots: set[int]) -> str | None:
+    """One statement for every rule's conditions: a match whose condition is false or unknown
+    (a dim past the rank, a value not computable) is refused."""
+    if not cases:
+        return None
+    joins = "".join(
+        f"\n    LEFT JOIN eclass g{k} ON g{k}.id = m.v[{k + 1}]" for k in sorted(fact_slots)
+    )
+    rules = ", ".join(c.split()[1] for c in cases)
+    body = "\n            ".join(cases)
+    return (
+        "-- generated (relsat.engine.compile): the rules' 'where' conditions\n"
+        "UPDATE match SET ok = false\n"
+        "WHERE mid IN (\n"
+        f"    SELECT m.mid FROM match m{joins}\n"
+        f"    WHERE m.ok AND m.rule IN ({rules}) AND NOT coalesce(CASE m.rule\n"
+        f"            {body}\n"
+        "        END, false)\n"
+        ")"
+    )
+
+
+def _derive_statement(cases: list[str]) -> str | None:
+    """One statement appending every match's computed right-hand-side parameters to its slots
+    (after the MAX_VARS variable slots)."""
+    if not cases:
+        return None
+    rules = ", ".join(c.split()[1] for c in cases)
+    body = "\n        ".join(cases)
+    return (
+        "-- generated (relsat.engine.compile): right-hand sides' parameter arithmetic\n"
+        "UPDATE match m SET v = list_concat(m.v, CASE m.rule\n"
+        f"        {body}\n"
+        "    END)\n"
+        f"WHERE m.ok AND m.rule IN ({rules})"
+    )
 
 
 def _symmetric(rule: Rule) -> bool:
@@ -210,13 +386,14 @@ def _symmetric(rule: Rule) -> bool:
     )
 
 
-def _split_args(p: Pattern) -> tuple[list[int], list[Pattern | Var]]:
-    """A pattern's integer literals and tensor arguments, each in order."""
+def _split_args(p: Pattern) -> tuple[list[Any], list[Pattern | Var]]:
+    """A pattern's integer arguments (literals, parameter variables, arithmetic) and tensor
+    arguments, each in order."""
     ints: list[int] = []
     tensors: list[Pattern | Var] = []
     for arg, (_, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
-        if kind == "int" and isinstance(arg, int):
-            ints.append(arg)
+        if kind == "int":
+            ints.append(arg)  # type: ignore[arg-type]  (a literal, a Param or an Expr)
         elif isinstance(arg, Pattern | Var):
             tensors.append(arg)
     return ints, tensors
@@ -247,7 +424,15 @@ def _add_pattern(
     deep = heights.index(max(heights)) if heights else -1
     dpos, dpid = subs[deep] if subs else (-1, -1)
     spos, spid = subs[1 - deep] if len(subs) > 1 else (-1, -1)
-    lits = [*ints, -1, -1, -1, -1][:MAX_LHS_INTS]
+    names = [a.name for a in ints if isinstance(a, Param)]
+    if len(set(names)) < len(names):
+        raise RuleError(
+            f"a parameter variable twice in one {p.op}: bind another and say "
+            "'where ?a == ?b'",
+            rule=rule.name,
+        )
+    ys = [slots[a.name] if isinstance(a, Param) else -1 for a in ints] + [-1] * MAX_LHS_INTS
+    lits = [a if isinstance(a, int) else -1 for a in ints] + [-1] * MAX_LHS_INTS
     row = {
         "rule": rid,
         "pid": len(rows),
@@ -273,6 +458,8 @@ def _add_pattern(
         "dpos": dpos,
         "spid": spid,
         "spos": spos,
+        **{f"y{i}": ys[i] for i in range(MAX_LHS_INTS)},
+        "comm": p.op in COMMUTATIVE and not rule.ordered,
     }
     rows.append(row)
     return len(rows) - 1
@@ -285,6 +472,7 @@ def _add_template(
     rows: list[dict],
     memo: dict[Pattern, int],
     rule: Rule,
+    derived: dict[Expr, int],
 ) -> int:
     if p in memo:
         return memo[p]
@@ -297,13 +485,17 @@ def _add_template(
             kinds.append(VAR)
             refs.append(slots[a.name])
         else:
-            tid = _add_template(rid, a, slots, rows, memo, rule)
+            tid = _add_template(rid, a, slots, rows, memo, rule, derived)
             kinds.append(TEMPLATE)
             refs.append(tid)
             heights.append(rows[tid]["height"])
     kinds += [NONE] * (MAX_RULE_CHILDREN - len(kinds))
     refs += [-1] * (MAX_RULE_CHILDREN - len(refs))
-    params = [*ints, -1, -1, -1, -1, -1, -1][:6]
+    params = [a if isinstance(a, int) else -1 for a in ints] + [-1] * 6
+    qs = [  # a parameter from a slot: a variable's, or the value its arithmetic was given
+        slots[a.name] if isinstance(a, Param) else derived[a] if isinstance(a, Expr) else -1
+        for a in ints
+    ] + [-1] * 6
     cut_slot = cut_dim = -1
     if p.op == "split":
         source = _size_source(_last_boundary(tensors[0], ints[0]), slots)
@@ -328,6 +520,7 @@ def _add_template(
         "cut_slot": cut_slot,
         "cut_dim": cut_dim,
         "root_of": 0,
+        **{f"q{i}": qs[i] for i in range(6)},
         "k2": kinds[2],
         "r2": refs[2],
         "k3": kinds[3],
@@ -421,6 +614,8 @@ _PNODE = pa.schema(
         ("dpos", pa.int32()),
         ("spid", pa.int32()),
         ("spos", pa.int32()),
+        *[(f"y{i}", pa.int32()) for i in range(4)],
+        ("comm", pa.bool_()),
     ]
 )
 _TNODE = pa.schema(
@@ -438,6 +633,7 @@ _TNODE = pa.schema(
         ("cut_slot", pa.int32()),
         ("cut_dim", pa.int32()),
         ("root_of", pa.int32()),
+        *[(f"q{i}", pa.int32()) for i in range(6)],
         ("k2", pa.int32()),
         ("r2", pa.int32()),
         ("k3", pa.int32()),

@@ -220,6 +220,10 @@ class Phases:
                 cycle_s = time.perf_counter() - t1
             if guarded:
                 db.run("apply/check_guards")
+            if self.program.cond_sql is not None:  # the rules' 'where' conditions
+                db.execute(self.program.cond_sql)
+            if self.program.derive_sql is not None:  # values the right-hand sides compute
+                db.execute(self.program.derive_sql)
             cycle_s += self._apply(pending, multi=multi, budget=budget)
         t2 = time.perf_counter()
         t1b = t1 + cycle_s

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from relsat.errors import ExecutionError, GraphError, RuleError
@@ -37,6 +37,8 @@ from relsat.graph.execute import compare
 from relsat.graph.graph import Graph
 from relsat.graph.ops import TensorType
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
+from relsat.rewrite.exprs import Cond, Expr, Num, evaluate as value_of
+from relsat.rewrite.params import Undefined, draw_params, specialize
 from relsat.rewrite.rules import Guard, Pattern, Rule, canonical
 from relsat.rewrite.shapes import NEAR_MISSES, Choose, Unsolvable, draw_shapes
 
@@ -76,8 +78,16 @@ _TYPE_CYCLE = ("lhs", "both", "lhs", "joint")
 Shapes = Mapping[str, tuple[int, ...]]
 
 
-def _shapes_text(shapes: Shapes) -> str:
-    return ", ".join(f"?{n} {list(s)}" for n, s in shapes.items())
+def _shapes_text(shapes: Shapes, values: Mapping[str, Num] | None = None) -> str:
+    text = ", ".join(f"?{n} {list(s)}" for n, s in shapes.items())
+    if values:
+        text += ", " + ", ".join(f"?{n} = {v:g}" for n, v in values.items())
+    return text
+
+
+def _where(inst: Instance) -> str:
+    """An instance's shapes and parameter values, as a counterexample names them."""
+    return _shapes_text(inst.shapes, inst.values)
 
 
 def _type_text(t: TensorType) -> str:
@@ -104,6 +114,7 @@ class Instance:
     kind: str
     detail: str = ""
     grouped: bool = False
+    values: dict[str, Num] = field(default_factory=dict)  # the parameter variables' values
 
     @property
     def valid(self) -> bool:
@@ -136,17 +147,43 @@ def evaluate(
     rule: Rule,
     shapes: Shapes,
     *,
-    guards: Sequence[Guard] | None = None,
+    guards: Sequence[Guard | Cond] | None = None,
     numeric: bool = True,
+    values: Mapping[str, Num] | None = None,
 ) -> Instance:
-    """``rule`` at these variable shapes: build both sides, compare types, then (``numeric``)
-    values. ``guards``: the guards that must hold (default: the rule's own)."""
+    """``rule`` at these variable shapes (and, for a rule with parameter variables, these
+    parameter ``values``): build both sides, compare types, then (``numeric``) values.
+    ``guards``: the guards and conditions that must hold (default: the rule's own)."""
     shapes = {n: tuple(s) for n, s in shapes.items()}
+    values = dict(values or {})
+    chosen = rule.guards if guards is None else guards
+    if rule.params:
+        try:
+            rule, _ = specialize(rule, values)
+        except Undefined as err:
+            return Instance(shapes, "guards-fail", str(err), values=values)
+    conds = [g.expr for g in chosen if isinstance(g, Cond)]
+    named = [g for g in chosen if isinstance(g, Guard)]
+    inst = _evaluate(rule, shapes, named, conds, values, numeric)
+    return replace(inst, values=values) if values else inst
+
+
+def _evaluate(
+    rule: Rule,
+    shapes: dict[str, tuple[int, ...]],
+    guards: Sequence[Guard],
+    conds: Sequence[Expr],
+    values: Mapping[str, Num],
+    numeric: bool,
+) -> Instance:
     if any(math.prod(s) > MAX_SIZE for s in shapes.values()):
         return Instance(shapes, "too-big")
-    failed = [g for g in (rule.guards if guards is None else guards) if not guard_holds(g, shapes)]
+    failed = [g for g in guards if not guard_holds(g, shapes)]
     if failed:
         return Instance(shapes, "guards-fail", f"{failed[0]} does not hold")
+    false = [c for c in conds if value_of(c, values, shapes) is not True]
+    if false:
+        return Instance(shapes, "guards-fail", f"{false[0]} does not hold")
     try:
         lhs = _side(rule, rule.lhs, shapes)
     except (InvalidInstance, GraphError) as err:
@@ -175,7 +212,7 @@ def draw(
     rule: Rule,
     choose: Choose[Any],
     *,
-    guards: Sequence[Guard] | None = None,
+    guards: Sequence[Guard | Cond] | None = None,
     sides: str = "joint",
     near_misses: Sequence[int] = NEAR_MISSES,
     numeric: bool = True,
@@ -184,8 +221,16 @@ def draw(
     """Draw shapes (:func:`relsat.rewrite.shapes.draw_shapes`) and :func:`evaluate` the rule
     there. Raises :class:`~relsat.rewrite.shapes.Unsolvable` when no shapes can be drawn. (The
     keyword options are the draw's knobs, each with the default the checks use.)"""
-    shapes = draw_shapes(rule, choose, near_misses, sides=sides, even_kernels=even_kernels)
-    return evaluate(rule, shapes, guards=guards, numeric=numeric)
+    values = draw_params(rule, choose) if rule.params else {}
+    try:
+        concrete = specialize(rule, values)[0] if values else rule
+    except Undefined as err:
+        return Instance({}, "guards-fail", str(err), values=values)
+    try:
+        shapes = draw_shapes(concrete, choose, near_misses, sides=sides, even_kernels=even_kernels)
+    except ZeroDivisionError:  # a parameter no operator takes (a stride of 0): no instance
+        return Instance({}, "lhs-invalid", f"no shapes at {values}", values=values)
+    return evaluate(rule, shapes, guards=guards, numeric=numeric, values=values)
 
 
 def _rng(rule: Rule, seed: int) -> random.Random:
@@ -238,7 +283,7 @@ def check_rule(
     """
     mismatch = _type_mismatch(rule, seed, tries=24, enough=8)
     if mismatch is not None:
-        detail = f"{mismatch.detail}, at {_shapes_text(mismatch.shapes)}"
+        detail = f"{mismatch.detail}, at {_where(mismatch)}"
         return Verdict(rule, "type-mismatch", detail, 0, mismatch.shapes)
     rng = _rng(rule, seed + 1)
     compared = valid = 0
@@ -258,10 +303,10 @@ def check_rule(
             continue
         valid += inst.valid
         if inst.kind == "type-mismatch":
-            detail = f"{inst.detail}, at {_shapes_text(inst.shapes)}"
+            detail = f"{inst.detail}, at {_where(inst)}"
             return Verdict(rule, "type-mismatch", detail, compared, inst.shapes)
         if inst.kind == "different":
-            detail = f"sides differ at {_shapes_text(inst.shapes)}: {inst.detail.splitlines()[0]}"
+            detail = f"sides differ at {_where(inst)}: {inst.detail.splitlines()[0]}"
             return Verdict(rule, "numeric-mismatch", detail, compared, inst.shapes)
         if inst.kind == "rhs-invalid" and rhs_invalid is None:
             rhs_invalid = inst
@@ -273,7 +318,7 @@ def check_rule(
     if compared == 0 and rhs_invalid is not None:
         detail = (
             f"the right-hand side never builds where the left-hand side does ({valid} "
-            f"instances), e.g. at {_shapes_text(rhs_invalid.shapes)}: {rhs_invalid.detail}"
+            f"instances), e.g. at {_where(rhs_invalid)}: {rhs_invalid.detail}"
         )
         return Verdict(rule, "type-mismatch", detail, 0, rhs_invalid.shapes)
     if valid == 0:
@@ -318,7 +363,7 @@ def check_types(rules: Iterable[Rule], *, seed: int = 0) -> None:
         if inst is not None:
             loc = rule.location
             raise RuleError(
-                f"{inst.detail}, at {_shapes_text(inst.shapes)} ('relsat rules check' checks a "
+                f"{inst.detail}, at {_where(inst)} ('relsat rules check' checks a "
                 "rule file)",
                 path=loc.path if loc else None,
                 line=loc.line if loc else None,
@@ -329,7 +374,7 @@ def check_types(rules: Iterable[Rule], *, seed: int = 0) -> None:
 def find_counterexample(
     rule: Rule,
     *,
-    guards: Sequence[Guard] = (),
+    guards: Sequence[Guard | Cond] = (),
     tries: int = 5000,
     seed: int = 0,
     even_kernels: bool = False,
@@ -365,7 +410,7 @@ def guards_alone(rule: Rule, *, tries: int = 5000, seed: int = 0) -> dict[Guard,
             guards=[h for h in rule.guards if h != g],
             tries=tries,
             seed=seed,
-            even_kernels=g.name == "odd-kernels",
+            even_kernels=isinstance(g, Guard) and g.name == "odd-kernels",
         )
         for g in rule.guards
     }

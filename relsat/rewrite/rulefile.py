@@ -61,8 +61,10 @@ from pathlib import Path
 from relsat.errors import RuleError, RuleSyntaxError
 from relsat.graph.ops import f32_bits
 from relsat.paths import data_dir
+from relsat.rewrite.exprs import ARITH, COMPARE, FACTS, PARAM_TYPES, Cond, Expr, Param
 from relsat.rewrite.rules import (
     _KIND_TEXT,
+    GUARDS,
     OPERATORS,
     Guard,
     Location,
@@ -74,6 +76,7 @@ from relsat.rewrite.rules import (
     _format_rule,
     _kind,
     _sig_text,
+    param_type,
 )
 
 __all__ = ["RULES_DIR", "format_rules", "load_rules", "load_tensat", "parse_rules", "parse_tensat"]
@@ -88,8 +91,9 @@ _TOKEN = re.compile(
     r"(?P<lp>\()|(?P<rp>\))|(?P<arrow>=>)"
     r"|(?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))(?=[\s()]|=>|$)"
     r"|(?P<int>\d+)(?=[\s()]|=>|$)"
-    r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*)(?=[\s()]|=>|$)"
+    r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?)(?=[\s()]|=>|$)"
     r"|(?P<sym>[A-Za-z_][A-Za-z0-9_]*)(?=[\s()]|=>|$)"
+    r"|(?P<arith>[-+*/%])(?=\s)"
 )
 _BAD = re.compile(r"[^\s()]+")
 
@@ -98,14 +102,30 @@ _BAD = re.compile(r"[^\s()]+")
 class _Frame:
     op: str
     col: int
-    args: list[tuple[Term, int]]
+    args: list[tuple[Term | float, int]]
+
+
+@dataclass(frozen=True)
+class _Float:
+    """A float literal being read: float32 bits at an operator's parameter, a float in
+    arithmetic."""
+
+    value: float
 
 
 class _Line:
     """One body line being parsed: raises errors at this line's file:line:col."""
 
-    def __init__(self, text: str, path: str | None, line: int, rule: str | None) -> None:
+    def __init__(
+        self,
+        text: str,
+        path: str | None,
+        line: int,
+        rule: str | None,
+        types: dict[str, str] | None = None,
+    ) -> None:
         self.text, self.path, self.line, self.rule = text, path, line, rule
+        self.types = {} if types is None else types  # parameter variable -> type, per rule
         self.tokens: list[tuple[str, str, int]] = []  # (kind, text, 1-based col)
         pos = 0
         while pos < len(text):
@@ -144,6 +164,10 @@ class _Line:
             value: Term
             if kind == "lp":
                 op_tok = self.tokens[self.i] if self.i < len(self.tokens) else None
+                if op_tok is not None and op_tok[0] == "arith":
+                    self.i += 1
+                    stack.append(_Frame(op_tok[1], col, []))
+                    continue
                 if op_tok is None or op_tok[0] != "sym":
                     found = "')'" if op_tok and op_tok[0] == "rp" else "nothing"
                     if op_tok and op_tok[0] != "rp":
@@ -161,9 +185,9 @@ class _Line:
             elif kind == "int":
                 value = int(text)
             elif kind == "float":  # a float parameter: its float32 bits (relsat.graph.ops.f32_bits)
-                value = f32_bits(float(text))
+                value = _Float(float(text))  # type: ignore[assignment]
             elif kind == "var":
-                value = Var(text[1:])
+                value = self._var(text, col)
             elif kind == "arrow":
                 self.syntax("unexpected '=>' (unbalanced parentheses?)", col)
                 raise AssertionError  # pragma: no cover
@@ -171,8 +195,40 @@ class _Line:
                 self.syntax(f"expected '(', a ?variable or an integer, found {text!r}", col)
                 raise AssertionError  # pragma: no cover
             if not stack:
+                if isinstance(value, _Float):
+                    return f32_bits(value.value)
                 return value
             stack[-1].args.append((value, col))
+
+    def _var(self, text: str, col: int) -> Var | Param:
+        """``?x`` (a tensor, or a parameter already typed in this rule) or ``?x:type``."""
+        name, _, typ = text[1:].partition(":")
+        if not typ:
+            return Var(name)
+        if typ not in PARAM_TYPES:
+            self.semantic(f"unknown type {typ!r} of ?{name} (known: int, float)", col)
+        if self.types.setdefault(name, typ) != typ:
+            self.semantic(f"?{name} is used as {self.types[name]} and as {typ}", col)
+        return Param(name, typ)
+
+    def _param(self, arg: object, want: str, col: int) -> object:
+        """An argument at a parameter position: a float literal as its bits, an untyped ?x as a
+        parameter of the position's type (or the type it was declared with)."""
+        if isinstance(arg, _Float):
+            return f32_bits(arg.value)
+        if isinstance(arg, Var) and arg.name in self.types:  # declared ?x:type before
+            return Param(arg.name, self.types[arg.name])
+        return arg
+
+    def _value(self, arg: object, col: int) -> object:
+        """An argument of arithmetic: floats stay floats, ?x is a parameter."""
+        if isinstance(arg, _Float):
+            return arg.value
+        if isinstance(arg, Var):
+            return Param(arg.name, self.types.get(arg.name, "int"))
+        if isinstance(arg, Pattern):
+            self.semantic(f"arithmetic takes numbers and ?variables, not {arg}", col)
+        return arg
 
     def _check_op(self, op: str, col: int) -> None:
         sig = OPERATORS.get(op)
@@ -181,20 +237,36 @@ class _Line:
         elif not sig.in_rules:
             self.semantic(f"operator {op!r} takes string arguments and cannot be in rules", col)
 
-    def _close(self, frame: _Frame) -> Pattern:
+    def _close(self, frame: _Frame) -> Pattern | Expr:
+        if frame.op in ARITH:
+            args = tuple(self._value(a, c) for a, c in frame.args)
+            if frame.op == "-" and len(args) == 1:
+                return Expr("neg", args)
+            if len(args) != 2:
+                self.semantic(f"'{frame.op}' takes 2 arguments, got {len(args)}", frame.col)
+            return Expr(frame.op, args)
         sig = OPERATORS[frame.op]
         if len(frame.args) != sig.arity:
             self.semantic(
                 f"{frame.op} takes {sig.arity} arguments ({_sig_text(sig)}), got {len(frame.args)}",
                 frame.col,
             )
-        for (pname, kind), (arg, col) in zip(sig.params, frame.args, strict=True):
+        args: list[tuple[Term, int]] = []
+        index = 0
+        for (_, kind), (arg, col) in zip(sig.params, frame.args, strict=True):
+            if kind == "int":
+                arg = self._param(arg, param_type(frame.op, index), col)  # type: ignore[assignment]
+                index += 1
+            elif isinstance(arg, Var) and arg.name in self.types:
+                self.semantic(f"?{arg.name} is a number ({self.types[arg.name]}), used as a tensor", col)
+            args.append((arg, col))  # type: ignore[arg-type]
+        for (pname, kind), (arg, col) in zip(sig.params, args, strict=True):
             if _kind(arg) != kind:
-                got = "an integer" if _kind(arg) == "int" else "a tensor"
+                got = "a tensor" if _kind(arg) == "tensor" else "a number"
                 self.syntax(
                     f"{frame.op} argument {pname!r} must be {_KIND_TEXT[kind]}, got {got}", col
                 )
-        return Pattern(frame.op, tuple(a for a, _ in frame.args))
+        return Pattern(frame.op, tuple(a for a, _ in args))
 
     def equation(self) -> tuple[Pattern, Pattern]:
         """``lhs => rhs``, both operator patterns, and nothing after."""
@@ -236,12 +308,14 @@ class _Draft:
     sources: list[str] = field(default_factory=list)
     doc: list[str] = field(default_factory=list)
     eqs: list[tuple[Pattern, Pattern, int]] = field(default_factory=list)
-    guards: list[tuple[Guard, int]] = field(default_factory=list)
+    guards: list[tuple[Guard | Cond, int]] = field(default_factory=list)
     flag_line: int | None = None
+    ordered_line: int | None = None
+    types: dict[str, str] = field(default_factory=dict)  # parameter variables' types
 
     @property
     def has_body(self) -> bool:
-        return bool(self.eqs or self.guards or self.flag_line)
+        return bool(self.eqs or self.guards or self.flag_line or self.ordered_line)
 
 
 def parse_rules(text: str, *, path: str | Path | None = None) -> RuleSet:
@@ -302,21 +376,207 @@ def parse_rules(text: str, *, path: str | Path | None = None) -> RuleSet:
                     "'symmetric' given twice", path=src, line=lineno, col=col, rule=rule_name
                 )
             draft.flag_line = lineno
-        elif stripped.split(None, 1)[0] == "where":
-            draft.guards.append((_parse_guard(raw, src, lineno, rule_name), lineno))
-        else:
-            if draft.guards or draft.flag_line:
+        elif stripped == "ordered":
+            if draft.ordered_line is not None:
                 raise RuleSyntaxError(
-                    "'lhs => rhs' lines must come before 'symmetric' and 'where' lines",
+                    "'ordered' given twice", path=src, line=lineno, col=col, rule=rule_name
+                )
+            draft.ordered_line = lineno
+        elif stripped.split(None, 1)[0] == "where":
+            draft.guards.append((_parse_where(raw, src, lineno, rule_name, draft.types), lineno))
+        else:
+            if draft.guards or draft.flag_line or draft.ordered_line:
+                raise RuleSyntaxError(
+                    "'lhs => rhs' lines must come before 'symmetric', 'ordered' and 'where' lines",
                     path=src,
                     line=lineno,
                     col=col,
                     rule=rule_name,
                 )
-            lhs, rhs = _Line(raw, src, lineno, rule_name).equation()
+            lhs, rhs = _Line(raw, src, lineno, rule_name, draft.types).equation()
             draft.eqs.append((lhs, rhs, lineno))
     finish()
     return RuleSet(rules)
+
+
+def _parse_where(
+    raw: str, path: str | None, lineno: int, rule: str | None, types: dict[str, str]
+) -> Guard | Cond:
+    """A ``where`` line: a guard of the closed vocabulary (``where ungrouped(?x, ?w)``) or a
+    condition (relsat.rewrite.exprs)."""
+    head = re.match(r"where\s+([A-Za-z0-9_-]+)", raw.strip())
+    if head is not None and head.group(1) in GUARDS:
+        return _parse_guard(raw, path, lineno, rule)
+    return _CondParser(raw, path, lineno, rule, types).parse()
+
+
+_COND_TOKEN = re.compile(
+    r"(?P<num>\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)"
+    r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_-]*)"
+    r"|(?P<op><=|>=|==|!=|<|>|[-+*/%(),])"
+)
+
+
+class _CondParser:
+    """``where <condition>``: precedence climbing over or, and, not, comparisons (chained:
+    ``0 < ?eps < 1e-3``), + -, * / %, unary minus, facts ``name(args)``."""
+
+    def __init__(
+        self, raw: str, path: str | None, line: int, rule: str | None, types: dict[str, str]
+    ) -> None:
+        self.raw, self.path, self.line, self.rule, self.types = raw, path, line, rule, types
+        start = raw.index("where") + len("where")
+        self.toks: list[tuple[str, str, int]] = []
+        pos = start
+        while pos < len(raw):
+            if raw[pos].isspace():
+                pos += 1
+                continue
+            m = _COND_TOKEN.match(raw, pos)
+            if m is None or m.lastgroup is None:
+                self.fail(f"bad token {raw[pos:].split()[0]!r} in a condition", pos + 1)
+            assert m is not None and m.lastgroup is not None
+            self.toks.append((m.lastgroup, m.group(), pos + 1))
+            pos = m.end()
+        self.i = 0
+
+    def fail(self, message: str, col: int | None = None, *, syntax: bool = True) -> None:
+        cls = RuleSyntaxError if syntax else RuleError
+        raise cls(message, path=self.path, line=self.line, col=col, rule=self.rule)
+
+    def peek(self) -> tuple[str, str, int] | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self, text: str | None = None) -> tuple[str, str, int]:
+        tok = self.peek()
+        if tok is None:
+            self.fail(f"expected {text or 'a value'} at the end of the condition", len(self.raw) + 1)
+        assert tok is not None
+        if text is not None and tok[1] != text:
+            self.fail(f"expected {text!r}, found {tok[1]!r}", tok[2])
+        self.i += 1
+        return tok
+
+    def parse(self) -> Cond:
+        if not self.toks:
+            self.fail("expected a condition after 'where'", len(self.raw.rstrip()) + 1)
+        expr = self.disjunction()
+        tok = self.peek()
+        if tok is not None:
+            self.fail(f"unexpected {tok[1]!r} in the condition", tok[2])
+        try:
+            from relsat.rewrite.exprs import expr_type
+
+            if expr_type(expr) != "bool":
+                self.fail("a 'where' line must be a condition, not a number", self.toks[0][2])
+        except RuleError as err:
+            if isinstance(err, RuleSyntaxError) or err.line is not None:
+                raise
+            self.fail(err.reason, self.toks[0][2], syntax=False)
+        return Cond(expr)  # type: ignore[arg-type]
+
+    def disjunction(self) -> object:
+        left = self.conjunction()
+        while (tok := self.peek()) is not None and tok[1] == "or":
+            self.i += 1
+            left = Expr("or", (left, self.conjunction()))
+        return left
+
+    def conjunction(self) -> object:
+        left = self.negation()
+        while (tok := self.peek()) is not None and tok[1] == "and":
+            self.i += 1
+            left = Expr("and", (left, self.negation()))
+        return left
+
+    def negation(self) -> object:
+        tok = self.peek()
+        if tok is not None and tok[1] == "not":
+            self.i += 1
+            return Expr("not", (self.negation(),))
+        return self.comparison()
+
+    def comparison(self) -> object:
+        left = self.sum()
+        tok = self.peek()
+        if tok is None or tok[1] not in COMPARE:
+            return left
+        self.i += 1
+        right = self.sum()
+        first = Expr(tok[1], (left, right))
+        nxt = self.peek()
+        if nxt is not None and nxt[1] in COMPARE:  # a chain: a < b < c
+            self.i += 1
+            second = Expr(nxt[1], (right, self.sum()))
+            after = self.peek()
+            if after is not None and after[1] in COMPARE:
+                self.fail("at most two comparisons in a chain", after[2])
+            return Expr("chain", (first, second))
+        return first
+
+    def sum(self) -> object:
+        left = self.product()
+        while (tok := self.peek()) is not None and tok[1] in ("+", "-"):
+            self.i += 1
+            left = Expr(tok[1], (left, self.product()))
+        return left
+
+    def product(self) -> object:
+        left = self.unary()
+        while (tok := self.peek()) is not None and tok[1] in ("*", "/", "%"):
+            self.i += 1
+            right = self.unary()
+            if isinstance(right, int | float) and right == 0 and tok[1] in ("/", "%"):
+                self.fail("division by zero", tok[2], syntax=False)
+            left = Expr(tok[1], (left, right))
+        return left
+
+    def unary(self) -> object:
+        tok = self.peek()
+        if tok is not None and tok[1] == "-":
+            self.i += 1
+            value = self.unary()
+            return -value if isinstance(value, int | float) else Expr("neg", (value,))
+        return self.atom()
+
+    def atom(self) -> object:
+        kind, text, col = self.take()
+        if kind == "num":
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        if kind == "var":
+            name, _, typ = text[1:].partition(":")
+            if typ and self.types.get(name, typ) != typ:
+                self.fail(f"?{name} is used as {self.types[name]} and as {typ}", col, syntax=False)
+            if name in self.types:
+                return Param(name, self.types[name])
+            return Var(name)  # a tensor: a fact's argument (else expr_type says it is no number)
+        if text == "(":
+            inner = self.disjunction()
+            self.take(")")
+            return inner
+        if kind == "name":
+            if text not in FACTS:
+                self.fail(
+                    f"unknown guard {text!r} (guards: {', '.join(GUARDS)}; facts of a condition: "
+                    f"{', '.join(FACTS)})",
+                    col,
+                    syntax=False,
+                )
+            self.take("(")
+            args = [self.disjunction()]
+            while (tok := self.peek()) is not None and tok[1] == ",":
+                self.i += 1
+                args.append(self.disjunction())
+            self.take(")")
+            fact = FACTS[text]
+            if len(args) != len(fact.params):
+                self.fail(f"{text} takes {len(fact.params)} arguments", col, syntax=False)
+            if not isinstance(args[0], Var):
+                self.fail(f"{text}'s first argument must be a tensor ?variable", col, syntax=False)
+            return Expr(text, tuple(args))
+        self.fail(f"unexpected {text!r} in the condition", col)
+        raise AssertionError  # pragma: no cover
 
 
 def _parse_guard(raw: str, path: str | None, lineno: int, rule: str | None) -> Guard:
@@ -363,6 +623,7 @@ def _build(draft: _Draft, path: str | None) -> Rule:
             lhs=tuple(lhs for lhs, _, _ in draft.eqs),
             rhs=tuple(rhs for _, rhs, _ in draft.eqs),
             symmetric=draft.flag_line is not None,
+            ordered=draft.ordered_line is not None,
             guards=tuple(g for g, _ in draft.guards),
             sources=tuple(draft.sources),
             doc="\n".join(draft.doc),
@@ -487,6 +748,7 @@ def parse_tensat(
                     lhs=tuple(lhs for lhs, _, _ in group),
                     rhs=tuple(rhs for _, rhs, _ in group),
                     symmetric=multi and symmetric,
+                    ordered=True,  # TENSAT matches operands in the order written
                     sources=tuple(f"{label}:{n}" for _, _, n in group),
                     location=Location(src, group[0][2]),
                 )

@@ -14,6 +14,7 @@ side binds are :class:`RuleError` s naming the rule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias, TypeVar, overload
@@ -22,8 +23,10 @@ import numpy as np
 
 from relsat.errors import RuleError, RuleSyntaxError
 from relsat.graph.ops import FLOAT_PARAMS, from_f32_bits
+from relsat.rewrite.exprs import Cond, Expr, Param, expr_type, params_of, sexpr, tensors_of
 
 __all__ = [
+    "COMMUTATIVE",
     "GUARDS",
     "OPERATORS",
     "Guard",
@@ -38,6 +41,7 @@ __all__ = [
     "Term",
     "Var",
     "canonical",
+    "param_type",
 ]
 
 
@@ -142,6 +146,20 @@ OPERATORS: dict[str, OpSignature] = {
 }
 
 
+#: Operators whose two operands commute: a rule's pattern of one of them matches either operand
+#: order (relsat.engine.compile), so no rule is written per order. TENSAT's converted rules are
+#: ``ordered`` (matched as written, as TENSAT matches them).
+COMMUTATIVE = frozenset({"ewadd", "ewmul"})
+
+
+def param_type(op: str, index: int) -> str:
+    """The type of ``op``'s ``index``-th integer argument: ``float`` for a float parameter (stored
+    as float32 bits, :data:`relsat.graph.ops.FLOAT_PARAMS`), else ``int``."""
+    if op in FLOAT_PARAMS and index == 0:
+        return "float"
+    return "int"
+
+
 @dataclass(frozen=True)
 class GuardSpec:
     """One guard of the closed vocabulary: its parameter names and what it requires."""
@@ -181,7 +199,7 @@ class Var:
         return f"?{self.name}"
 
 
-Term: TypeAlias = "Pattern | Var | int"
+Term: TypeAlias = "Pattern | Var | int | Param | Expr"
 
 
 @dataclass(frozen=True)
@@ -209,7 +227,7 @@ class Pattern:
                 )
 
     def __str__(self) -> str:
-        args = [str(a) for a in self.args]
+        args = [sexpr(a) if isinstance(a, Expr) else str(a) for a in self.args]
         if self.op in FLOAT_PARAMS and isinstance(self.args[0], int):
             args[0] = str(np.float32(from_f32_bits(self.args[0])))  # a float literal, as written
         return "(" + " ".join([self.op, *args]) + ")"
@@ -224,14 +242,30 @@ class Pattern:
             elif isinstance(term, Pattern):
                 stack.extend(reversed(term.args))
 
+    def params(self) -> Iterator[Param]:
+        """Parameter variables in order of appearance (depth first), repeats included."""
+        for node in _nodes(self):
+            for arg in node.args:
+                if not isinstance(arg, Pattern):
+                    yield from params_of(arg)
 
-_KIND_TEXT = {"int": "an integer", "tensor": "a tensor (pattern or ?variable)", "str": "a string"}
+    def exprs(self) -> Iterator[Expr]:
+        """Arithmetic at parameter positions (right-hand sides), depth first."""
+        for node in _nodes(self):
+            yield from (a for a in node.args if isinstance(a, Expr))
+
+
+_KIND_TEXT = {
+    "int": "an integer, a ?variable:type or arithmetic",
+    "tensor": "a tensor (pattern or ?variable)",
+    "str": "a string",
+}
 
 
 def _kind(term: object) -> str:
     if isinstance(term, bool):
         return "other"
-    if isinstance(term, int):
+    if isinstance(term, int | Param | Expr):
         return "int"
     return "tensor" if isinstance(term, Pattern | Var) else "other"
 
@@ -282,7 +316,8 @@ class Rule:
     lhs: tuple[Pattern, ...]
     rhs: tuple[Pattern, ...]
     symmetric: bool = False
-    guards: tuple[Guard, ...] = ()
+    guards: tuple[Guard | Cond, ...] = ()
+    ordered: bool = False
     sources: tuple[str, ...] = ()
     doc: str = ""
     location: Location | None = field(default=None, compare=False)
@@ -305,6 +340,25 @@ class Rule:
     def bound(self) -> tuple[Var, ...]:
         """Variables bound by the left-hand sides, in order of first appearance."""
         return tuple(dict.fromkeys(v for p in self.lhs for v in p.vars()))
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        """Parameter variables bound by the left-hand sides, in order of first appearance."""
+        return tuple(dict.fromkeys(v for p in self.lhs for v in p.params()))
+
+    @property
+    def slots(self) -> tuple[Var | Param, ...]:
+        """Every variable bound by the left-hand sides, tensors and parameters, in order of first
+        appearance (depth first, left to right): the engine's variable slots."""
+        out: dict[Var | Param, None] = {}
+        stack: list[Term] = list(reversed(self.lhs))
+        while stack:  # the order of Pattern.vars(), parameters in their places
+            term = stack.pop()
+            if isinstance(term, Var | Param):
+                out.setdefault(term)
+            elif isinstance(term, Pattern):
+                stack.extend(reversed(term.args))
+        return tuple(out)
 
     @property
     def shared(self) -> tuple[Var, ...]:
@@ -338,10 +392,85 @@ def _check_rule(rule: Rule) -> None:
         for v in rhs.vars():
             if v not in bound:
                 fail(f"right-hand side uses {v}, which no left-hand side binds", ("eq", i))
+    _check_params(rule, fail)
+    params = {p.name for p in rule.params}
     for i, guard in enumerate(rule.guards):
+        if isinstance(guard, Cond):
+            try:
+                if expr_type(guard.expr) != "bool":
+                    fail(f"'where {guard}' is a number, not a condition", ("guard", i))
+            except RuleError as err:
+                fail(err.reason, ("guard", i))
+            for t in tensors_of(guard.expr):
+                if not isinstance(t, Var) or t not in bound:
+                    fail(f"condition uses {t}, which no left-hand side binds", ("guard", i))
+            for p in params_of(guard.expr):
+                if p.name not in params:
+                    fail(f"condition uses {p}, which no left-hand side binds", ("guard", i))
+            continue
         for v in guard.args:
             if v not in bound:
                 fail(f"guard {guard.name} uses {v}, which no left-hand side binds", ("guard", i))
+
+
+def _check_params(rule: Rule, fail: object) -> None:
+    """Parameter variables: one type per name, never also a tensor; bound on the left before a
+    right-hand side uses them; arithmetic only on the right; each at a position of its type."""
+    tensors = {v.name for v in rule.bound} | {v.name for p in rule.rhs for v in p.vars()}
+    types: dict[str, str] = {}
+    for side, patterns in (("lhs", rule.lhs), ("rhs", rule.rhs)):
+        for i, p in enumerate(patterns):
+            part = ("eq", i)
+            for node in _nodes(p):
+                ints = [a for a, (_, k) in zip(node.args, OPERATORS[node.op].params) if k == "int"]
+                for j, arg in enumerate(ints):
+                    if isinstance(arg, Expr) and side == "lhs":
+                        fail(  # type: ignore[operator]
+                            f"arithmetic {sexpr(arg)} in a left-hand side: bind a ?variable "
+                            "there and say what it must be in a 'where' line",
+                            part,
+                        )
+                    want = param_type(node.op, j)
+                    for v in params_of(arg):
+                        if v.name in tensors:
+                            fail(f"?{v.name} is used as a tensor and as a {v.type}", part)  # type: ignore[operator]
+                        if types.setdefault(v.name, v.type) != v.type:
+                            fail(f"?{v.name} is used as {types[v.name]} and as {v.type}", part)  # type: ignore[operator]
+                    if isinstance(arg, Param) and arg.type != want:
+                        fail(  # type: ignore[operator]
+                            f"{node.op}'s parameter {j + 1} is {want}, ?{arg.name} is {arg.type}",
+                            part,
+                        )
+                    if isinstance(arg, Expr):
+                        try:
+                            got = expr_type(arg)
+                        except RuleError as err:
+                            fail(err.reason, part)  # type: ignore[operator]
+                        if got != want:
+                            fail(  # type: ignore[operator]
+                                f"{node.op}'s parameter {j + 1} is {want}, {sexpr(arg)} is {got}",
+                                part,
+                            )
+                        if got == "float":
+                            fail(  # type: ignore[operator]
+                                f"float arithmetic {sexpr(arg)} on a right-hand side is not "
+                                "supported: bind the value on the left",
+                                part,
+                            )
+    bound = {p.name for p in rule.params}
+    for i, p in enumerate(rule.rhs):
+        for v in p.params():
+            if v.name not in bound:
+                fail(f"right-hand side uses {v}, which no left-hand side binds", ("eq", i))  # type: ignore[operator]
+
+
+def _nodes(p: Pattern) -> Iterator[Pattern]:
+    """Every pattern node of ``p``, depth first, left to right (iteratively: deep patterns)."""
+    stack = [p]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(a for a in reversed(node.args) if isinstance(a, Pattern))
 
 
 class RuleSet:
@@ -421,16 +550,30 @@ def canonical(item: _T) -> _T:
         for v in p.vars():
             names.setdefault(v, Var(f"v{len(names)}"))
 
+    pnames: dict[str, str] = {}
+    for p in patterns:
+        for q in p.params():
+            pnames.setdefault(q.name, f"p{len(pnames)}")
+
     def ren(term: Term) -> Term:
         if isinstance(term, Var):
-            return names[term]
+            return names.get(term, term)
+        if isinstance(term, Param):
+            return Param(pnames.get(term.name, term.name), term.type)
+        if isinstance(term, Expr):
+            return Expr(term.op, tuple(ren(a) for a in term.args))  # type: ignore[arg-type]
         if isinstance(term, Pattern):
             return Pattern(term.op, tuple(ren(a) for a in term.args))
         return term
 
     if isinstance(item, Pattern):
         return _pattern(ren(item))  # type: ignore[return-value]
-    guards = tuple(Guard(g.name, tuple(names[v] for v in g.args)) for g in item.guards)
+    guards = tuple(
+        Cond(ren(g.expr))  # type: ignore[arg-type]
+        if isinstance(g, Cond)
+        else Guard(g.name, tuple(names[v] for v in g.args))
+        for g in item.guards
+    )
     return replace(
         item,
         lhs=tuple(_pattern(ren(p)) for p in item.lhs),
@@ -449,8 +592,13 @@ def _format_rule(rule: Rule) -> str:
     if rule.sources:
         out.append(f"# from: {', '.join(rule.sources)}")
     out += [f"# {line}".rstrip() for line in rule.doc.splitlines()]
-    out += [f"{lhs} => {rhs}" for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True)]
+    body = "\n".join(f"{lhs} => {rhs}" for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True))
+    for p in rule.params:  # each parameter variable's type, where it first appears
+        body = re.sub(rf"\?{p.name}(?![A-Za-z0-9_:])", f"?{p.name}:{p.type}", body, count=1)
+    out.append(body)
     if rule.symmetric:
         out.append("symmetric")
+    if rule.ordered:
+        out.append("ordered")
     out += [f"where {g}" for g in rule.guards]
     return "\n".join(out)

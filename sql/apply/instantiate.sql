@@ -3,7 +3,9 @@
 -- heights in one statement: a recursive query whose step h builds the templates of height h of
 -- the matches that built one of height h - 1 (the working table `lvl`; every template of height
 -- h has a child of height h - 1, its `tnode.dref`). Children are bound variables or templates of
--- lower height (`recurring.lvl`); a split's cut is dim cut_dim of the class bound to slot cut_slot.
+-- lower height (`recurring.lvl`); a split's cut is dim cut_dim of the class bound to slot cut_slot;
+-- parameter i is the literal p_i, or slot q_i of the match (a parameter variable or a value the
+-- rule computed, relsat/engine/compile.py).
 -- Hash-cons against the e-graph: an existing e-node gives its class; a node that does not exist
 -- yet gets a fresh class id, one per distinct node of its height (never an id that union-find has
 -- merged away, nor one an earlier chunk of the phase gave to a node that `newnode` still holds,
@@ -23,9 +25,15 @@ USING KEY (mid, tid) AS (
     FROM (
         SELECT c.*, e.class AS existing
         FROM (
-            SELECT m.mid, t.tid, t.height, t.op, t.p0,
-                   CASE WHEN t.op = 'split' THEN vc.shape[t.cut_dim + 1] ELSE t.p1 END AS p1,
-                   t.p2, t.p3, t.p4, t.p5, t.arity,
+            SELECT m.mid, t.tid, t.height, t.op,
+                   CASE WHEN t.q0 >= 0 THEN m.v[t.q0 + 1]::INTEGER ELSE t.p0 END AS p0,
+                   CASE WHEN t.op = 'split' THEN vc.shape[t.cut_dim + 1]
+                        WHEN t.q1 >= 0 THEN m.v[t.q1 + 1]::INTEGER ELSE t.p1 END AS p1,
+                   CASE WHEN t.q2 >= 0 THEN m.v[t.q2 + 1]::INTEGER ELSE t.p2 END AS p2,
+                   CASE WHEN t.q3 >= 0 THEN m.v[t.q3 + 1]::INTEGER ELSE t.p3 END AS p3,
+                   CASE WHEN t.q4 >= 0 THEN m.v[t.q4 + 1]::INTEGER ELSE t.p4 END AS p4,
+                   CASE WHEN t.q5 >= 0 THEN m.v[t.q5 + 1]::INTEGER ELSE t.p5 END AS p5,
+                   t.arity,
                    CASE t.k0 WHEN 1 THEN m.v[t.r0 + 1] ELSE -1 END AS c0,
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] ELSE -1 END AS c2,
@@ -50,9 +58,15 @@ USING KEY (mid, tid) AS (
     FROM (
         SELECT c.*, e.class AS existing
         FROM (
-            SELECT m.mid, t.tid, t.height, t.op, t.p0,
-                   CASE WHEN t.op = 'split' THEN vc.shape[t.cut_dim + 1] ELSE t.p1 END AS p1,
-                   t.p2, t.p3, t.p4, t.p5, t.arity,
+            SELECT m.mid, t.tid, t.height, t.op,
+                   CASE WHEN t.q0 >= 0 THEN m.v[t.q0 + 1]::INTEGER ELSE t.p0 END AS p0,
+                   CASE WHEN t.op = 'split' THEN vc.shape[t.cut_dim + 1]
+                        WHEN t.q1 >= 0 THEN m.v[t.q1 + 1]::INTEGER ELSE t.p1 END AS p1,
+                   CASE WHEN t.q2 >= 0 THEN m.v[t.q2 + 1]::INTEGER ELSE t.p2 END AS p2,
+                   CASE WHEN t.q3 >= 0 THEN m.v[t.q3 + 1]::INTEGER ELSE t.p3 END AS p3,
+                   CASE WHEN t.q4 >= 0 THEN m.v[t.q4 + 1]::INTEGER ELSE t.p4 END AS p4,
+                   CASE WHEN t.q5 >= 0 THEN m.v[t.q5 + 1]::INTEGER ELSE t.p5 END AS p5,
+                   t.arity,
                    CASE t.k0 WHEN 1 THEN m.v[t.r0 + 1] WHEN 2 THEN i0.class ELSE -1 END AS c0,
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] WHEN 2 THEN i1.class ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] WHEN 2 THEN i2.class ELSE -1 END AS c2,

@@ -30,6 +30,10 @@ CREATE TABLE IF NOT EXISTS pnode (
     -- the deep sub-pattern (the first of height - 1, from whose matches the search finds this
     -- node's) and the other one, each as pattern node and child position, or -1
     dpid INTEGER NOT NULL, dpos INTEGER NOT NULL, spid INTEGER NOT NULL, spos INTEGER NOT NULL,
+    -- parameter variables: the slot that integer argument i binds (its literal l_i is then not
+    -- tested), or -1
+    y0 INTEGER NOT NULL, y1 INTEGER NOT NULL, y2 INTEGER NOT NULL, y3 INTEGER NOT NULL,
+    comm BOOLEAN NOT NULL,     -- a commutative op (relsat.rewrite.rules.COMMUTATIVE): either order
     -- the backoff scheduler's state of the node's rule (relsat/phase.py, `rule_sched`): the
     -- semi-naive start of a rule whose matches were discarded by a ban (NULL: the phase's), and
     -- the iteration from which it is searched again
@@ -44,6 +48,10 @@ CREATE TABLE IF NOT EXISTS tnode (
     k0 INTEGER NOT NULL, r0 INTEGER NOT NULL, k1 INTEGER NOT NULL, r1 INTEGER NOT NULL,
     cut_slot INTEGER NOT NULL, cut_dim INTEGER NOT NULL,  -- split: cut = dim cut_dim of slot
     root_of INTEGER NOT NULL,  -- bit i set: the root of right-hand side i
+    -- parameter i from slot q_i of the match (a parameter variable, or the value of the
+    -- right-hand side's arithmetic, appended after the variable slots), or -1: the literal p_i
+    q0 INTEGER NOT NULL, q1 INTEGER NOT NULL, q2 INTEGER NOT NULL, q3 INTEGER NOT NULL,
+    q4 INTEGER NOT NULL, q5 INTEGER NOT NULL,
     k2 INTEGER NOT NULL, r2 INTEGER NOT NULL,         -- child 2, as k0/r0 (0: none)
     k3 INTEGER NOT NULL, r3 INTEGER NOT NULL,         -- child 3 (attention's bias)
     dref INTEGER NOT NULL      -- the first template child of height - 1, or -1 (height 0)
@@ -53,3 +61,28 @@ CREATE TABLE IF NOT EXISTS rguard (
     rule INTEGER NOT NULL, name VARCHAR NOT NULL,
     a0 INTEGER NOT NULL, a1 INTEGER NOT NULL, a2 INTEGER NOT NULL, a3 INTEGER NOT NULL
 );
+
+-- E-nodes as patterns see them: every e-node as it is (turned = false), and the e-nodes of a
+-- commutative operator (relsat.rewrite.rules.COMMUTATIVE) once more with their two operands
+-- swapped (turned = true), so that one pattern of ewadd or ewmul matches either operand order
+-- (a pattern node with comm = false only sees e-nodes not turned).
+CREATE OR REPLACE VIEW enode_either AS
+SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c0, c1, c2, c3, c4, c5, c6, c7, class, born,
+       stamp, rule, filtered, false AS turned
+FROM enode
+UNION ALL
+SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c1, c0, c2, c3, c4, c5, c6, c7, class, born,
+       stamp, rule, filtered, true AS turned
+FROM enode
+WHERE op IN ('ewadd', 'ewmul') AND c0 <> c1;
+
+-- A float parameter's value from its float32 bits (an e-node stores a float parameter as the
+-- bits of a signed 32-bit integer, relsat.graph.ops.f32_bits), for rules' conditions: zero,
+-- subnormal and normal numbers; NaN and infinity (exponent 255) read as NULL.
+CREATE OR REPLACE MACRO f32(bits) AS CASE
+    WHEN ((bits >> 23) & 255) = 255 THEN NULL
+    WHEN ((bits >> 23) & 255) = 0
+        THEN (1 - 2 * ((bits >> 31) & 1)) * (bits & 8388607) * pow(2.0, -149)
+    ELSE (1 - 2 * ((bits >> 31) & 1)) * (1 + (bits & 8388607) / 8388608.0)
+         * pow(2.0, ((bits >> 23) & 255) - 127)
+END;

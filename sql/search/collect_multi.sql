@@ -7,7 +7,9 @@ INSERT INTO match
 WITH pairs AS (
     SELECT DISTINCT r.rule, a.root AS root0, b.root AS root1,
            [coalesce(a.v0, b.v0), coalesce(a.v1, b.v1), coalesce(a.v2, b.v2),
-            coalesce(a.v3, b.v3), coalesce(a.v4, b.v4), coalesce(a.v5, b.v5)] AS v
+            coalesce(a.v3, b.v3), coalesce(a.v4, b.v4), coalesce(a.v5, b.v5),
+            coalesce(a.v6, b.v6), coalesce(a.v7, b.v7),
+            coalesce(a.v8, b.v8), coalesce(a.v9, b.v9)] AS v
     FROM rule_info r
     JOIN sub a ON a.pid = r.pid0
     JOIN sub b ON b.pid = r.pid1 AND b.jk = a.jk
@@ -19,6 +21,10 @@ WITH pairs AS (
       AND (a.v3 IS NULL OR b.v3 IS NULL OR a.v3 = b.v3)
       AND (a.v4 IS NULL OR b.v4 IS NULL OR a.v4 = b.v4)
       AND (a.v5 IS NULL OR b.v5 IS NULL OR a.v5 = b.v5)
+      AND (a.v6 IS NULL OR b.v6 IS NULL OR a.v6 = b.v6)
+      AND (a.v7 IS NULL OR b.v7 IS NULL OR a.v7 = b.v7)
+      AND (a.v8 IS NULL OR b.v8 IS NULL OR a.v8 = b.v8)
+      AND (a.v9 IS NULL OR b.v9 IS NULL OR a.v9 = b.v9)
 )
 SELECT row_number() OVER (ORDER BY rule, root0, root1, v) AS mid, rule, root0, root1, v, true,
        false, false

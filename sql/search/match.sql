@@ -22,21 +22,36 @@
 INSERT INTO sub
 WITH RECURSIVE cand AS MATERIALIZED (
     SELECT p.pid, p.jslot, e.class AS root, e.stamp >= coalesce(p.since, $since) AS fresh,
-           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
-           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
-           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o2,
-           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o3,
-           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o4,
-           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o5,
+           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o0,
+           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o1,
+           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o2,
+           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o3,
+           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o4,
+           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o5,
+           CASE 6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o6,
+           CASE 7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o7,
+           CASE 8 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o8,
+           CASE 9 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o9,
            -- the deep sub-pattern (height h - 1; -1 at height 0) and the other one (or -1), with
            -- the classes they must match
            p.dpid, p.spid, CASE p.dpos WHEN 0 THEN e.c0 ELSE e.c1 END AS droot,
            CASE p.spos WHEN 0 THEN e.c0 ELSE e.c1 END AS sroot,
            p.is_root, p.is_root AND NOT p.multi AS lone
     FROM pnode p
-    JOIN enode e
-      ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
-     AND e.arity = p.arity
+    JOIN enode_either e
+      ON e.op = p.op AND e.arity = p.arity AND (p.comm OR NOT e.turned)
+     AND (p.y0 >= 0 OR e.p0 = p.l0) AND (p.y1 >= 0 OR e.p1 = p.l1)
+     AND (p.y2 >= 0 OR e.p2 = p.l2) AND (p.y3 >= 0 OR e.p3 = p.l3)
     WHERE p.multi = $multi AND p.banned_until <= $iteration
       AND NOT e.filtered AND e.born < $until
       AND (p.x0 <> p.x1 OR e.c0 = e.c1 OR (p.height > 0 AND p.x0 < 0))
@@ -48,12 +63,13 @@ WITH RECURSIVE cand AS MATERIALIZED (
     SELECT dpid AS pid, droot AS root FROM cand WHERE dpid >= 0
     UNION
     SELECT spid, sroot FROM cand WHERE spid >= 0
-), lvl(pid, root, fresh, jk, v0, v1, v2, v3, v4, v5)
-USING KEY (pid, root, v0, v1, v2, v3, v4, v5) AS (
+), lvl(pid, root, fresh, jk, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9)
+USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
     SELECT pid, root, bool_or(fresh),
            CASE jslot WHEN 0 THEN o0 WHEN 1 THEN o1 WHEN 2 THEN o2 WHEN 3 THEN o3 WHEN 4 THEN o4
-                      WHEN 5 THEN o5 ELSE 0 END,
-           o0, o1, o2, o3, o4, o5
+                      WHEN 5 THEN o5 WHEN 6 THEN o6 WHEN 7 THEN o7 WHEN 8 THEN o8
+                      WHEN 9 THEN o9 ELSE 0 END,
+           o0, o1, o2, o3, o4, o5, o6, o7, o8, o9
     FROM cand c
     LEFT JOIN needed n USING (pid, root)
     WHERE c.dpid < 0 AND (c.is_root OR n.pid IS NOT NULL)
@@ -62,13 +78,16 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5) AS (
     UNION
     SELECT pid, root, bool_or(fresh),
            CASE jslot WHEN 0 THEN v0 WHEN 1 THEN v1 WHEN 2 THEN v2 WHEN 3 THEN v3 WHEN 4 THEN v4
-                      WHEN 5 THEN v5 ELSE 0 END,
-           v0, v1, v2, v3, v4, v5
+                      WHEN 5 THEN v5 WHEN 6 THEN v6 WHEN 7 THEN v7 WHEN 8 THEN v8
+                      WHEN 9 THEN v9 ELSE 0 END,
+           v0, v1, v2, v3, v4, v5, v6, v7, v8, v9
     FROM (
         SELECT c.pid, c.jslot, c.root, c.lone, c.fresh OR a.fresh OR coalesce(b.fresh, false) AS fresh,
                coalesce(c.o0, a.v0, b.v0) AS v0, coalesce(c.o1, a.v1, b.v1) AS v1,
                coalesce(c.o2, a.v2, b.v2) AS v2, coalesce(c.o3, a.v3, b.v3) AS v3,
                coalesce(c.o4, a.v4, b.v4) AS v4, coalesce(c.o5, a.v5, b.v5) AS v5,
+               coalesce(c.o6, a.v6, b.v6) AS v6, coalesce(c.o7, a.v7, b.v7) AS v7,
+               coalesce(c.o8, a.v8, b.v8) AS v8, coalesce(c.o9, a.v9, b.v9) AS v9,
                (a.v0 IS NULL OR c.o0 IS NULL OR a.v0 = c.o0)
            AND (b.v0 IS NULL OR b.v0 = coalesce(c.o0, a.v0, b.v0))
            AND (a.v1 IS NULL OR c.o1 IS NULL OR a.v1 = c.o1)
@@ -80,7 +99,15 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5) AS (
            AND (a.v4 IS NULL OR c.o4 IS NULL OR a.v4 = c.o4)
            AND (b.v4 IS NULL OR b.v4 = coalesce(c.o4, a.v4, b.v4))
            AND (a.v5 IS NULL OR c.o5 IS NULL OR a.v5 = c.o5)
-           AND (b.v5 IS NULL OR b.v5 = coalesce(c.o5, a.v5, b.v5)) AS agree
+           AND (b.v5 IS NULL OR b.v5 = coalesce(c.o5, a.v5, b.v5))
+           AND (a.v6 IS NULL OR c.o6 IS NULL OR a.v6 = c.o6)
+           AND (b.v6 IS NULL OR b.v6 = coalesce(c.o6, a.v6, b.v6))
+           AND (a.v7 IS NULL OR c.o7 IS NULL OR a.v7 = c.o7)
+           AND (b.v7 IS NULL OR b.v7 = coalesce(c.o7, a.v7, b.v7))
+           AND (a.v8 IS NULL OR c.o8 IS NULL OR a.v8 = c.o8)
+           AND (b.v8 IS NULL OR b.v8 = coalesce(c.o8, a.v8, b.v8))
+           AND (a.v9 IS NULL OR c.o9 IS NULL OR a.v9 = c.o9)
+           AND (b.v9 IS NULL OR b.v9 = coalesce(c.o9, a.v9, b.v9)) AS agree
         FROM lvl a
         JOIN cand c ON c.dpid = a.pid AND c.droot = a.root
         LEFT JOIN recurring.lvl b ON b.pid = c.spid AND b.root = c.sroot
@@ -90,4 +117,4 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5) AS (
     GROUP BY ALL
     HAVING bool_or(fresh) OR NOT bool_or(lone)
 )
-SELECT pid, root, fresh, jk, v0, v1, v2, v3, v4, v5 FROM lvl
+SELECT pid, root, fresh, jk, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 FROM lvl

@@ -12,18 +12,35 @@ INSERT INTO sub
 WITH m AS (
     SELECT p.pid, p.jslot, e.class AS root, p.is_root AND NOT p.multi AS lone,
            e.stamp >= coalesce(p.since, $since) OR a.fresh OR coalesce(b.fresh, false) AS fresh,
-           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o0,
-           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o1,
-           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o2,
-           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o3,
-           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o4,
-           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 END AS o5,
+           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o0,
+           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o1,
+           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o2,
+           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o3,
+           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o4,
+           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o5,
+           CASE 6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o6,
+           CASE 7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o7,
+           CASE 8 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o8,
+           CASE 9 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 END AS o9,
            a.v0 AS a0, a.v1 AS a1, a.v2 AS a2, a.v3 AS a3, a.v4 AS a4, a.v5 AS a5,
-           b.v0 AS b0, b.v1 AS b1, b.v2 AS b2, b.v3 AS b3, b.v4 AS b4, b.v5 AS b5
+           a.v6 AS a6, a.v7 AS a7, a.v8 AS a8, a.v9 AS a9,
+           b.v0 AS b0, b.v1 AS b1, b.v2 AS b2, b.v3 AS b3, b.v4 AS b4, b.v5 AS b5,
+           b.v6 AS b6, b.v7 AS b7, b.v8 AS b8, b.v9 AS b9
     FROM pnode p
-    JOIN enode e
-      ON e.op = p.op AND e.p0 = p.l0 AND e.p1 = p.l1 AND e.p2 = p.l2 AND e.p3 = p.l3
-     AND e.arity = p.arity
+    JOIN enode_either e
+      ON e.op = p.op AND e.arity = p.arity AND (p.comm OR NOT e.turned)
+     AND (p.y0 >= 0 OR e.p0 = p.l0) AND (p.y1 >= 0 OR e.p1 = p.l1)
+     AND (p.y2 >= 0 OR e.p2 = p.l2) AND (p.y3 >= 0 OR e.p3 = p.l3)
     JOIN sub a ON a.pid = p.sub0 AND a.root = CASE p.sub0_pos WHEN 0 THEN e.c0 ELSE e.c1 END
     LEFT JOIN sub b ON b.pid = p.sub1 AND b.root = e.c1
     WHERE p.height = $h AND p.multi = $multi AND p.banned_until <= $iteration
@@ -35,19 +52,26 @@ WITH m AS (
            coalesce(o0, a0, b0) AS v0, coalesce(o1, a1, b1) AS v1,
            coalesce(o2, a2, b2) AS v2, coalesce(o3, a3, b3) AS v3,
            coalesce(o4, a4, b4) AS v4, coalesce(o5, a5, b5) AS v5,
+           coalesce(o6, a6, b6) AS v6, coalesce(o7, a7, b7) AS v7,
+           coalesce(o8, a8, b8) AS v8, coalesce(o9, a9, b9) AS v9,
            (a0 IS NULL OR o0 IS NULL OR a0 = o0) AND (b0 IS NULL OR b0 = coalesce(o0, a0, b0))
        AND (a1 IS NULL OR o1 IS NULL OR a1 = o1) AND (b1 IS NULL OR b1 = coalesce(o1, a1, b1))
        AND (a2 IS NULL OR o2 IS NULL OR a2 = o2) AND (b2 IS NULL OR b2 = coalesce(o2, a2, b2))
        AND (a3 IS NULL OR o3 IS NULL OR a3 = o3) AND (b3 IS NULL OR b3 = coalesce(o3, a3, b3))
        AND (a4 IS NULL OR o4 IS NULL OR a4 = o4) AND (b4 IS NULL OR b4 = coalesce(o4, a4, b4))
        AND (a5 IS NULL OR o5 IS NULL OR a5 = o5) AND (b5 IS NULL OR b5 = coalesce(o5, a5, b5))
+       AND (a6 IS NULL OR o6 IS NULL OR a6 = o6) AND (b6 IS NULL OR b6 = coalesce(o6, a6, b6))
+       AND (a7 IS NULL OR o7 IS NULL OR a7 = o7) AND (b7 IS NULL OR b7 = coalesce(o7, a7, b7))
+       AND (a8 IS NULL OR o8 IS NULL OR a8 = o8) AND (b8 IS NULL OR b8 = coalesce(o8, a8, b8))
+       AND (a9 IS NULL OR o9 IS NULL OR a9 = o9) AND (b9 IS NULL OR b9 = coalesce(o9, a9, b9))
            AS agree
     FROM m
 )
 SELECT pid, root, bool_or(fresh),
        CASE jslot WHEN 0 THEN v0 WHEN 1 THEN v1 WHEN 2 THEN v2 WHEN 3 THEN v3 WHEN 4 THEN v4
-                  WHEN 5 THEN v5 ELSE 0 END,
-       v0, v1, v2, v3, v4, v5
+                  WHEN 5 THEN v5 WHEN 6 THEN v6 WHEN 7 THEN v7 WHEN 8 THEN v8 WHEN 9 THEN v9
+                  ELSE 0 END,
+       v0, v1, v2, v3, v4, v5, v6, v7, v8, v9
 FROM merged
 WHERE agree AND (fresh OR NOT lone)
 GROUP BY ALL

@@ -1,0 +1,304 @@
+"""Values in rules: parameter variables, arithmetic, and conditions over variables and facts.
+
+A rule's left-hand side may bind an operator's parameter to a typed variable instead of a literal
+(``(scalar ?eps:float)``, ``(repeatkv ?n:int ?kv)``, ``(slice 3 ?h:int ?d:int ?x)``): a
+:class:`Param`. The right-hand side may use it at a parameter position, as it is or in arithmetic
+(``(repeatkv (* ?n 2) ?kv)``, an :class:`Expr` in s-expression form). A ``where`` line may be a
+:class:`Cond`: a boolean expression over parameter variables, literals and **facts** of the
+tensors bound (:data:`FACTS`: ``rank(?x)``, ``dim(?x, -1)``, ``weights(?x)``), written infix::
+
+    where 0 < ?eps < 1e-3
+    where ?h % ?hkv == 0 and rank(?x) == 4
+    where dim(?x, -1) == 2 * ?d
+
+Types: ``int`` and ``float`` parameters (a float parameter is stored as its float32 bits, as every
+float parameter of an e-node is); arithmetic on ints gives an int (``/`` must divide exactly: a
+right-hand side that divides adds the condition that it does), on a float a float; comparisons,
+``and``, ``or`` and ``not`` give a boolean. A fact's first argument is a tensor variable; a negative
+axis counts from the last (``dim(?x, -1)`` is the last dim whatever the rank).
+
+The engine compiles conditions and right-hand-side arithmetic into SQL (relsat.engine.compile);
+:func:`evaluate` computes them in Python for the rule checker.
+
+>>> e = Expr("*", (2, Param("d", "int")))
+>>> str(e), evaluate(e, {"d": 32}, {})
+('2 * ?d', 64)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from relsat.errors import RuleError
+
+__all__ = [
+    "ARITH",
+    "COMPARE",
+    "FACTS",
+    "LOGIC",
+    "Cond",
+    "Expr",
+    "Fact",
+    "Num",
+    "Param",
+    "evaluate",
+    "expr_type",
+    "params_of",
+    "sexpr",
+    "tensors_of",
+]
+
+#: Parameter types a variable can be declared with.
+PARAM_TYPES = ("int", "float")
+ARITH = ("+", "-", "*", "/", "%")
+COMPARE = ("<", "<=", "==", "!=", ">", ">=")
+LOGIC = ("and", "or", "not")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter variable, ``?name:type`` (type ``int`` or ``float``)."""
+
+    name: str
+    type: str
+
+    def __post_init__(self) -> None:
+        if self.type not in PARAM_TYPES:
+            raise RuleError(f"?{self.name}: unknown type {self.type!r} (known: int, float)")
+
+    def __str__(self) -> str:  # the type is written once per rule (relsat.rewrite.rules)
+        return f"?{self.name}"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A fact of a tensor: its SQL over the e-class row ``e`` (``$a`` the second argument) and
+    its value in Python from a shape."""
+
+    params: tuple[str, ...]  # 'tensor' or 'int' per argument
+    type: str
+    doc: str
+
+
+#: Facts a condition can read of a bound tensor (e-class analyses kept by the engine).
+FACTS: dict[str, Fact] = {
+    "rank": Fact(("tensor",), "int", "the number of dims of ?x"),
+    "dim": Fact(("tensor", "int"), "int", "dim i of ?x (a negative i counts from the last)"),
+    "size": Fact(("tensor",), "int", "the number of elements of ?x"),
+    "weights": Fact(("tensor",), "bool", "?x is computed from weights alone (a constant)"),
+}
+
+
+Num: TypeAlias = "int | float"
+
+
+@dataclass(frozen=True)
+class Expr:
+    """An operation on values: arithmetic (:data:`ARITH`, ``neg``), a comparison
+    (:data:`COMPARE`), ``and``/``or``/``not``, or a fact (:data:`FACTS`) of a tensor variable."""
+
+    op: str
+    args: tuple[Expr | Param | Num | object, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", tuple(self.args))
+
+    def __str__(self) -> str:
+        return _infix(self, 0)
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A ``where`` line that is an expression (not a guard of the closed vocabulary)."""
+
+    expr: Expr
+
+    def __str__(self) -> str:
+        return str(self.expr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+
+_PREC = {"or": 1, "and": 2, "not": 3, **dict.fromkeys(COMPARE, 4), "+": 5, "-": 5}
+_PREC.update({"*": 6, "/": 6, "%": 6, "neg": 7})
+
+
+def _num(value: object) -> str:
+    if isinstance(value, float):
+        text = repr(value)
+        return text if any(c in text for c in ".en") else text + ".0"
+    return str(value)
+
+
+def _infix(term: object, outer: int) -> str:
+    if not isinstance(term, Expr):
+        return _num(term) if isinstance(term, int | float) else str(term)
+    op, args = term.op, term.args
+    if op in FACTS:
+        return f"{op}({', '.join(_infix(a, 0) for a in args)})"
+    if op == "chain":  # a < b < c: the two comparisons share b, printed once
+        first, second = args
+        assert isinstance(first, Expr) and isinstance(second, Expr)
+        prec = _PREC["<"]
+        text = " ".join(
+            [
+                _infix(first.args[0], prec + 1),
+                first.op,
+                _infix(first.args[1], prec + 1),
+                second.op,
+                _infix(second.args[1], prec + 1),
+            ]
+        )
+        prec = _PREC["and"]
+    elif op in ("neg", "not"):
+        prec = _PREC[op]
+        text = ("-" if op == "neg" else "not ") + _infix(args[0], prec)
+    else:
+        prec = _PREC[op]
+        left, right = args
+        text = f"{_infix(left, prec)} {op} {_infix(right, prec + 1)}"
+    return f"({text})" if prec < outer else text
+
+
+def sexpr(term: object) -> str:
+    """A right-hand side's value in s-expression form: ``(* ?n 2)``."""
+    if isinstance(term, Expr):
+        return "(" + " ".join([term.op, *(sexpr(a) for a in term.args)]) + ")"
+    return _num(term) if isinstance(term, int | float) else str(term)
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and walking
+
+
+def params_of(term: object) -> Iterator[Param]:
+    """The parameter variables of ``term``, in order, repeats included."""
+    if isinstance(term, Param):
+        yield term
+    elif isinstance(term, Expr):
+        for a in term.args:
+            yield from params_of(a)
+
+
+def tensors_of(term: object) -> Iterator[object]:
+    """The tensor variables (facts' first arguments) of ``term``."""
+    if isinstance(term, Expr):
+        if term.op in FACTS:
+            yield term.args[0]
+        for a in term.args:
+            yield from tensors_of(a)
+
+
+def expr_type(term: object) -> str:
+    """``int``, ``float`` or ``bool``; raises :class:`RuleError` for an ill-typed expression."""
+    if isinstance(term, bool):
+        return "bool"
+    if isinstance(term, int):
+        return "int"
+    if isinstance(term, float):
+        return "float"
+    if isinstance(term, Param):
+        return term.type
+    if not isinstance(term, Expr):
+        raise RuleError(f"{term} is a tensor, not a number (use a fact: rank({term}), …)")
+    op, args = term.op, term.args
+    if op in FACTS:
+        fact = FACTS[op]
+        if len(args) != len(fact.params):
+            raise RuleError(f"{op} takes {len(fact.params)} arguments, got {len(args)}")
+        for kind, a in zip(fact.params, args, strict=True):
+            if kind == "tensor" and (isinstance(a, Param | Expr) or isinstance(a, int | float)):
+                raise RuleError(f"{op}'s first argument must be a tensor variable, got {a}")
+            if kind == "int" and expr_type(a) != "int":
+                raise RuleError(f"{op}'s axis must be an integer, got {a}")
+        return fact.type
+    types = [expr_type(a) for a in args]
+    if op in ("and", "or", "not", "chain"):
+        if any(t != "bool" for t in types):
+            raise RuleError(f"'{op}' takes conditions, got {_infix(term, 0)}")
+        return "bool"
+    if "bool" in types:
+        raise RuleError(f"'{op}' takes numbers, got a condition in {_infix(term, 0)}")
+    if op in COMPARE:
+        return "bool"
+    if op == "%" and "float" in types:
+        raise RuleError(f"'%' takes integers, got {_infix(term, 0)}")
+    if op in ("/", "%") and isinstance(args[1], int | float) and args[1] == 0:
+        raise RuleError(f"division by zero in {_infix(term, 0)}")
+    return "float" if "float" in types else "int"
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation (the rule checker's)
+
+
+def evaluate(
+    term: object, values: Mapping[str, Num], shapes: Mapping[str, Sequence[int]]
+) -> Num | bool | None:
+    """``term``'s value with parameters from ``values`` and tensor shapes from ``shapes``; None
+    where it is undefined (an integer division that leaves a remainder, a dim past the rank, a
+    division by zero). Floats are computed in float64, parameters as given."""
+    if isinstance(term, int | float):
+        return term
+    if isinstance(term, Param):
+        return values[term.name]
+    if not isinstance(term, Expr):
+        raise RuleError(f"{term} is a tensor, not a number")
+    op, args = term.op, term.args
+    if op in FACTS:
+        name = getattr(args[0], "name", None)
+        shape = tuple(shapes[name]) if name in shapes else None
+        if op == "weights":
+            return None
+        if shape is None:
+            return None
+        if op == "rank":
+            return len(shape)
+        if op == "size":
+            return math.prod(shape)
+        axis = evaluate(args[1], values, shapes)
+        if not isinstance(axis, int):
+            return None
+        axis = axis + len(shape) if axis < 0 else axis
+        return shape[axis] if 0 <= axis < len(shape) else None
+    if op == "chain":
+        a, b = (evaluate(x, values, shapes) for x in args)
+        return None if a is None or b is None else bool(a and b)
+    vals = [evaluate(a, values, shapes) for a in args]
+    if any(v is None for v in vals):
+        return None
+    if op == "not":
+        return not vals[0]
+    if op == "neg":
+        return -vals[0]  # type: ignore[operator]
+    a, b = vals
+    if op == "and":
+        return bool(a and b)
+    if op == "or":
+        return bool(a or b)
+    if op in COMPARE:
+        return {
+            "<": a < b,  # type: ignore[operator]
+            "<=": a <= b,  # type: ignore[operator]
+            "==": a == b,
+            "!=": a != b,
+            ">": a > b,  # type: ignore[operator]
+            ">=": a >= b,  # type: ignore[operator]
+        }[op]
+    if op in ("/", "%") and b == 0:
+        return None
+    if op == "+":
+        return a + b  # type: ignore[operator]
+    if op == "-":
+        return a - b  # type: ignore[operator]
+    if op == "*":
+        return a * b  # type: ignore[operator]
+    if op == "%":
+        return a % b  # type: ignore[operator]
+    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
+        return a // b if a % b == 0 else None
+    return a / b  # type: ignore[operator]

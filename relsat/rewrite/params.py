@@ -1,0 +1,158 @@
+"""Parameter variables on trial: values drawn for a rule's ``?x:int`` / ``?x:float`` and the rule
+written out at those values, for the rule checker (relsat.rewrite.check).
+
+Values are drawn from small pools that hold the edge cases (1, odd sizes, powers of two; the
+epsilons in use and one no rule names), plus every literal a condition compares with and its
+neighbours (the largest epsilon a guard allows and just past it); a condition ``?a == <expr>``
+whose right side the other values give sets ``?a`` instead (``?d == 2 * ?h``), so that rules
+tied by equalities are tried often. :func:`specialize` then substitutes the values: parameter
+variables become literals, right-hand-side arithmetic its value, and the conditions are left to
+check against the drawn shapes.
+
+>>> from relsat.rewrite.rulefile import parse_rules
+>>> r = parse_rules("# name: r\\n(repeatkv ?n:int ?x) => (repeatkv (* ?n 1) ?x)\\n")["r"]
+>>> concrete, conds = specialize(r, {"n": 3})
+>>> str(concrete.rhs[0]), conds
+('(repeatkv 3 ?x)', [])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from relsat.graph.ops import ACTIVATIONS, PADDINGS, f32_bits, from_f32_bits
+from relsat.rewrite.exprs import Cond, Expr, Num, Param, evaluate, params_of
+from relsat.rewrite.rules import OPERATORS, Guard, Pattern, Rule, Term, param_type
+from relsat.rewrite.shapes import Choose
+
+__all__ = ["FLOAT_POOL", "INT_POOL", "Undefined", "draw_params", "specialize"]
+
+INT_POOL = (0, 1, 2, 3, 4, 5, 6, 8, 16)
+FLOAT_POOL = (1e-12, 1e-6, 3e-6, 1e-5, 1e-3, 0.125, 0.5, 1.0, 2.0)
+#: The values an operator's parameter can take (relsat.graph.ops: TASO's codes), by name: a
+#: variable bound there is drawn from these.
+DOMAINS: dict[str, tuple[int, ...]] = {
+    "stride_h": (1, 2, 3),
+    "stride_w": (1, 2, 3),
+    "padding": tuple(range(len(PADDINGS))),
+    "activation": tuple(range(len(ACTIVATIONS))),
+    "kernel_h": (1, 2, 3),
+    "kernel_w": (1, 2, 3),
+    "interleaved": (0, 1),
+}
+
+
+def _domain(rule: Rule, param: Param) -> tuple[int, ...] | None:
+    """The domain of the first operator parameter ``param`` is bound at, if it has one."""
+    stack: list[object] = list(rule.lhs)
+    while stack:
+        p = stack.pop()
+        if isinstance(p, Pattern):
+            for arg, (name, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
+                if kind == "int" and isinstance(arg, Param) and arg.name == param.name:
+                    return DOMAINS.get(name)
+            stack.extend(p.args)
+    return None
+
+
+class Undefined(ValueError):
+    """A right-hand side's arithmetic has no value at the drawn parameters (a division that
+    leaves a remainder): the rule does not apply there."""
+
+
+def _literals(term: object) -> list[Num]:
+    if isinstance(term, bool):
+        return []
+    if isinstance(term, int | float):
+        return [term]
+    if isinstance(term, Expr):
+        return [x for a in term.args for x in _literals(a)]
+    return []
+
+
+def _pool(param: Param, conds: list[Expr]) -> tuple[Num, ...]:
+    """What ``param`` is drawn from: its type's pool and the literals of the conditions that
+    mention it, with their neighbours (the edge of what a guard allows)."""
+    near: list[Num] = []
+    for c in conds:
+        if any(p.name == param.name for p in params_of(c)):
+            for x in _literals(c):
+                if param.type == "int" and isinstance(x, int):
+                    near += [x - 1, x, x + 1]
+                elif param.type == "float":
+                    near += [float(x) * 0.999, float(x), float(x) * 1.001]
+    base: tuple[Num, ...] = INT_POOL if param.type == "int" else FLOAT_POOL
+    return tuple(dict.fromkeys([*base, *near]))
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if e.op in ("and", "chain"):
+        return [c for a in e.args if isinstance(a, Expr) for c in _conjuncts(a)]
+    return [e]
+
+
+def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num]:
+    """A value for each of ``rule``'s parameter variables (floats rounded to float32, as an
+    e-node stores them)."""
+    conds = [g.expr for g in rule.guards if isinstance(g, Cond)]
+    values: dict[str, Num] = {}
+    for p in rule.params:
+        v = choose(_domain(rule, p) or _pool(p, conds))
+        values[p.name] = from_f32_bits(f32_bits(float(v))) if p.type == "float" else int(v)
+    for _ in range(2):  # ?a == <expr of the others>: set ?a (twice: chains of equalities)
+        for c in (c for e in conds for c in _conjuncts(e)):
+            if c.op != "==":
+                continue
+            for target, other in (c.args, c.args[::-1]):
+                if isinstance(target, Param) and target.name not in {
+                    p.name for p in params_of(other)
+                }:
+                    v = evaluate(other, values, {})
+                    if isinstance(v, int | float) and not isinstance(v, bool):
+                        if target.type == "int" and isinstance(v, int):
+                            values[target.name] = v
+                        elif target.type == "float":
+                            values[target.name] = from_f32_bits(f32_bits(float(v)))
+    return values
+
+
+def specialize(rule: Rule, values: Mapping[str, Num]) -> tuple[Rule, list[Expr]]:
+    """``rule`` at these parameter values: parameters and arithmetic as literals, named guards
+    kept; the conditions (to evaluate with shapes and ``values``) returned beside it. Raises
+    :class:`Undefined` where a right-hand side's arithmetic has no value."""
+
+    def lit(op: str, index: int, term: object) -> int:
+        v = evaluate(term, values, {})
+        if v is None or isinstance(v, bool):
+            raise Undefined(f"{term} has no value at {dict(values)}")
+        if param_type(op, index) == "float":
+            return f32_bits(float(v))
+        return int(v)
+
+    def sub(term: Term) -> Term:
+        if not isinstance(term, Pattern):
+            return term
+        args: list[Term] = []
+        index = 0
+        for a in term.args:
+            if isinstance(a, Param | Expr):
+                args.append(lit(term.op, index, a))
+                index += 1
+            elif isinstance(a, int):
+                args.append(a)
+                index += 1
+            else:
+                args.append(sub(a))
+        return Pattern(term.op, tuple(args))
+
+    named = tuple(g for g in rule.guards if isinstance(g, Guard))
+    conds = [g.expr for g in rule.guards if isinstance(g, Cond)]
+    concrete = replace(
+        rule,
+        lhs=tuple(sub(p) for p in rule.lhs),  # type: ignore[misc]
+        rhs=tuple(sub(p) for p in rule.rhs),  # type: ignore[misc]
+        guards=named,
+    )
+    return concrete, conds
