@@ -33,7 +33,7 @@ def test_summary_prints_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFi
 def test_optimize_a_bundled_model_then_inspect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db, out = tmp_path / "e.duckdb", tmp_path / "opt.json"
+    db, out = tmp_path / "out" / "e.duckdb", tmp_path / "out" / "new" / "opt.json"  # made
     code = main(["optimize", "--model", "squeezenet", "--db", str(db), "-o", str(out)])
     text = capsys.readouterr().out
     assert code == 0
@@ -59,7 +59,8 @@ def test_errors_are_one_line_with_exit_code(
     assert main(["optimize"]) == EXIT_USAGE
     assert main(["sql", str(tmp_path / "missing.duckdb"), "SELECT 1"]) == EXIT_ERROR
     assert capsys.readouterr().err.startswith("relsat: error:")
-    target = tmp_path / "no" / "such" / "dir" / "out.json"
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "dir" / "out.json"  # a folder cannot be made under a file
     assert main(["optimize", "--model", "vgg19", "--no-verify", "-o", str(target)]) == EXIT_ERROR
     assert "cannot write" in capsys.readouterr().err
     assert not target.exists()
@@ -199,8 +200,11 @@ def test_the_original_is_kept_unless_the_optimized_model_is_faster(
     text = capsys.readouterr().out
     assert "verified in onnxruntime" in text
     assert (out.read_bytes() == original) == (kept == "original")
-    if kept == "original":
-        assert "the original is kept unchanged (--keep-slower keeps the optimized one)" in text
+    if kept == "original":  # the word the timing line, the table and the summary say
+        why, speedup = {"slower": ("slower", 0.5), "same": ("too noisy to tell", 1.0)}[verdict]
+        assert f"the original is kept unchanged ({why}; --keep-slower keeps" in text
+        assert f" original ({why}) " in text and f"(x{speedup:.2f}, {why})" in text
+        assert "after (not written)" in text  # the optimized graph's op counts, not the file's
     if "--no-timing" in flags:
         assert "not timed (--no-timing)" in text and "onnxruntime CPU" not in text
     else:
@@ -257,7 +261,9 @@ def test_numeric_options_are_range_checked(
 
 def test_other_bad_settings_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["optimize", "--model", "squeezenet", "--cost-model", "tpu"]) == EXIT_USAGE
-    assert capsys.readouterr().err.startswith("relsat: error: cost_model must be ")
+    err = capsys.readouterr().err  # the option typed and what it takes, not the API's field
+    assert err.startswith("relsat: error: --cost-model must be ort-cpu, analytic, ")
+    assert "'tpu'" in err and "cost_model" not in err and "CostModel" not in err
     assert main(["show", "--db", "x.duckdb", "--eclass", "1", "--depth", "-1"]) == EXIT_USAGE
     assert capsys.readouterr().err == "relsat: error: --depth must be >= 0, got -1\n"
 
@@ -599,3 +605,139 @@ def test_optimize_with_blocks_writes_the_whole_model(
     assert optimized.op_counts()["matmul"] == 32 and len(optimized.inputs) == 1
     assert main(["sql", str(db), "SELECT count(*) AS n FROM enode WHERE s LIKE 'blk%'"]) == 0
     assert "n" in capsys.readouterr().out
+
+
+# --- the input is never lost ---------------------------------------------------------------
+
+
+def test_o_naming_the_input_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.onnx"
+    original = _relu_softmax(src)
+    (tmp_path / "link.onnx").symlink_to(src)
+    os.link(src, tmp_path / "hard.onnx")
+    for target in (src, tmp_path / "link.onnx", tmp_path / "hard.onnx", tmp_path / "." / "in.onnx"):
+        assert main(["optimize", str(src), "-o", str(target)]) == EXIT_USAGE
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1  # nothing done, one line
+        assert f"-o {target} is the input model" in err and "--in-place" in err
+    assert src.read_bytes() == original and not (tmp_path / "in.onnx.orig").exists()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert main(["optimize", str(src), "-o", str(folder)]) == EXIT_USAGE  # up front, not after
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"relsat: error: -o {folder} is a folder")
+
+
+def test_in_place_keeps_the_original_until_the_new_file_reads_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import onnx
+
+    from relsat.pipeline.result import Result
+
+    src, backup = tmp_path / "in.onnx", tmp_path / "in.onnx.orig"
+    original = _relu_softmax(src)
+    refused = [
+        ["--model", "nasrnn", "--in-place"],  # no input file to replace
+        [str(src), "--in-place", "-o", str(tmp_path / "other.onnx")],
+    ]
+    for argv in refused:
+        assert main(["optimize", *argv]) == EXIT_USAGE
+        assert capsys.readouterr().err.count("\n") == 1
+    _fake_latency(monkeypatch, "slower")  # the original kept: nothing to write
+    assert main(["optimize", str(src), "--in-place", *FAST_TIMING]) == 0
+    assert f"{src} left as it was" in capsys.readouterr().out
+    assert src.read_bytes() == original and not backup.exists()
+    _fake_latency(monkeypatch, "faster")
+    save = Result.save
+    monkeypatch.setattr(Result, "save", lambda self, path: Path(path).write_bytes(b"garbage"))
+    assert main(["optimize", str(src), "--in-place", *FAST_TIMING]) == EXIT_ERROR
+    assert "the written model does not read back" in capsys.readouterr().err
+    assert src.read_bytes() == original and not backup.exists()  # put back
+    backup.write_bytes(b"an earlier run's copy")
+    assert main(["optimize", str(src), "--in-place", *FAST_TIMING]) == EXIT_USAGE
+    assert "already exists" in capsys.readouterr().err
+    backup.unlink()
+    monkeypatch.setattr(Result, "save", save)
+    assert main(["optimize", str(src), "-o", str(src), "--in-place", *FAST_TIMING]) == 0
+    assert f"written to {src} (in place" in capsys.readouterr().out
+    assert src.read_bytes() != original and not backup.exists()
+    onnx.checker.check_model(str(src))
+
+
+# --- usage: one line, the options as typed, help with defaults ------------------------------
+
+
+def test_a_refused_argument_is_one_line_naming_the_option_and_its_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:  # as argparse exits: code 2
+        main(["optimize", "--model", "nasrnn", "--scheduler", "fast"])
+    assert info.value.code == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "usage:" not in err
+    assert err.startswith("relsat optimize: error: argument --scheduler: invalid choice: 'fast'")
+    assert "simple" in err and "backoff" in err and "relsat optimize --help" in err
+    with pytest.raises(SystemExit):
+        main([])
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_debug_works_after_the_sub_command_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from relsat.errors import RelsatError
+
+    assert main(["summary", "alexnet"]) == EXIT_ERROR
+    for argv in (["--debug", "summary", "alexnet"], ["summary", "alexnet", "--debug"]):
+        with pytest.raises(RelsatError, match="unknown model 'alexnet'"):
+            main(argv)
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # as one line: argparse wraps at its width
+
+
+def test_help_reads_as_text_and_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    top = _help([], capsys)
+    assert "``" not in top and "The relsat command line" not in top
+    assert top.startswith("usage: relsat") and "relsat rewrites a neural network's" in top
+    text = _help(["optimize"], capsys)
+    assert "how the cheapest graph is picked" in text and "(default: ilp)" in text
+    assert "0: onnxruntime's default, one per physical core" in text
+    assert "e-node limit (>= 1) (default: 50000)" in text and "(default: None)" not in text
+    assert "--in-place" in text and "IN.onnx.orig" in text
+
+
+def test_a_piped_run_prints_no_banner_and_wraps_nothing(tmp_path: Path) -> None:
+    """stdout a pipe: HiGHS's banner silenced (it writes below Python, so only a fresh process
+    shows it), no line wrapped at 80 columns, a timestamped line per slow stage, a legend over
+    the exploration lines, ONNX names in the table and a caption under it."""
+    import re
+    import subprocess
+    import sys
+
+    out = tmp_path / "out" / "opt.json"
+    argv = ["optimize", "--model", "nasrnn", "--iterations", "1", "--no-verify", "-o", str(out)]
+    env = os.environ | {"COLUMNS": "80", "TERM": "xterm"}
+    done = subprocess.run(
+        [sys.executable, "-m", "relsat", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "HiGHS" not in text and "Copyright" not in text and "HiGHS" not in done.stderr
+    assert "explore: one line per phase of rules — iteration, phase, rule matches" in text
+    legend = next(line for line in text.splitlines() if line.startswith("explore: "))
+    assert legend.endswith("e-nodes in all, seconds") and len(legend) > 80  # not wrapped
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] extract done, \d+\.\d s$", text, flags=re.M)
+    assert "cost: the sum of the operators' estimated costs (analytic)" in text
+    assert re.search(r"^ +MatMul +│", text, flags=re.M) and not re.search(r"^ +matmul ", text, re.M)
+    assert "\x1b[" not in text  # no live line, no colour codes in a pipe
+    assert out.is_file()

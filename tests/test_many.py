@@ -270,3 +270,49 @@ def test_ray_a_killed_worker_is_one_row(ray_local: object, tmp_path: Path) -> No
     assert rows["die"].error is not None and "worker died" in rows["die"].error
     assert rows["example"].error is None and rows["example"].kept == "original"
     assert (tmp_path / "example.onnx").is_file()
+
+
+# --- what the summary says ----------------------------------------------------------------
+
+
+def test_the_summary_says_the_word_of_the_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row's why is the timing's word, beside the speedup it qualifies: synthetic rounds
+    whose A/A control moved as much as the gain (no real timing)."""
+    from rich.console import Console
+
+    from relsat.fleet.summary import table
+    from relsat.onnx import latency
+    from relsat.pipeline import ort
+
+    n = 15
+    noisy = latency.LatencyComparison.from_rounds(
+        [1.0] * n,
+        [0.70 + 0.08 * i / (n - 1) for i in range(n)],
+        [0.70, 0.75, *(0.9 + 0.02 * i for i in range(11)), 1.28, 1.3],
+    )
+    monkeypatch.setattr(ort, "unchanged", lambda run: False)
+    monkeypatch.setattr(latency, "compare_latency", lambda *args, **kwargs: noisy)
+    options = relsat.Options(cost_model="analytic", ort=relsat.OrtSettings(threads=1))
+    row, _ = run_one(Task(0, str(tiny(tmp_path / "tiny.onnx")), "tiny", options))
+    assert (row.kept, row.why, row.verdict) == ("original", "too noisy to tell", "same")
+    console = Console(width=200, record=True)
+    console.print(table([row]))
+    text = console.export_text()
+    assert "too noisy to tell" in text and "x1.35 [1.29-1.42]" in text
+
+
+def test_an_out_dir_that_would_overwrite_an_input_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tiny(tmp_path / "tiny.onnx")
+    before = model.read_bytes()
+    argv = ["optimize-many", str(model), "--no-timing", "--out-dir"]
+    assert main([*argv, str(tmp_path)]) == EXIT_USAGE  # tiny.onnx would be written over itself
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "would overwrite the input" in err
+    assert model.read_bytes() == before and not (tmp_path / "summary.csv").exists()
+    (tmp_path / "a-file").write_text("")
+    assert main([*argv, str(tmp_path / "a-file")]) == EXIT_USAGE
+    assert "is a file, not a folder" in capsys.readouterr().err

@@ -16,6 +16,9 @@ __all__ = [
 
 EXIT_ERROR, EXIT_USAGE, EXIT_VERIFY = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+#: The width rich lays tables out in when the output is not a terminal (a pipe, a file): wide
+#: enough that no rule name, error or column is cut or wrapped at 80 columns.
+PIPED_WIDTH = 1000
 
 
 class Usage(Exception):
@@ -23,10 +26,16 @@ class Usage(Exception):
 
 
 def console() -> Any:
-    """A rich console that does not colour numbers or paths by itself."""
+    """A rich console that does not colour numbers or paths by itself; when the output is not
+    a terminal, lines are never wrapped (``soft_wrap``) and tables laid out :data:`PIPED_WIDTH`
+    wide."""
     from rich.console import Console
 
-    return Console(highlight=False)
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out.soft_wrap = True
+        out.width = PIPED_WIDTH
+    return out
 
 
 def print_arrow(table: Any, limit: int = 200) -> None:

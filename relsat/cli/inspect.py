@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from relsat.cli.common import EXIT_ERROR, Usage, console, print_arrow
+from relsat.errors import RelsatError
 from relsat.graph.describe import summary
 from relsat.graph.serial import from_json, to_json
 from relsat.pipeline.save import write_atomic
@@ -45,6 +46,7 @@ def _summary(args: argparse.Namespace) -> int:
     graph = models.load(args.model)
     print(summary(graph, args.model))
     if args.json:
+        _make_folder(args.json)
         write_atomic(Path(args.json), to_json(graph, indent=1).encode())
         print(f"  written to {args.json}")
     return 0
@@ -93,10 +95,19 @@ def _show(args: argparse.Namespace) -> int:
             against = models.load(args.model)
         text = graph_dot(graph, against, title=args.graph)
     if args.output:
+        _make_folder(args.output)
         print(f"written to {render(text, args.output)}")
     else:
         print(text)
     return 0
+
+
+def _make_folder(output: str) -> None:
+    """An output's missing folders made (as ``relsat optimize -o`` makes them), or one line."""
+    try:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RelsatError(f"{output}: cannot write the output ({exc.strerror})") from None
 
 
 def add_sql(sub: Subparsers) -> None:

@@ -6,6 +6,8 @@ kept), 1 when any row has an error (the others are still written)."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from relsat.cli.common import EXIT_ERROR, Usage, console
@@ -26,7 +28,13 @@ def add(sub: Any) -> None:
         "the stages that measure run one at a time per machine, the others overlap.",
     )
     p.add_argument("models", nargs="+", metavar="MODEL", help="ONNX files, folders, list files")
-    p.add_argument("--out-dir", required=True, metavar="DIR", help="where outputs go")
+    p.add_argument(
+        "--out-dir",
+        required=True,
+        metavar="DIR",
+        help="where the kept models (DIR/<name>.onnx) and the summary go (made if missing); "
+        "never a folder where that would overwrite an input",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -50,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from relsat.fleet import Fleet, Row, optimize_many
     from relsat.fleet.summary import speedup_text, table
 
+    _check_out_dir(args.models, args.out_dir)
     settings = options(args)
     try:
         fleet = Fleet(workers=args.workers, ray=args.ray, cost_store=args.cost_store)
@@ -75,3 +84,23 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"{len(summary.failed)} of {len(summary.rows)} models failed", style="red")
         return EXIT_ERROR
     return 0
+
+
+def _check_out_dir(models: list[str], out_dir: str) -> None:
+    """Refuse, before any work, an ``--out-dir`` that is a file, or where a kept model's
+    ``<name>.onnx`` would be one of the inputs (also through a link): the input is never lost."""
+    from relsat.fleet.inputs import find_models, names
+
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise Usage(f"--out-dir {out_dir} is a file, not a folder")
+    if not folder.is_dir():
+        return  # made by optimize_many: nothing in it yet
+    files = find_models(models)
+    for model, name in zip(files, names(files), strict=True):
+        written = folder / f"{name}.onnx"
+        if written.exists() and Path(model).exists() and os.path.samefile(model, written):
+            raise Usage(
+                f"--out-dir {out_dir} would overwrite the input {model} (its output is "
+                f"{written}): give another folder"
+            )

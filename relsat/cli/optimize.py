@@ -3,31 +3,41 @@ then progress lines, the rules' gains, the timing verdict and a before/after tab
 model written (:meth:`relsat.Result.save`). What is optimized, checked, timed and kept is the
 API's; this module parses and prints.
 
+The input is never lost: ``-o`` naming the input file (or the same file through a link) is
+refused before any work unless ``--in-place`` says so; then a copy of the original is kept
+beside it (``IN.onnx.orig``) until the new file is written and read back (:func:`_write_in_place`).
+
 The optimization options (:func:`add_options`) and their mapping to :class:`Options`
 (:func:`options`) are shared with ``relsat optimize-many`` (:mod:`relsat.cli.many`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from relsat.cli.common import EXIT_VERIFY, Usage, console
+from relsat.cost import DEVICES
 from relsat.engine.explore import IterationStats, Limits
-from relsat.errors import SettingsError
+from relsat.errors import RelsatError, SettingsError
 from relsat.extract import IlpOptions
 from relsat.graph.graph import Graph
 from relsat.onnx.latency import Timing
 from relsat.onnx.runtime import OrtSettings
 from relsat.pipeline.options import Options
-from relsat.pipeline.result import Result
+from relsat.pipeline.result import Result, op_counts
 from relsat.pipeline.run import Stage
 from relsat.pipeline.save import temp_beside
 from relsat.pipeline.verify import VerificationError
 
-__all__ = ["add", "add_options", "options"]
+__all__ = ["add", "add_options", "options", "usage"]
 
 #: The numeric options: the setting a :class:`~relsat.errors.SettingsError` names → the flag
 #: and its valid values, for a one-line usage error naming the flag.
@@ -41,6 +51,17 @@ FLAGS: dict[str, tuple[str, str]] = {
     "batch": ("--batch", ">= 1"),
     "threads": ("--threads", ">= 0"),
     "max_seconds": ("--timing-seconds", "> 0"),
+}
+#: The other settings an option gives: the setting → its flag and, where the API's wording names
+#: Python values, what the option takes in the words of ``--help`` (None: the API's words).
+OTHER_FLAGS: dict[str, tuple[str, str | None]] = {
+    "cost_model": (
+        "--cost-model",
+        f"ort-cpu, analytic, analytic-<device> or a device ({', '.join(sorted(DEVICES))})",
+    ),
+    "input_shapes": ("--input-shape", "NAME=D,D,... with positive dims"),
+    "timing_shapes": ("--timing-shape", "DIM=V,... with positive values"),
+    "inputs": ("--inputs", None),
 }
 
 #: How a verification failure is announced, by :attr:`VerificationError.check`.
@@ -59,7 +80,16 @@ def add(sub: Any) -> None:
     p.add_argument(
         "-o",
         "--output",
-        help="where to write the optimized model (ONNX for an ONNX input, relsat JSON for --model)",
+        help="where to write the model kept (ONNX for an ONNX input, relsat JSON for --model; "
+        "missing folders are made); never the input file itself, unless --in-place",
+    )
+    p.add_argument(
+        "--in-place",
+        action="store_true",
+        help="replace the input file with the model kept (no -o, or -o naming the input): the "
+        "original is first copied to IN.onnx.orig, that copy is removed once the new file is "
+        "written and reads back as a valid model with the input's interface, and on any "
+        "failure the original is put back; when the original is kept, nothing is written",
     )
     p.add_argument("--db", help="keep the e-graph in this DuckDB file for inspection")
     p.add_argument(
@@ -98,7 +128,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "with the device's roofline for what the table lacks, else the roofline "
         "(default: ort-cpu for an ONNX input, else analytic)",
     )
-    p.add_argument("--extractor", default="ilp", choices=("ilp", "greedy", "greedy-dag"))
+    p.add_argument(
+        "--extractor",
+        default="ilp",
+        choices=("ilp", "greedy", "greedy-dag"),
+        help="how the cheapest graph is picked from the e-graph: ilp (HiGHS, optimal within "
+        "--ilp-time-limit), greedy (each e-class its cheapest e-node), greedy-dag (greedy, "
+        "shared nodes priced once)",
+    )
     _number(
         p,
         "--ilp-time-limit",
@@ -166,7 +203,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "(repeatable; dims not named keep their pricing value); the verdict is the worst",
     )
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
-    _number(p, "--threads", int, 0, "onnxruntime intra-op threads for timing and ort-cpu costs")
+    _number(
+        p,
+        "--threads",
+        int,
+        0,
+        "onnxruntime intra-op threads for timing and ort-cpu costs; 0: onnxruntime's default, "
+        "one per physical core",
+    )
     _number(
         p,
         "--timing-seconds",
@@ -221,28 +265,140 @@ def run(args: argparse.Namespace) -> int:
         if settings.cost_model not in (None, "ort-cpu") or args.input is None:
             raise Usage("--cost-store prices with ort-cpu: an ONNX input and no other --cost-model")
         settings = with_store(settings, args.cost_store)
+    target = _output(args)  # the input never lost, an unwritable output refused: before work
     model: str | Graph = args.input if args.input is not None else models.load(args.model)
-    if args.model is not None and args.output and Path(args.output).suffix == ".onnx":
+    if args.model is not None and target is not None and target.suffix == ".onnx":
         settings = replace(settings, exportable=True)  # a bundled graph written as ONNX
-    if args.output:  # refuse an unwritable output before the work, not after
-        temp_beside(Path(args.output)).unlink()
     _prepare_db(args)
     out = console()
+    progress = Progress(out, args.input or args.model)
     try:
-        result = optimize(model, settings, on_phase=_progress(out, args.input or args.model))
+        result = optimize(model, settings, on_phase=progress.on_phase, guard=progress.stage)
         _print_result(result, args, out)
-        if args.output:
-            result.save(args.output)
+        if target is not None:
+            written = _write_in_place(result, target) if args.in_place else _write(result, target)
     except VerificationError as exc:
         text = f"relsat: {FAILED[exc.check]}, nothing written: {exc.detail}"
         out.print(text, style="red", markup=False)
         return EXIT_VERIFY
     out.print(_final_table(result))
-    if args.output:
-        out.print(f"written to {args.output}")
+    if target is not None:
+        out.print(written, soft_wrap=True)
     if args.db:
-        out.print(f'e-graph kept in {args.db} (relsat sql {args.db} "SELECT …")')
+        out.print(f'e-graph kept in {args.db} (relsat sql {args.db} "SELECT …")', soft_wrap=True)
     return 0
+
+
+def _output(args: argparse.Namespace) -> Path | None:
+    """Where the kept model goes, checked before any work: never the input file (also through a
+    symbolic or hard link) unless ``--in-place``; not a folder; a missing folder made, an
+    unwritable one refused (a :class:`RelsatError` naming it)."""
+    if args.in_place:
+        return _in_place_target(args)
+    if args.output is None:
+        return None
+    target = Path(args.output)
+    if args.input is not None and _same_file(args.input, target):
+        raise Usage(
+            f"-o {args.output} is the input model: writing it would destroy the original; give "
+            "another path, or --in-place to replace it"
+        )
+    if target.is_dir():
+        raise Usage(f"-o {args.output} is a folder: give a file path, e.g. {target / 'opt.onnx'}")
+    _writable(target)
+    return target
+
+
+def _in_place_target(args: argparse.Namespace) -> Path:
+    """``--in-place``: the input file itself (the file a link points to), checked."""
+    if args.input is None:
+        raise Usage("--in-place replaces an ONNX input file: give one, not --model")
+    if args.output is not None and not _same_file(args.input, Path(args.output)):
+        raise Usage("--in-place writes over the input: give no -o, or -o naming the input")
+    target = Path(os.path.realpath(args.input))
+    if not target.is_file():
+        raise Usage(f"--in-place: {args.input} is not a file")
+    backup = _backup(target)
+    if backup.exists():
+        raise Usage(
+            f"--in-place: {backup} already exists (a copy an earlier run kept?): move it away first"
+        )
+    from relsat.pipeline.save import has_external_data
+
+    if has_external_data(target.read_bytes()):
+        raise Usage(
+            f"--in-place: {args.input} keeps tensors in external files, which the new model "
+            "would not share: write it elsewhere with -o"
+        )
+    _writable(target)
+    return target
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Are ``a`` and ``b`` one file (through symbolic or hard links too)?"""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): the same path, at most
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _writable(target: Path) -> None:
+    """Make the output's missing folders and check a file can be written there (else a
+    :class:`RelsatError` naming it, before any work)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RelsatError(f"{target}: cannot write the output ({exc.strerror})") from None
+    temp_beside(target).unlink()
+
+
+def _backup(target: Path) -> Path:
+    return target.with_name(target.name + ".orig")
+
+
+def _write(result: Result, target: Path) -> str:
+    """Write the kept model to ``target``; the line that says so."""
+    result.save(target)
+    return f"written to {target}"
+
+
+def _write_in_place(result: Result, target: Path) -> str:
+    """``--in-place``: the kept model written over the input, a copy of the original kept as
+    ``IN.onnx.orig`` until the new file reads back as a valid ONNX model with the input's
+    interface; on any failure the original is put back (and the copy stays). An input kept as
+    it was is not written at all. The line that says what was done."""
+    if result.kept == "original":
+        return f"{target} left as it was (the original is kept)"
+    backup = _backup(target)
+    shutil.copy2(target, backup)
+    try:
+        result.save(target)
+        _check_written(target, result)
+    except BaseException:
+        os.replace(backup, target)  # the original back, whatever failed
+        raise
+    backup.unlink()
+    return f"written to {target} (in place; the copy of the original is removed)"
+
+
+def _check_written(target: Path, result: Result) -> None:
+    """The written file is a valid ONNX model with the input's interface (input and output
+    names), else a :class:`RelsatError` naming it."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(target))
+        written = onnx.load(str(target), load_external_data=False).graph
+    except Exception as exc:  # onnx raises its own unrelated exception classes
+        raise RelsatError(f"{target}: the written model does not read back ({exc})") from None
+    assert result.source is not None, "--in-place needs an ONNX input"
+
+    def interface(g: Any) -> tuple[list[str], list[str]]:
+        inits = {i.name for i in g.initializer}
+        return [i.name for i in g.input if i.name not in inits], [o.name for o in g.output]
+
+    if interface(written) != interface(result.source.proto().graph):
+        raise RelsatError(f"{target}: the written model's inputs or outputs are not the input's")
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -277,10 +433,23 @@ def options(args: argparse.Namespace) -> Options:
             keep_slower=args.keep_slower,
         )
     except SettingsError as exc:
-        if exc.option not in FLAGS:
+        text = usage(exc)
+        if text is None:
             raise
+        raise Usage(text) from None
+
+
+def usage(exc: SettingsError) -> str | None:
+    """A bad setting in the words of the command line: the flag the user typed and what it
+    takes (``--cost-model must be ort-cpu, analytic, …, got 'tpu'``); None for a setting no
+    option gives."""
+    if exc.option in FLAGS:
         flag, valid = FLAGS[exc.option]
-        raise Usage(f"{flag} must be {valid}, got {exc.value}") from None
+        return f"{flag} must be {valid}, got {exc.value}"
+    if exc.option in OTHER_FLAGS:
+        flag, wanted = OTHER_FLAGS[exc.option]
+        return f"{flag} must be {wanted or exc.wanted}, got {exc.value!r}"
+    return None
 
 
 def _inputs(path: str | None) -> dict[str, Any] | None:
@@ -334,8 +503,13 @@ def _timing_shapes(args: argparse.Namespace) -> tuple[dict[str, int], ...]:
 def _prepare_db(args: argparse.Namespace) -> None:
     """``--db`` with ``--resume`` / ``--overwrite``: an e-graph already stored there is continued
     or replaced (only a relsat e-graph is ever deleted); without either it is refused before any
-    work, naming the two options."""
-    if not args.db or not Path(args.db).exists() or args.resume:
+    work, naming the two options. A new file's missing folders are made."""
+    if not args.db:
+        return
+    if not Path(args.db).exists():
+        _writable(Path(args.db))
+        return
+    if args.resume:
         return
     from relsat.engine.db import Database
     from relsat.engine.egraph import EGraph
@@ -356,18 +530,60 @@ def _prepare_db(args: argparse.Namespace) -> None:
         path.unlink(missing_ok=True)
 
 
-def _progress(out: Any, source: str) -> Any:
-    """``on_phase``: what was loaded, then one line per exploration phase."""
+#: What each stage that can take more than a second is doing, for the live line.
+DOING = {
+    "load": "reading the model",
+    "explore": "exploring rewrites",
+    "price": "pricing the operators",
+    "extract": "choosing the cheapest graph",
+    "pack": "timing packed kernels in onnxruntime",
+    "verify": "checking the outputs in NumPy",
+    "check": "checking the outputs in onnxruntime",
+    "time": "timing the optimized model against the original",
+}
+#: Stages that show their own live bar (the ort-cpu cost model's, on stderr, while it measures
+#: operators): two live displays on one terminal would overwrite each other.
+OWN_BAR = ("price",)
+#: The exploration lines' legend, printed above the first.
+EXPLORE_LEGEND = (
+    "explore: one line per phase of rules — iteration, phase, rule matches found and applied, "
+    "e-nodes added, merged away (congruence), net change, e-nodes in all, seconds"
+)
 
-    def on_phase(event: IterationStats | Stage) -> None:
-        if isinstance(event, Stage):
-            if event.name == "load":
-                out.print(f"optimizing {source}: {len(event.run.graph)} nodes")
-                _print_opaque(event.run.graph, out)
+
+class Progress:
+    """What ``relsat optimize`` says while it works: what was loaded, a line per exploration
+    phase (under a legend), and for each stage that can take more than a second
+    (:data:`DOING`) a live line in a terminal while it runs, or else (a pipe, a log) a line
+    with the time of day once it is done. ``on_phase`` and ``stage`` are
+    :func:`relsat.optimize`'s ``on_phase`` and ``guard``."""
+
+    def __init__(self, out: Any, source: str) -> None:
+        self.out = out
+        self.source = source
+        self.live = bool(out.is_terminal)
+        self.legend = False
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """The context ``name`` runs in: in a terminal, a live line while it runs."""
+        if not self.live or name not in DOING or name in OWN_BAR:
+            yield
             return
+        with self.out.status(f"{name}: {DOING[name]} …"):
+            yield
+
+    def on_phase(self, event: IterationStats | Stage) -> None:
+        """One exploration phase's line, or a stage done."""
+        if isinstance(event, Stage):
+            self._stage_done(event)
+            return
+        if not self.legend:
+            self.out.print(EXPLORE_LEGEND, soft_wrap=True)
+            self.legend = True
         s = event
         seconds = s.search_s + s.apply_s + s.rebuild_s + s.cycle_s
-        out.print(
+        self.out.print(
             f"  it {s.iteration:2d} {s.phase:6s} matches {s.matches:6d} applied "
             f"{s.applied:6d} added {s.new_enodes:5d} merged {s.merged:5d} net {s.net:+6d} "
             f"e-nodes {s.enodes:6d} {seconds:.2f}s"
@@ -376,7 +592,14 @@ def _progress(out: Any, source: str) -> Any:
             soft_wrap=True,
         )
 
-    return on_phase
+    def _stage_done(self, event: Stage) -> None:
+        if event.name == "load":
+            nodes = len(event.run.graph)
+            self.out.print(f"optimizing {self.source}: {nodes} nodes", soft_wrap=True)
+            _print_opaque(event.run.graph, self.out)
+        if not self.live and event.name in DOING:
+            clock = time.strftime("%H:%M:%S")
+            self.out.print(f"[{clock}] {event.name} done, {event.seconds:.1f} s", soft_wrap=True)
 
 
 def _print_opaque(graph: Graph, out: Any) -> None:
@@ -409,7 +632,7 @@ def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
             soft_wrap=True,
         )
     if result.rewrites():  # which rewrite bought what (marginal priced gain per rule)
-        out.print(f"gains by rule ({result.cost_model}): {result.gains_text()}")
+        out.print(f"gains by rule ({result.cost_model}): {result.gains_text()}", soft_wrap=True)
     if result.source is None:
         return
     if result.shapes is not None:
@@ -433,22 +656,34 @@ def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
         return
     why = result.why.removesuffix(", keep_slower")
     if result.kept == "optimized":
-        out.print(f"the optimized model is {why}; kept anyway (--keep-slower)")
+        out.print(f"the optimized model is kept anyway (--keep-slower): {why}", soft_wrap=True)
     else:
         out.print(
-            f"the optimized model is {why}: the original is kept unchanged "
-            "(--keep-slower keeps the optimized one)",
+            f"the original is kept unchanged ({why}; --keep-slower keeps the optimized one)",
             soft_wrap=True,
         )
 
 
 def _final_table(result: Result) -> Any:
+    """Before and after: priced cost, measured latency (a caption says which is which), the
+    operators by the names users know (:func:`~relsat.pipeline.result.op_counts`; when the
+    original was written, the column says the optimized graph's counts were not), seconds per
+    stage, and how the run ended."""
     from rich.table import Table
 
-    t = Table(title="before / after", show_edge=False)
+    timed = result.latencies or ((("", result.latency),) if result.latency else ())
+    measured = not result.cost_model.startswith("analytic")
+    caption = (
+        "cost: the sum of the operators' "
+        + ("measured prices" if measured else "estimated costs")
+        + f" ({result.cost_model})"
+        + ("; latency: the whole model timed end to end in onnxruntime" if timed else "")
+    )
+    unkept = result.source is not None and result.kept == "original" and result.why != "no rewrite"
+    t = Table(title="before / after", show_edge=False, caption=caption)
     t.add_column("")
     t.add_column("before", justify="right")
-    t.add_column("after", justify="right")
+    t.add_column("after (not written)" if unkept else "after", justify="right")
     t.add_row(
         "cost (ms)",
         f"{result.cost_before:.4f}",
@@ -457,14 +692,14 @@ def _final_table(result: Result) -> Any:
     t.add_row("cost model", "", result.cost_model)
     if result.cost_fallbacks is not None:  # a measured table: signatures it lacked
         t.add_row("  by fallback", "", f"{result.cost_fallbacks} signatures")
-    for label, latency in result.latencies or ((("", result.latency),) if result.latency else ()):
+    for label, latency in timed:
         t.add_row(
-            "latency (ms)" + (f" at {label}" if label and len(result.latencies) > 1 else ""),
+            "latency (ms)" + (f" at {label}" if label and len(timed) > 1 else ""),
             f"{latency.original_ms:.4g}",
-            f"{latency.optimized_ms:.4g} (x{latency.speedup:.2f}, {latency.verdict})",
+            f"{latency.optimized_ms:.4g} (x{latency.speedup:.2f}, {latency.word})",
         )
-    before, after = result.original.op_counts(), result.graph.op_counts()
-    for op in sorted(set(before) | set(after)):
+    before, after = op_counts(result.original), op_counts(result.graph)
+    for op in sorted(set(before) | set(after), key=str.lower):
         t.add_row(f"  {op}", str(before.get(op, 0)), str(after.get(op, 0)))
     for stage, secs in result.seconds.items():
         t.add_row(f"{stage} (s)", "", f"{secs:.3f}")

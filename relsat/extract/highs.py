@@ -5,6 +5,8 @@ never an exception."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -80,8 +82,9 @@ def run_model(
     deadline, the stall clock — as closures over one HiGHS instance.)
     """
     lp, _, _ = _build(p, order)
-    h = highspy.Highs()
+    h = silent_highs()
     h.setOptionValue("output_flag", limits.log)
+    h.setOptionValue("log_to_console", limits.log)
     h.setOptionValue("mip_rel_gap", float(limits.mip_gap))
     h.setOptionValue("mip_abs_gap", 1e-9)
     if limits.threads is not None:
@@ -203,6 +206,50 @@ def run_model(
             raise ExtractionError("cycle cut repeated", solver_status=h.modelStatusToString(ms))
         cuts += _add_rows(h, rows)
     return Run(status, bound, iterations, cuts, abandoned)
+
+
+_made = threading.Lock()
+_banner_shown = False  # HiGHS prints its banner once per process: when the first one is made
+
+
+def silent_highs() -> highspy.Highs:
+    """A new ``highspy.Highs`` whose copyright banner reaches no one.
+
+    HiGHS writes its banner (``Running HiGHS … Copyright …``) straight to the process's standard
+    output, below Python and before any option can be set, when a process makes its first
+    instance: that one is made with file descriptor 1 pointed at the null device (and C's
+    buffers flushed before it is put back). Later instances print nothing until run, and
+    :func:`run_model` sets ``output_flag`` and ``log_to_console`` off."""
+    global _banner_shown
+    with _made:
+        if _banner_shown:
+            return highspy.Highs()
+        _banner_shown = True
+        if sys.stdout is not None:  # what Python holds goes out before fd 1 is moved
+            sys.stdout.flush()
+        try:
+            saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+        except OSError:  # no standard output to protect
+            return highspy.Highs()
+        os.dup2(null, 1)
+        try:
+            h = highspy.Highs()
+            _flush_c_stdio()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(null)
+        return h
+
+
+def _flush_c_stdio() -> None:
+    """``fflush(NULL)``: what C's stdio holds for fd 1 goes to the null device, not later."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library by that name (Windows)
+        pass
 
 
 #: Seconds past the deadline after which a HiGHS run that ignores its time limit and the

@@ -34,6 +34,10 @@ wrong with probability at most ``1 - confidence`` however many looks were made. 
   is, at that confidence, not ``min_gain`` faster, so no later look could show it faster (a
   futility stop: the question the timing answers is whether to keep the optimized model).
 
+What a reader is told is :func:`explain`'s: one :data:`WORDS` word (``"faster"``, ``"slower"``,
+``"too noisy to tell"``, ``"not faster"``) and one line with the numbers behind it — the report,
+the before/after table and the optimize-many summary all say that word.
+
 The timing stops at the first look that decides (``stopped == "decided"``); else when at least
 ``min_rounds`` are done and ``max_seconds`` (default 10 s, warm-up included) have passed
 (``"time limit"``), or when ``max_rounds`` are done (``"round limit"``); an undecided timing's
@@ -57,7 +61,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,10 +69,23 @@ from relsat.errors import SettingsError, check_int, check_number
 from relsat.onnx.errors import OnnxError
 from relsat.onnx.runtime import OrtSettings, RuntimeSettingsError
 
-__all__ = ["STOPS", "VERDICTS", "LatencyComparison", "Timing", "compare_latency"]
+__all__ = [
+    "STOPS",
+    "VERDICTS",
+    "WORDS",
+    "LatencyComparison",
+    "Reason",
+    "Timing",
+    "compare_latency",
+    "explain",
+]
 
 #: What :attr:`LatencyComparison.verdict` can be.
 VERDICTS = ("faster", "slower", "same")
+#: What :attr:`LatencyComparison.word` can be (:func:`explain`): faster or slower beyond noise;
+#: too noisy to tell (the interval admits a gain, but the noise hides it); not faster (surely
+#: not by the minimum gain).
+WORDS = ("faster", "slower", "too noisy to tell", "not faster")
 #: What :attr:`LatencyComparison.stopped` can be: a look decided the verdict, the time budget
 #: was spent, or ``max_rounds`` were run.
 STOPS = ("decided", "time limit", "round limit")
@@ -168,21 +185,61 @@ class LatencyComparison:
         timing, and ``"same"`` means "not shown to differ")."""
         return self.stopped == "decided"
 
+    @property
+    def word(self) -> str:
+        """The verdict in one of :data:`WORDS` (:func:`explain`)."""
+        return explain(self).word
+
+    @property
+    def why(self) -> str:
+        """The verdict and its reason in plain words, e.g. ``too noisy to tell: the two copies
+        of the original differed by up to 28 %`` (:func:`explain`)."""
+        return explain(self).text
+
+    @classmethod
+    def from_rounds(
+        cls,
+        original_ms: Sequence[float],
+        optimized_ms: Sequence[float],
+        control_ms: Sequence[float],
+        *,
+        timing: Timing | None = None,
+        threads: int = 1,
+        stopped: str | None = None,
+    ) -> LatencyComparison:
+        """The comparison that rounds with these mean times per run give (one entry per round,
+        the A/A control's in ``control_ms``), looked at as :func:`compare_latency` looks at the
+        last of its rounds; ``stopped`` (default ``"time limit"``) when that look does not
+        decide. :func:`compare_latency` builds its result so; tests build one from synthetic
+        samples."""
+        timing = timing or Timing()
+        a, b, c = list(original_ms), list(optimized_ms), list(control_ms)
+        look = _look(a, b, c, timing.alpha, timing.min_gain)
+        return cls(
+            original_ms=statistics.median(a),
+            optimized_ms=statistics.median(b),
+            ratio=statistics.median(look.ratios),
+            ratio_low=look.low,
+            ratio_high=look.high,
+            rounds=len(a),
+            verdict=look.decision or "same",
+            threads=threads,
+            confidence=timing.confidence,
+            min_gain=timing.min_gain,
+            ratios=tuple(look.ratios),
+            control=statistics.median(look.controls),
+            control_low=look.control_low,
+            control_high=look.control_high,
+            stopped="decided" if look.decision else stopped or "time limit",
+        )
+
     def report(self) -> str:
         """One line, e.g. ``onnxruntime CPU (2 threads): 12.31 -> 10.02 ms, 1.23x faster
         (ratio 0.814, 95% CI 0.79-0.84, A/A 0.97-1.02, 15 rounds, decided)``."""
-        if self.verdict == "faster":
-            change = f"{self.speedup:.2f}x faster"
-        elif self.verdict == "slower":
-            change = f"{self.ratio:.2f}x slower"
-        elif self.ratio_low <= 1.0 <= self.ratio_high:
-            change = "no difference beyond noise"
-        else:
-            change = f"{self.speedup:.3f}x faster, not clearly by the {self.min_gain:.0%} minimum"
         threads = f"{self.threads} thread" + ("s" if self.threads != 1 else "")
         return (
             f"onnxruntime CPU ({threads}): {self.original_ms:.4g} -> {self.optimized_ms:.4g} ms, "
-            f"{change} (ratio {self.ratio:.3f}, {self.confidence:.0%} CI "
+            f"{self.why} (ratio {self.ratio:.3f}, {self.confidence:.0%} CI "
             f"{self.ratio_low:.3g}-{self.ratio_high:.3g}, A/A {self.control_low:.3g}-"
             f"{self.control_high:.3g}, {self.rounds} rounds, {self.stopped})"
         )
@@ -237,26 +294,65 @@ def compare_latency(
         look = _look(a_ms, b_ms, c_ms, timing.alpha, timing.min_gain)
         if look.decision is not None or spent or n >= timing.max_rounds:
             break
-    stopped = (
-        "decided" if look.decision else "round limit" if n >= timing.max_rounds else "time limit"
-    )
-    return LatencyComparison(
-        original_ms=statistics.median(a_ms),
-        optimized_ms=statistics.median(b_ms),
-        ratio=statistics.median(look.ratios),
-        ratio_low=look.low,
-        ratio_high=look.high,
-        rounds=n,
-        verdict=look.decision or "same",
+    return LatencyComparison.from_rounds(
+        a_ms,
+        b_ms,
+        c_ms,
+        timing=timing,
         threads=settings.effective_threads,
-        confidence=timing.confidence,
-        min_gain=timing.min_gain,
-        ratios=tuple(look.ratios),
-        control=statistics.median(look.controls),
-        control_low=look.control_low,
-        control_high=look.control_high,
-        stopped=stopped,
+        stopped="round limit" if n >= timing.max_rounds else "time limit",
     )
+
+
+class Reason(NamedTuple):
+    """A timing's verdict as a reader gets it: ``word`` (one of :data:`WORDS`) and ``text``, one
+    line in plain words with the numbers behind it."""
+
+    word: str
+    text: str
+
+
+def explain(c: LatencyComparison) -> Reason:
+    """Why ``c`` says what it says, in the words every report uses: the one place that decides
+    between faster, slower, too noisy to tell and not faster.
+
+    * faster / slower: beyond the minimum gain and beyond the A/A control (``1.63x faster``);
+    * not faster: the interval rules out the minimum gain (``not faster by the 1% minimum: at
+      most 0.4 % faster``), or the median is slower but not beyond noise;
+    * too noisy to tell: the interval admits the gain but does not show it — because the two
+      copies of the original differed as much (the A/A control overlaps the interval:
+      ``the two copies of the original differed by up to 28 %``), or because the interval
+      itself spans the minimum (``between 1.20x faster and 1.05x slower``).
+
+    >>> c = LatencyComparison(1.0, 0.74, 0.741, 0.567, 0.831, 15, "same", 1,
+    ...                       control_low=0.795, control_high=1.28)
+    >>> explain(c).word
+    'too noisy to tell'
+    >>> print(explain(c).text)
+    too noisy to tell: the two copies of the original differed by up to 28 %
+    """
+    low, high, gain = c.ratio_low, c.ratio_high, c.min_gain
+    if c.verdict == "faster":
+        return Reason("faster", f"{c.speedup:.2f}x faster")
+    if c.verdict == "slower":
+        return Reason("slower", f"{c.ratio:.2f}x slower")
+    if low >= 1.0 - gain:  # the gain wanted is ruled out
+        if c.ratio > 1.0:
+            text = f"not faster: {c.ratio:.2f}x slower by the median, within noise"
+        elif low < 1.0:
+            text = f"not faster by the {gain:.0%} minimum: at most {100 * (1 - low):.1f} % faster"
+        else:
+            text = "not faster: the same time within noise"
+        return Reason("not faster", text)
+    if high < 1.0 - gain:  # faster by the interval, but the A/A control moved as much
+        noise = 100 * max(1.0 - c.control_low, c.control_high - 1.0)
+        amount = f"{noise:.0f}" if noise >= 10 else f"{noise:.1f}"
+        text = f"the two copies of the original differed by up to {amount} %"
+    elif high > 1.0:
+        text = f"between {1 / low:.2f}x faster and {high:.2f}x slower"
+    else:
+        text = f"between {1 / low:.2f}x and {1 / high:.3f}x faster, not clearly by {gain:.0%}"
+    return Reason("too noisy to tell", f"too noisy to tell: {text}")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from relsat.pipeline.run import Run
 from relsat.pipeline.verify import VerificationError
 
 __all__ = [
-    "VERDICT_WORDS",
     "at_shapes",
     "check",
     "choose",
@@ -39,8 +38,9 @@ __all__ = [
     "unchanged",
 ]
 
-#: A latency verdict in words, as :attr:`relsat.Result.why` gives it.
-VERDICT_WORDS = {"faster": "faster", "slower": "slower", "same": "not faster beyond noise"}
+#: The words of :data:`relsat.onnx.latency.WORDS`, worst last: with several shapes timed, the
+#: worst one's word is :attr:`relsat.Result.why`.
+RANK = ("faster", "too noisy to tell", "not faster", "slower")
 
 
 def export(run: Run) -> Run:
@@ -158,11 +158,11 @@ def choose(run: Run) -> Run:
 def _verdict(run: Run) -> Run:
     if run.latency is None:
         return replace(run, kept="optimized", why="not timed")
-    verdicts = [c.verdict for _, c in run.latencies] or [run.latency.verdict]
-    worst = "slower" if "slower" in verdicts else "same" if "same" in verdicts else "faster"
-    why = VERDICT_WORDS[worst]
-    if len(run.latencies) > 1 and worst != "faster":
-        why += " at " + "; ".join(at for at, c in run.latencies if c.verdict == worst)
+    timed = run.latencies or (("", run.latency),)
+    worst = max((c.word for _, c in timed), key=RANK.index)  # what the reports say: same words
+    why = worst
+    if len(timed) > 1 and worst != "faster":
+        why += " at " + "; ".join(at for at, c in timed if c.word == worst)
     if worst == "faster":
         return replace(run, kept="optimized", why=why)
     if run.options.keep_slower:

@@ -4,6 +4,7 @@ gains and the writing of the model it kept (:meth:`Result.save`)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +26,71 @@ from relsat.pipeline.run import Priced, Run, Shapes, Source
 from relsat.pipeline.save import has_external_data, write_atomic
 from relsat.pipeline.verify import VerificationError
 
-__all__ = ["Result", "result", "rewrites"]
+__all__ = ["OP_NAMES", "Result", "op_counts", "result", "rewrites"]
+
+#: relsat's operators by the names users know them by: the ONNX (or com.microsoft) operator
+#: where there is one, else a few words. An opaque operator is its own ONNX type.
+OP_NAMES = {
+    "attention": "Attention",
+    "batchnorm": "BatchNormalization",
+    "biasgelu": "BiasGelu",
+    "concat": "Concat",
+    "conv2d": "Conv",
+    "conv2d_bias": "Conv (with bias)",
+    "cos": "Cos",
+    "dropout": "Dropout",
+    "enlarge": "kernel enlarge (TASO)",
+    "erf": "Erf",
+    "ewadd": "Add",
+    "ewdiv": "Div",
+    "ewmul": "Mul",
+    "ewpow": "Pow",
+    "ewsub": "Sub",
+    "finite": "finite (no computation)",
+    "gelu": "Gelu",
+    "gelu_tanh": "FastGelu",
+    "gqa": "GroupQueryAttention",
+    "layernorm": "LayerNormalization",
+    "linear": "MatMul",
+    "matmul": "MatMul",
+    "matmul_bias": "MatMul (with bias)",
+    "merge": "grouped-conv merge (TASO)",
+    "mha": "Attention (with Q, K, V projections)",
+    "nanzero": "NaN guard",
+    "neg": "Neg",
+    "poolavg": "AveragePool",
+    "poolmax": "MaxPool",
+    "reciprocal": "Reciprocal",
+    "reducemean": "ReduceMean",
+    "relu": "Relu",
+    "relu6": "Clip (ReLU6)",
+    "repeat2": "repeat_interleave",
+    "repeatkv": "repeat_kv",
+    "reshape": "Reshape",
+    "rmsnorm": "RMSNormalization",
+    "rotary": "RotaryEmbedding",
+    "scalar": "constant",
+    "sigmoid": "Sigmoid",
+    "sin": "Sin",
+    "skiplayernorm": "SkipLayerNormalization",
+    "slice": "Slice",
+    "softmax": "Softmax",
+    "split": "Split",
+    "sqrt": "Sqrt",
+    "tanh": "Tanh",
+    "transpose": "Transpose",
+    "turnpairs": "rotate_every_two",
+}
+
+
+def op_counts(graph: Graph) -> Counter[str]:
+    """``graph``'s operators counted by the names users know (:data:`OP_NAMES`; an opaque
+    operator by its ONNX type), inputs, weights and the node joining outputs left out."""
+    return Counter(
+        str(n.params["type"]) if n.op == "opaque" else OP_NAMES.get(n.op, n.op)
+        for n in graph.nodes
+        if n.op not in ("input", "weight", "noop")
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +108,9 @@ class Result:
     rewrite was chosen), ``ort_check`` (the onnxruntime check: ``"passed"``, ``"skipped"`` or
     ``"not needed (unchanged)"``), ``latency`` (the timing, None when not timed), and which
     model is kept: ``kept`` (``"original"`` or ``"optimized"``) and ``why`` (``"faster"``,
-    ``"slower"``, ``"not faster beyond noise"``, ``"no rewrite"``, ``"not timed"``, or a verdict
-    with ``", keep_slower"``). A Graph input keeps the optimized graph (``why``:
+    ``"slower"``, ``"too noisy to tell"``, ``"not faster"``: the timing's word,
+    :data:`relsat.onnx.latency.WORDS`; ``"no rewrite"``, ``"not timed"``, or a word with
+    ``", keep_slower"``). A Graph input keeps the optimized graph (``why``:
     ``"a Graph input"``). :meth:`save` writes the kept model.
 
     For an ONNX input with dynamic dims, ``shapes`` says what became of them
@@ -152,8 +218,9 @@ class Result:
         """A few lines: costs, exploration, extraction, the pack stage, verification, for an ONNX
         input the timing and the model kept, rewrites, op counts, options; with ``gains`` also
         each top rule's marginal priced gain (:meth:`attribution`, re-extracts)."""
-        ops_before, ops_after = self.original.op_counts(), self.graph.op_counts()
+        ops_before, ops_after = op_counts(self.original), op_counts(self.graph)
         changed = sorted(set(ops_before) | set(ops_after))
+        unwritten = " (the optimized graph's, not written: the original is kept)"
         lines = [
             *([f"shapes   {self.shapes.note}"] if self.shapes else []),
             self._cost_line(),
@@ -173,10 +240,17 @@ class Result:
                 f"{op} {ops_before.get(op, 0)}->{ops_after.get(op, 0)}"
                 for op in changed
                 if ops_before.get(op) != ops_after.get(op)
-            ),
+            )
+            + (unwritten if self._unkept else ""),
             f"options  {self.options.describe()}",
         ]
         return "\n".join(lines)
+
+    @property
+    def _unkept(self) -> bool:
+        """Was the original written, although the optimized graph (which the op counts describe)
+        differs from it?"""
+        return self.source is not None and self.kept == "original" and self.why != "no rewrite"
 
     def _latency_lines(self) -> list[str]:
         if len(self.latencies) > 1 or (self.latencies and self.latencies[0][0]):
