@@ -177,7 +177,7 @@ def test_near_misses_are_left_alone() -> None:
     g = b.weight([64])
     outs = [
         _rms_spelled(b, x, g, b.weight([1])),  # epsilon as a tensor
-        _rms_spelled(b, x, g, b.scalar(1e-3)),  # an epsilon no rule names
+        _rms_spelled(b, x, g, b.scalar(0.5)),  # not an epsilon (the guard allows < 0.01)
         _rms_spelled(b, x, b.weight([16, 64]), b.scalar(1e-6)),  # a scale that is not [N]
         _rms_spelled(b, x, b.weight([1]), b.scalar(1e-6)),  # a scalar scale
     ]

@@ -256,9 +256,9 @@ def test_saturation_finds_the_fused_forms() -> None:
 def test_near_misses_are_left_alone() -> None:
     b = GraphBuilder()
     x = b.input([1, 16, 32], name="x")
-    # epsilon as a tensor, an unknown epsilon, a GELU with the wrong constant
+    # epsilon as a tensor, a value no epsilon guard allows (0.5), a GELU with the wrong constant
     as_tensor = _layernorm_spelled(b, x, b.weight([32]), b.weight([32]), b.weight([1]))
-    odd_eps = _layernorm_spelled(b, x, b.weight([32]), b.weight([32]), b.scalar(1e-3))
+    odd_eps = _layernorm_spelled(b, x, b.weight([32]), b.weight([32]), b.scalar(0.5))
     inner = b.add(b.erf(b.div(x, b.scalar(1.5))), b.scalar(1.0))
     wrong = b.mul(b.mul(x, inner), b.scalar(0.5))
     # a residual of another shape: layernorm fuses, the skip form does not

@@ -198,9 +198,7 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
             for e in p.exprs():
                 derived.setdefault(e, MAX_VARS + len(derived))
         if derived:
-            values = ", ".join(
-                f"CAST({_value_sql(e, slots)} AS BIGINT)" for e in derived
-            )
+            values = ", ".join(f"CAST({_value_sql(e, slots)} AS BIGINT)" for e in derived)
             derives.append(f"WHEN {rid} THEN [{values}]")
         conds = [g.expr for g in rule.guards if isinstance(g, Cond)] if guards else []
         conds += _implicit(derived)
@@ -266,9 +264,7 @@ def _slots(rule: Rule) -> dict[str, int]:
 _SQL_OPS = {"==": "=", "!=": "<>", "and": "AND", "or": "OR", "%": "%"}
 
 
-def expr_sql(
-    term: object, value: Any, shape: Any, weights: Any
-) -> str:
+def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
     """``term`` (relsat.rewrite.exprs) as SQL: ``value(param)`` gives a parameter's column (a
     float parameter's float32 bits are read as a DOUBLE with the macro ``f32``),
     ``shape(var)`` / ``weights(var)`` a tensor variable's e-class columns."""
@@ -427,8 +423,7 @@ def _add_pattern(
     names = [a.name for a in ints if isinstance(a, Param)]
     if len(set(names)) < len(names):
         raise RuleError(
-            f"a parameter variable twice in one {p.op}: bind another and say "
-            "'where ?a == ?b'",
+            f"a parameter variable twice in one {p.op}: bind another and say 'where ?a == ?b'",
             rule=rule.name,
         )
     ys = [slots[a.name] if isinstance(a, Param) else -1 for a in ints] + [-1] * MAX_LHS_INTS

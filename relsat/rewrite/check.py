@@ -36,8 +36,9 @@ from relsat.graph.builder import GraphBuilder
 from relsat.graph.execute import compare
 from relsat.graph.graph import Graph
 from relsat.graph.ops import TensorType
+from relsat.rewrite.exprs import Cond, Expr, Num
+from relsat.rewrite.exprs import evaluate as value_of
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
-from relsat.rewrite.exprs import Cond, Expr, Num, evaluate as value_of
 from relsat.rewrite.params import Undefined, draw_params, specialize
 from relsat.rewrite.rules import Guard, Pattern, Rule, canonical
 from relsat.rewrite.shapes import NEAR_MISSES, Choose, Unsolvable, draw_shapes
@@ -363,8 +364,7 @@ def check_types(rules: Iterable[Rule], *, seed: int = 0) -> None:
         if inst is not None:
             loc = rule.location
             raise RuleError(
-                f"{inst.detail}, at {_where(inst)} ('relsat rules check' checks a "
-                "rule file)",
+                f"{inst.detail}, at {_where(inst)} ('relsat rules check' checks a rule file)",
                 path=loc.path if loc else None,
                 line=loc.line if loc else None,
                 rule=rule.name,

@@ -211,7 +211,7 @@ def expr_type(term: object) -> str:
         if len(args) != len(fact.params):
             raise RuleError(f"{op} takes {len(fact.params)} arguments, got {len(args)}")
         for kind, a in zip(fact.params, args, strict=True):
-            if kind == "tensor" and (isinstance(a, Param | Expr) or isinstance(a, int | float)):
+            if kind == "tensor" and isinstance(a, Param | Expr | int | float):
                 raise RuleError(f"{op}'s first argument must be a tensor variable, got {a}")
             if kind == "int" and expr_type(a) != "int":
                 raise RuleError(f"{op}'s axis must be an integer, got {a}")

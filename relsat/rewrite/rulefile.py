@@ -258,7 +258,9 @@ class _Line:
                 arg = self._param(arg, param_type(frame.op, index), col)  # type: ignore[assignment]
                 index += 1
             elif isinstance(arg, Var) and arg.name in self.types:
-                self.semantic(f"?{arg.name} is a number ({self.types[arg.name]}), used as a tensor", col)
+                self.semantic(
+                    f"?{arg.name} is a number ({self.types[arg.name]}), used as a tensor", col
+                )
             args.append((arg, col))  # type: ignore[arg-type]
         for (pname, kind), (arg, col) in zip(sig.params, args, strict=True):
             if _kind(arg) != kind:
@@ -451,7 +453,9 @@ class _CondParser:
     def take(self, text: str | None = None) -> tuple[str, str, int]:
         tok = self.peek()
         if tok is None:
-            self.fail(f"expected {text or 'a value'} at the end of the condition", len(self.raw) + 1)
+            self.fail(
+                f"expected {text or 'a value'} at the end of the condition", len(self.raw) + 1
+            )
         assert tok is not None
         if text is not None and tok[1] != text:
             self.fail(f"expected {text!r}, found {tok[1]!r}", tok[2])

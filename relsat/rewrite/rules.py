@@ -422,7 +422,8 @@ def _check_params(rule: Rule, fail: object) -> None:
         for i, p in enumerate(patterns):
             part = ("eq", i)
             for node in _nodes(p):
-                ints = [a for a, (_, k) in zip(node.args, OPERATORS[node.op].params) if k == "int"]
+                sig = OPERATORS[node.op].params
+                ints = [a for a, (_, k) in zip(node.args, sig, strict=True) if k == "int"]
                 for j, arg in enumerate(ints):
                     if isinstance(arg, Expr) and side == "lhs":
                         fail(  # type: ignore[operator]

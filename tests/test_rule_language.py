@@ -1,0 +1,265 @@
+# ruff: noqa: E501
+"""The rule language that says what varies between spellings: typed parameter variables,
+conditions over parameters and facts, right-hand-side arithmetic, commutative matching.
+
+Each fusion is tried in several spellings and parameter values that no rule names literally, and
+beside its near misses; the bad inputs are refused with the place named.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from relsat import Options, optimize
+from relsat.engine.compile import compile_rules
+from relsat.engine.db import sql_text
+from relsat.errors import RuleError
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.graph.ops import f32_bits
+from relsat.rewrite.check import check_rule, evaluate
+from relsat.rewrite.rulefile import RULES_DIR, format_rules, load_rules, parse_rules
+from relsat.rewrite.rules import COMMUTATIVE, Pattern, Rule
+
+SHIPPED = load_rules()
+DECODER = load_rules(RULES_DIR / "decoder.rules")
+TRANSFORMER = load_rules(RULES_DIR / "transformer.rules")
+
+
+# --- the language ---------------------------------------------------------------------------
+
+TEXT = """\
+# name: gqa-any
+(matmul 0 (softmax (matmul 0 ?q (repeatkv ?n:int ?kt))) (repeatkv ?n ?v)) => (gqa 1.0 ?q ?kt ?v (scalar 0.0))
+where ?n >= 1 and rank(?q) == 4 and dim(?q, -3) % ?n == 0
+
+# name: repeat-of-repeat
+(repeatkv ?n:int (repeatkv ?m:int ?x)) => (repeatkv (* ?n ?m) ?x)
+where 1 <= ?n <= 64
+ordered
+
+# name: eps
+(layernorm ?eps:float ?x ?g ?b) => (layernorm ?eps ?x ?g ?b)
+where 0 < ?eps < 1e-3 or not weights(?x)
+"""
+
+
+def test_typed_variables_conditions_and_arithmetic_round_trip() -> None:
+    rules = parse_rules(TEXT)
+    assert parse_rules(format_rules(rules)) == rules
+    gqa = rules["gqa-any"]
+    assert [str(p) for p in gqa.params] == ["?n"] and gqa.params[0].type == "int"
+    assert [str(v) for v in gqa.slots] == ["?q", "?n", "?kt", "?v"]
+    assert str(gqa.guards[0]) == "?n >= 1 and rank(?q) == 4 and dim(?q, -3) % ?n == 0"
+    assert str(rules["repeat-of-repeat"].rhs[0]) == "(repeatkv (* ?n ?m) ?x)"
+    assert rules["repeat-of-repeat"].ordered and not gqa.ordered
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "col", "message"),
+    [
+        ("(repeatkv ?n:int ?x) => (relu ?n)", 2, 31, "?n is a number (int), used as a tensor"),
+        ("(repeatkv ?n:float ?x) => (relu ?x)", 2, None, "parameter 1 is int, ?n is float"),
+        ("(repeatkv ?n:int ?x) => (repeatkv ?m ?x)", 2, 35, "'count' must be an integer"),
+        ("(repeatkv ?n:int ?x) => (repeatkv ?m:int ?x)", 2, None, "?m, which no left-hand side"),
+        ("(repeatkv ?n:int ?x) => (repeatkv (/ ?n 0) ?x)", 2, None, "division by zero"),
+        ("(repeatkv ?n:int ?x) => (repeatkv (* ?n 2) ?x)\nwhere ?n / 0 > 1", 3, 10, "by zero"),
+        ("(repeatkv ?n:int ?x) => (relu ?x)\nwhere dtype(?x) == 1", 3, 7, "unknown guard 'dtype'"),
+        ("(repeatkv ?n:int ?x) => (relu ?x)\nwhere ?n + 1", 3, 7, "not a number"),
+        ("(repeatkv (* ?n:int 2) ?x) => (relu ?x)", 2, None, "in a left-hand side"),
+        ("(scalar ?e:float) => (scalar (* ?e 2.0))", 2, None, "float arithmetic"),
+        ("(repeatkv ?n:int ?x) => (repeatkv ?n:float ?x)", 2, 35, "used as int and as float"),
+        ("(repeatkv ?n:vec ?x) => (relu ?x)", 2, 11, "unknown type 'vec'"),
+    ],
+)
+def test_bad_rules_name_the_place(text: str, line: int, col: int | None, message: str) -> None:
+    with pytest.raises(RuleError) as err:
+        parse_rules(f"# name: bad\n{text}\n", path="user.rules")
+    assert err.value.path == "user.rules" and err.value.line == line
+    assert col is None or err.value.col == col
+    assert message in str(err.value)
+
+
+def test_a_file_with_a_bad_rule_loads_nothing(tmp_path: Path) -> None:
+    f = tmp_path / "mine.rules"
+    f.write_text(
+        "# name: fine\n(relu (relu ?x)) => (relu ?x)\n\n# name: bad\n"
+        "(repeatkv ?n:int ?x) => (relu ?x)\nwhere size(?n) > 1\n"
+    )
+    with pytest.raises(RuleError, match=r"mine\.rules:6"):
+        load_rules(f)
+
+
+# --- no copies -------------------------------------------------------------------------------
+
+
+def _tensat(rule: Rule) -> bool:
+    return any(s.startswith(("converted", "predefined")) for s in rule.sources)
+
+
+def _shape_of(p: Pattern) -> str:
+    """A pattern with every number blanked and commutative operands in a fixed order."""
+    args = []
+    for a in p.args:
+        args.append(_shape_of(a) if isinstance(a, Pattern) else str(a))
+    if p.op in COMMUTATIVE:
+        args = sorted(args)
+    return "(" + " ".join([p.op, *args]) + ")"
+
+
+def test_no_two_rules_of_relsat_differ_only_in_numbers_or_operand_order() -> None:
+    """relsat's own rules (TENSAT's converted ones excepted): no family of copies that differ in
+    an epsilon, a head or group size, a stride, or the order of an Add's or Mul's operands."""
+    families: dict[str, list[str]] = defaultdict(list)
+    for rule in (*SHIPPED, *load_rules(RULES_DIR / "extra")):
+        if _tensat(rule):
+            continue
+        pairs = zip(rule.lhs, rule.rhs, strict=True)
+        sides = " ; ".join(f"{_shape_of(a)} => {_shape_of(b)}" for a, b in pairs)
+        key = re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", re.sub(r"\?\w+", "?", sides))
+        families[key].append(rule.name)
+    copies = {k: v for k, v in families.items() if len(v) > 1}
+    assert not copies, copies
+
+
+def test_the_view_of_turned_enodes_knows_the_commutative_operators() -> None:
+    view = sql_text("schema/program")
+    (ops,) = re.findall(r"WHERE op IN \(([^)]*)\) AND c0 <> c1", view)
+    assert {o.strip(" '") for o in ops.split(",")} == COMMUTATIVE
+
+
+@pytest.mark.parametrize("value", [1e-5, 1e-6, 3e-6, 1e-12, -2.5, 0.0, 1e-40, 7.0, 65504.0])
+def test_the_f32_macro_reads_float_bits(value: float) -> None:
+    con = duckdb.connect()
+    macro = sql_text("schema/program").split("CREATE OR REPLACE MACRO", 1)[1]
+    con.execute("CREATE OR REPLACE MACRO" + macro)
+    (got,) = con.execute("SELECT f32($b)", {"b": f32_bits(value)}).fetchone()
+    assert got == pytest.approx(float(np.float32(value)), rel=1e-12, abs=0.0)
+
+
+def test_conditions_and_arithmetic_compile_to_one_statement_each() -> None:
+    program = compile_rules(SHIPPED)
+    assert program.cond_sql is not None and program.cond_sql.count("UPDATE") == 1
+    assert "f32(m.v[" in program.cond_sql and "g0.shape" in program.cond_sql
+    assert program.derive_sql is None  # no shipped rule computes a parameter
+    derived = compile_rules(parse_rules(TEXT))
+    assert derived.derive_sql is not None and "(m.v[1] * m.v[2])" in derived.derive_sql
+
+
+# --- fusions at values no rule names, in several spellings, and near misses ------------------
+
+
+def _rms(b: GraphBuilder, x: Tensor, g: Tensor, eps: float, spelling: str) -> Tensor:
+    ms = b.add(b.reducemean(b.pow(x, b.scalar(2.0))), b.scalar(eps))
+    if spelling == "pow-half":  # Gemma: (ms + eps) ^ -0.5, the scale first
+        return b.mul(b.mul(x, b.pow(ms, b.scalar(-0.5))), g)
+    r = b.reciprocal(b.sqrt(ms))
+    if spelling == "scale-last":
+        return b.mul(b.mul(x, r), g)
+    if spelling == "scale-first-r-first":
+        return b.mul(g, b.mul(r, x))
+    if spelling == "div-one":
+        return b.mul(b.mul(x, b.div(b.scalar(1.0), b.sqrt(ms))), g)
+    return b.mul(b.div(x, b.sqrt(ms)), g)  # "div", scale last
+
+
+@pytest.mark.parametrize(
+    "spelling", ["pow-half", "scale-last", "scale-first-r-first", "div-one", "div"]
+)
+def test_rmsnorm_fuses_at_an_unusual_epsilon_in_every_spelling(spelling: str) -> None:
+    b = GraphBuilder()
+    x = b.input([1, 8, 48], name="x")
+    y = _rms(b, x, b.weight([48]), 3e-6, spelling)
+    near = _rms(b, b.relu(x), b.weight([48]), 0.5, spelling)  # not an epsilon: left alone
+    result = optimize(b.build(y, near), Options(rules=DECODER))
+    rms = [n for n in result.graph.nodes if n.op == "rmsnorm"]
+    assert len(rms) == 1 and result.verified
+    assert rms[0].params is not None and rms[0].params["epsilon"] == pytest.approx(3e-6)
+
+
+def _rotary(b: GraphBuilder, x: Tensor, cos: Tensor, sin: Tensor, cut: int) -> Tensor:
+    d = x.shape[-1]
+    rotated = b.concat(3, [b.neg(b.slice(x, 3, cut, d)), b.slice(x, 3, 0, cut)])
+    return b.add(b.mul(rotated, sin), b.mul(cos, x))  # the operands in the other order
+
+
+@pytest.mark.parametrize("d", [48, 80, 256])
+def test_rotary_fuses_at_any_head_size_and_not_at_a_wrong_cut(d: int) -> None:
+    b = GraphBuilder()
+    q = b.input([1, 2, 4, d], name="q")
+    c, s = b.weight([1, 1, 4, d // 2], name="c"), b.weight([1, 1, 4, d // 2], name="s")
+    cos, sin = b.concat(3, [c, c]), b.concat(3, [s, s])
+    good = _rotary(b, q, cos, sin, d // 2)
+    wrong = _rotary(b, b.relu(q), cos, sin, d // 4)  # a rotation by a quarter: not rotary
+    result = optimize(b.build(good, wrong), Options(rules=DECODER))
+    assert result.graph.op_counts()["rotary"] == 1 and result.verified
+
+
+def test_the_rotary_condition_is_what_makes_the_rule_sound() -> None:
+    rule = DECODER["rotary-half-fuse"]
+    shapes = {"x": (1, 1, 2, 4), "c": (1, 1, 2, 2), "s": (1, 1, 2, 2)}
+    assert evaluate(rule, shapes, values={"h": 2, "d": 4}).kind == "equal"
+    unguarded = evaluate(rule, shapes, guards=(), values={"h": 1, "d": 4})
+    assert unguarded.kind == "different"
+    assert evaluate(rule, shapes, values={"h": 1, "d": 4}).kind == "guards-fail"
+
+
+def _attention(b: GraphBuilder, q: Tensor, kt: Tensor, v: Tensor, n: int) -> Tensor:
+    scores = b.matmul(q, b.repeatkv(kt, n))
+    return b.matmul(b.softmax(scores), b.repeatkv(v, n))
+
+
+@pytest.mark.parametrize(("heads", "kv"), [(16, 1), (32, 2), (3, 1), (6, 2)])
+def test_grouped_attention_fuses_at_any_group_size(heads: int, kv: int) -> None:
+    b = GraphBuilder()
+    q = b.input([1, heads, 4, 8], name="q")
+    kt, v = b.input([1, kv, 8, 4], name="kt"), b.input([1, kv, 4, 8], name="v")
+    result = optimize(b.build(_attention(b, q, kt, v, heads // kv)), Options(rules=DECODER))
+    assert result.graph.op_counts().get("gqa") == 1 and result.verified
+
+
+def _layernorm(
+    b: GraphBuilder, x: Tensor, g: Tensor, bias: Tensor, eps: float, order: str
+) -> Tensor:
+    d = b.sub(x, b.reducemean(x))
+    var = b.reducemean(b.pow(d, b.scalar(2.0)))
+    den = b.sqrt(b.add(b.scalar(eps), var) if order == "swapped" else b.add(var, b.scalar(eps)))
+    n = b.div(d, den)
+    return b.add(bias, b.mul(g, n)) if order == "swapped" else b.add(b.mul(n, g), bias)
+
+
+@pytest.mark.parametrize(
+    ("eps", "order"), [(1e-5, "as-torch"), (3e-6, "swapped"), (1e-12, "swapped")]
+)
+def test_layernorm_fuses_at_any_epsilon_and_operand_order(eps: float, order: str) -> None:
+    b = GraphBuilder()
+    x = b.input([2, 8, 32], name="x")
+    y = _layernorm(b, x, b.weight([32]), b.weight([32]), eps, order)
+    result = optimize(b.build(y), Options(rules=TRANSFORMER))
+    assert result.graph.op_counts().get("layernorm") == 1 and result.verified
+
+
+def test_a_user_adds_a_fusion_with_a_rule_file_and_no_python(tmp_path: Path) -> None:
+    """A LayerNorm whose square is spelled d * d (no shipped rule has it), fused by a rule
+    written in a file of the user's own."""
+    f = tmp_path / "mine.rules"
+    f.write_text(
+        "# name: layernorm-square-as-product\n"
+        "(ewadd (ewmul (ewdiv (ewsub ?x (reducemean ?x)) (sqrt (ewadd (reducemean (ewmul "
+        "(ewsub ?x (reducemean ?x)) (ewsub ?x (reducemean ?x)))) (scalar ?eps:float)))) ?g) ?b)"
+        " => (layernorm ?eps ?x ?g ?b)\nwhere 0 < ?eps < 0.01 and rank(?g) == 1 and rank(?b) == 1\n"
+    )
+    b = GraphBuilder()
+    x = b.input([2, 8, 32], name="x")
+    d = b.sub(x, b.reducemean(x))
+    n = b.div(d, b.sqrt(b.add(b.reducemean(b.mul(d, d)), b.scalar(2e-6))))
+    graph = b.build(b.add(b.mul(n, b.weight([32])), b.weight([32])))
+    assert "layernorm" not in optimize(graph, Options(rules=TRANSFORMER)).graph.op_counts()
+    result = optimize(graph, Options(rules=load_rules(f)))
+    assert result.graph.op_counts().get("layernorm") == 1 and result.verified
+    assert check_rule(load_rules(f)[0]).status == "ok"
