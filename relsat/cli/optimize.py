@@ -239,6 +239,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="also read and write ort-cpu prices in this shared cost store (a folder every "
         "machine can reach; rows of other machine identities are never used): relsat costs",
     )
+    p.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="re-time every ort-cpu price this run uses, replacing those a re-check disagrees "
+        "with (relsat costs show lists the spreads)",
+    )
 
 
 def _number(p: argparse.ArgumentParser, flag: str, kind: type, default: Any, what: str) -> None:
@@ -265,6 +271,10 @@ def run(args: argparse.Namespace) -> int:
         if settings.cost_model not in (None, "ort-cpu") or args.input is None:
             raise Usage("--cost-store prices with ort-cpu: an ONNX input and no other --cost-model")
         settings = with_store(settings, args.cost_store)
+    if args.remeasure:
+        from relsat.cost.ort import remeasured
+
+        settings = remeasured(settings, onnx=args.input is not None)
     target = _output(args)  # the input never lost, an unwritable output refused: before work
     model: str | Graph = args.input if args.input is not None else models.load(args.model)
     if args.model is not None and target is not None and target.suffix == ".onnx":
