@@ -15,8 +15,12 @@ Patterns are TENSAT's s-expressions (its operator names, argument orders and int
 float literals are float32 constants (``(scalar 1.4142135)`` matches exactly the float32
 ``sqrt(2)`` exporters write). Several ``lhs => rhs`` lines make a multi-pattern rule, joined on
 shared ``?vars``; ``symmetric`` tries each unordered pair once when the sources are equal up to
-renaming; ``where`` lines are guards from a closed vocabulary (``ungrouped``, ``same-shape``,
-``same-group-width``, ``odd-kernels``). Errors cite ``file:line:col``
+renaming; ``ordered`` matches Add and Mul in the operand order written (TENSAT's rules; others
+match either order); ``where`` lines are guards from a closed vocabulary (``ungrouped``,
+``same-shape``, ``same-group-width``, ``odd-kernels``) or conditions (:mod:`relsat.rewrite.exprs`)
+over typed parameter variables (``(scalar ?eps:float)``, ``(repeatkv ?n:int ?x)``; a right-hand
+side may compute with them: ``(* ?n 2)``) and facts of the bound tensors (``rank(?x)``,
+``dim(?x, -1)``). Errors cite ``file:line:col``
 (:class:`~relsat.errors.RuleSyntaxError`) or the rule and line (:class:`~relsat.errors.RuleError`:
 unknown op or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate
 names). :func:`~relsat.rewrite.rulefile.load_tensat` reads TENSAT's own ``converted*.txt`` files.
@@ -27,11 +31,12 @@ rules); ``bias.rules``, fusion-aware rules that fold a bias add and an activatio
 Gemm and give TASO's shared-input merges bias-aware counterparts; ``transformer.rules``, rules
 between exporter spellings and onnxruntime's fused kernels (GELU in its erf and tanh spellings,
 LayerNorm below opset 17, SkipLayerNormalization, BiasGelu, attention with and without mask);
-``decoder.rules``, LLM decoders' RMSNorm in four exporter spellings (epsilons 1e-5 and 1e-6),
-Llama's rotary embedding (``rotate_half``, head sizes 32 to 128; the cos/sin tables' equal halves
+``decoder.rules``, LLM decoders' RMSNorm (any epsilon; Div(1, y) and y^-0.5 rewritten to
+reciprocal by rules), Llama's rotary embedding (``rotate_half``, any head size; the cos/sin
+tables' equal halves
 are made visible on import as ``concat(half, half)``, constant or computed at run time, so a rule
 can require them) and grouped-query attention (keys and values repeated by ``repeat_kv``, read on
-import as ``repeatkv``, fused into ``gqa`` for groups of 2 to 8); ``extra/``
+import as ``repeatkv``, fused into ``gqa`` for any group size); ``extra/``
 holds rules that are off by default (moving a bias out of a conv lets TASO's add
 associativity explode residual chains).
 
