@@ -28,7 +28,7 @@ def _engine(eg: EGraph, multi: bool) -> set[tuple]:
     table = find_matches(eg, RULES, multi=multi).to_pylist()
     out = set()
     for r in table:
-        n = len(RULES[r["rule"]].bound)
+        n = len(RULES[r["rule"]].slots)  # tensor and parameter variables
         out.add((r["rule"], r["root0"], r["root1"], tuple(r["v"][:n])))
     assert len(out) == len(table), "the engine reported a match twice"
     return out
