@@ -8,8 +8,10 @@ import ast
 import csv
 import importlib.machinery
 import importlib.util
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
+ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import calls  # noqa: E402
@@ -79,14 +82,42 @@ GRAPH["corpus"] |= {m for m, _, _ in corpus.REAL_TORCH.values()} & set(MODULES)
 # --- layout ---------------------------------------------------------------------------------
 
 
+def _installed(entry: str) -> bool:
+    """Whether ``sys.path`` entry ``entry`` holds installed packages (a site-packages folder, the
+    standard library, a folder a ``.pth`` file adds), not the current directory or one of the
+    project's own folders: there the README's commands write folders (``many/``, ``out/``) that
+    import as namespace packages and are no package a bench module could hide."""
+    if not entry:
+        return False  # "": the current directory
+    path = Path(entry).resolve()
+    sites = [*site.getsitepackages(), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    if path in {Path(p).resolve() for p in sites}:
+        return True  # a virtual environment inside the clone is still installed packages
+    return path != Path.cwd().resolve() and ROOT not in (path, *path.parents)
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_no_bench_module_shadows_a_package(name: str) -> None:
     # bench/ is first on sys.path when a script runs: a module named like a package hides it
     # (bench/transformers.py once hid transformers from every bench script).
-    elsewhere = [p for p in sys.path if Path(p or ".").resolve() != BENCH]
+    installed = [p for p in sys.path if _installed(p)]
     assert name not in TAKEN
     assert name not in sys.stdlib_module_names and name not in sys.builtin_module_names
-    assert importlib.machinery.PathFinder.find_spec(name, elsewhere) is None
+    assert importlib.machinery.PathFinder.find_spec(name, installed) is None
+
+
+def test_a_folder_the_readme_writes_is_no_installed_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``relsat optimize-many … --out-dir many`` run where the tests run leaves ``many/``,
+    importable from there (the control); the shadowing test does not count it as a package."""
+    (tmp_path / "many").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert importlib.machinery.PathFinder.find_spec("many", ["", *sys.path]) is not None
+    installed = [p for p in ["", *sys.path] if _installed(p)]
+    assert importlib.machinery.PathFinder.find_spec("many", installed) is None
 
 
 def test_no_import_circle_among_bench_modules() -> None:
