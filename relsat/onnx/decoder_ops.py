@@ -307,9 +307,12 @@ def _scaled_inside(imp: ImportContext, product: Tensor, name: str) -> Tensor | N
     (a rotary table's ``attention_scaling``) as ``concat(h * s, h * s)``, ``s`` a scalar: the
     same values, the repeat or the table's halves kept where the rules look for them; else
     None."""
-    mul, (x, factor) = imp.g.producer(product)
+    mul, ins = imp.g.producer(product)
+    if mul.op != "ewmul" or len(ins) != 2:
+        return None
+    x, factor = ins
     scalar = imp.g.producer(factor)[0]
-    if mul.op != "ewmul" or scalar.op != "scalar":
+    if scalar.op != "scalar":
         return None
     if scalar.params["value"] == 1.0:
         return x  # x * 1 is x, bit for bit (transformers' attention_scaling of 1 on a table)

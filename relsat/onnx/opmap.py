@@ -380,9 +380,9 @@ def _reshape_to(
         shape = imp.inferred_shape(name)
     if shape is None:
         raise Unmapped
-    node, ins = imp.g.producer(x)
-    if node.op == "reshape" and imp.g.producer(ins[0])[0].op == "repeatkv":
-        x = ins[0]
+    source = _sole_input(imp, x, "reshape")
+    if source is not None and imp.g.producer(source)[0].op == "repeatkv":
+        x = source
     if list(shape) == list(x.shape):
         return {name: x}
     swapped = _merged_heads_swapped(imp, x, shape)
@@ -394,6 +394,15 @@ def _reshape_to(
         piece = imp.g.reshape(half, [*shape[:-1], half.shape[-1]])
         return {name: imp.g.concat(len(shape) - 1, [piece, piece], name=name)}
     return {name: imp.g.reshape(x, shape, name=name)}
+
+
+def _sole_input(imp: ImportContext, x: Tensor, op: str) -> Tensor | None:
+    """The input of the ``op`` that computes ``x`` when that op has one input; else None. A
+    recognizer reading back through the graph checks the producer's op *and* arity before it
+    unpacks: SegFormer transposes a LayerNormalization's output (three inputs) where a
+    recognizer expected a reshape (one)."""
+    node, ins = imp.g.producer(x)
+    return ins[0] if node.op == op and len(ins) == 1 else None
 
 
 def halves(imp: ImportContext, x: Tensor) -> Tensor | None:
@@ -410,10 +419,10 @@ def _merged_heads_swapped(imp: ImportContext, x: Tensor, shape: Sequence[int]) -
     2, 1))`` for a ``z`` ``[B, H, T, D]`` and ``shape`` is ``[B, H, D, T]`` (the keys' transpose
     of onnxscript's scaled_dot_product_attention); else None."""
     node, ins = imp.g.producer(x)
-    if node.op != "transpose" or tuple(node.params["perm"]) != (0, 2, 1):
+    if node.op != "transpose" or len(ins) != 1 or tuple(node.params["perm"]) != (0, 2, 1):
         return None
-    inner, (z,) = imp.g.producer(ins[0])
-    if inner.op != "reshape" or z.rank != 4:
+    z = _sole_input(imp, ins[0], "reshape")
+    if z is None or z.rank != 4:
         return None
     b, h, t, d = z.shape
     if ins[0].shape != (b * h, t, d) or tuple(shape) != (b, h, d, t):
