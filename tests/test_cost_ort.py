@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_cost_stability import Load  # one fake load probe for both files
 
 from relsat import GraphBuilder, Limits, Options, optimize
 from relsat.cost import AnalyticModel, OpSignature, OrtModel, OrtTiming, price_egraph
@@ -62,22 +63,6 @@ def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     """Every test gets its own cache directory: never the user's."""
     monkeypatch.setenv("RELSAT_CACHE_DIR", str(tmp_path / "cache"))
     yield tmp_path / "cache"
-
-
-class Load:
-    """A load probe reporting ``shares``, one per attempt (the last one repeated)."""
-
-    def __init__(self, *shares: float | None) -> None:
-        self.shares = list(shares) or [0.0]
-        self.calls = 0
-
-    def start(self) -> object:
-        return None
-
-    def share(self, since: object) -> float | None:
-        value = self.shares[min(self.calls, len(self.shares) - 1)]
-        self.calls += 1
-        return value
 
 
 def model(**kw: object) -> OrtModel:

@@ -181,8 +181,8 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     prows: list[dict[str, Any]] = []
     trows: list[dict[str, Any]] = []
     grows: list[dict[str, Any]] = []
-    derives: list[str] = []
-    conds_sql: list[str] = []
+    derives: list[tuple[int, str]] = []  # (rule, its values as a SQL list)
+    conds_sql: list[tuple[int, str]] = []  # (rule, its conditions as one SQL expression)
     fact_slots: set[int] = set()
     for rid, rule in enumerate(rules):
         if len(rule.lhs) > 2:
@@ -199,13 +199,11 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
                 derived.setdefault(e, MAX_VARS + len(derived))
         if derived:
             values = ", ".join(f"CAST({_value_sql(e, slots)} AS BIGINT)" for e in derived)
-            derives.append(f"WHEN {rid} THEN [{values}]")
+            derives.append((rid, f"[{values}]"))
         conds = [g.expr for g in rule.guards if isinstance(g, Cond)] if guards else []
         conds += _implicit(derived)
         if conds:
-            conds_sql.append(
-                f"WHEN {rid} THEN " + " AND ".join(f"({_value_sql(c, slots)})" for c in conds)
-            )
+            conds_sql.append((rid, " AND ".join(f"({_value_sql(c, slots)})" for c in conds)))
             fact_slots.update(slots[t.name] for c in conds for t in _fact_vars(c))
         memo: dict[Pattern, int] = {}
         for i, p in enumerate(rule.rhs):
@@ -337,7 +335,7 @@ def _implicit(derived: dict[Expr, int]) -> list[Expr]:
     return out
 
 
-def _cond_statement(cases: list[str], fact_slots: set[int]) -> str | None:
+def _cond_statement(cases: list[tuple[int, str]], fact_slots: set[int]) -> str | None:
     """One statement for every rule's conditions: a match whose condition is false or unknown
     (a dim past the rank, a value not computable) is refused."""
     if not cases:
@@ -345,8 +343,8 @@ def _cond_statement(cases: list[str], fact_slots: set[int]) -> str | None:
     joins = "".join(
         f"\n    LEFT JOIN eclass g{k} ON g{k}.id = m.v[{k + 1}]" for k in sorted(fact_slots)
     )
-    rules = ", ".join(c.split()[1] for c in cases)
-    body = "\n            ".join(cases)
+    rules = ", ".join(str(rid) for rid, _ in cases)
+    body = "\n            ".join(f"WHEN {rid} THEN {sql}" for rid, sql in cases)
     return (
         "-- generated (relsat.engine.compile): the rules' 'where' conditions\n"
         "UPDATE match SET ok = false\n"
@@ -359,13 +357,13 @@ def _cond_statement(cases: list[str], fact_slots: set[int]) -> str | None:
     )
 
 
-def _derive_statement(cases: list[str]) -> str | None:
+def _derive_statement(cases: list[tuple[int, str]]) -> str | None:
     """One statement appending every match's computed right-hand-side parameters to its slots
     (after the MAX_VARS variable slots)."""
     if not cases:
         return None
-    rules = ", ".join(c.split()[1] for c in cases)
-    body = "\n        ".join(cases)
+    rules = ", ".join(str(rid) for rid, _ in cases)
+    body = "\n        ".join(f"WHEN {rid} THEN {sql}" for rid, sql in cases)
     return (
         "-- generated (relsat.engine.compile): right-hand sides' parameter arithmetic\n"
         "UPDATE match m SET v = list_concat(m.v, CASE m.rule\n"

@@ -61,7 +61,7 @@ from pathlib import Path
 from relsat.errors import RuleError, RuleSyntaxError
 from relsat.graph.ops import f32_bits
 from relsat.paths import data_dir
-from relsat.rewrite.exprs import ARITH, COMPARE, FACTS, PARAM_TYPES, Cond, Expr, Param
+from relsat.rewrite.exprs import ARITH, COMPARE, FACTS, PARAM_TYPES, Cond, Expr, Param, expr_type
 from relsat.rewrite.rules import (
     _KIND_TEXT,
     GUARDS,
@@ -470,8 +470,6 @@ class _CondParser:
         if tok is not None:
             self.fail(f"unexpected {tok[1]!r} in the condition", tok[2])
         try:
-            from relsat.rewrite.exprs import expr_type
-
             if expr_type(expr) != "bool":
                 self.fail("a 'where' line must be a condition, not a number", self.toks[0][2])
         except RuleError as err:
