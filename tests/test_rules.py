@@ -43,6 +43,7 @@ def equation(rule: Rule) -> tuple[object, ...]:
 FUSION = "bias.rules"  # relsat's fusion-aware rules; every other file is TENSAT's set
 TRANSFORMER = "transformer.rules"  # relsat's transformer rules (LayerNorm, GELU, fused kernels)
 DECODER = "decoder.rules"  # relsat's LLM decoder rules (RMSNorm, rotary embedding)
+LAYOUT = "layout.rules"  # relsat's rules over shape operators (transpose and reshape chains)
 
 
 def _tensat_part(shipped: RuleSet) -> RuleSet:
@@ -51,7 +52,7 @@ def _tensat_part(shipped: RuleSet) -> RuleSet:
             r
             for r in shipped
             if r.location is None
-            or Path(r.location.path or "").name not in (FUSION, TRANSFORMER, DECODER)
+            or Path(r.location.path or "").name not in (FUSION, TRANSFORMER, DECODER, LAYOUT)
         ]
     )
 
@@ -67,7 +68,10 @@ def test_shipped_counts(shipped: RuleSet) -> None:
     assert len(transformer.single) == 17 and not transformer.multi  # see rules/transformer.rules
     decoder = load_rules(RULES_DIR / DECODER)
     assert len(decoder.single) == 9 and not decoder.multi  # see rules/decoder.rules
-    assert len(shipped) == len(tensat_part) + len(fusion) + len(transformer) + len(decoder) == 177
+    layout = load_rules(RULES_DIR / LAYOUT)
+    assert len(layout.single) == 2 and not layout.multi  # see rules/layout.rules
+    own = len(fusion) + len(transformer) + len(decoder) + len(layout)
+    assert len(shipped) == len(tensat_part) + own == 179
     assert len(load_rules(RULES_DIR / "extra")) == 2  # bias un-fusing, off by default
     assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == [
         f"{f}.rules"
@@ -78,6 +82,7 @@ def test_shipped_counts(shipped: RuleSet) -> None:
             "decoder",
             "elementwise",
             "enlarge",
+            "layout",
             "matmul",
             "merge",
             "multi",
@@ -276,7 +281,8 @@ def test_syntax_errors_outside_rules() -> None:
         ("(relu ?x) => (frobnicate ?x)", 2, "unknown operator 'frobnicate'"),
         ("(relu ?x ?y) => (relu ?x)", 2, "relu takes 1 arguments"),
         ("(concat 1 ?a ?b) => (relu ?a)", 2, "concat takes 4 arguments (axis ndim a b), got 3"),
-        ("(relu ?x) => (transpose ?x 1 0)", 2, "cannot be in rules"),
+        ("(relu ?x) => (input ?x)", 2, "cannot be in rules"),
+        ("(relu ?x) => (transpose ?x 1 0)", 2, "argument 'perm' must be a list [0 2 1 3]"),
         ("(relu ?x) => (ewadd ?x ?y)", 2, "uses ?y, which no left-hand side binds"),
         ("(relu ?x) => (relu ?x)\n(relu ?y) => (relu ?z)", 3, "uses ?z"),
         ("(relu ?x) => (relu ?x)\nwhere grouped(?x, ?x)", 3, "unknown guard 'grouped'"),

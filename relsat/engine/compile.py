@@ -66,6 +66,8 @@ class Program:
     #: (arithmetic on parameter variables) to each match's slots.
     cond_sql: str | None = None
     derive_sql: str | None = None
+    #: ...and record the text of each list a right-hand side computes, by key (``strval``).
+    strings_sql: str | None = None
 
     @property
     def names(self) -> list[str]:
@@ -107,6 +109,15 @@ def rule_sql(rule: Rule) -> str:
                     binding[v.name] = f"{alias}.p{i}"
             else:
                 conds.append(f"{alias}.p{i} = {v}")
+        items = _list_arg(p)
+        if isinstance(items, Param):  # a list variable binds the list's key
+            key = f"skey({alias}.s)"
+            if items.name in binding:
+                conds.append(f"{key} = {binding[items.name]}")
+            else:
+                binding[items.name] = key
+        elif items is not None:
+            conds.append(f"{alias}.s = '{_text(items)}'")
         conds.append(f"{alias}.arity = {len(tensors)}")
         conds.append(f"NOT {alias}.filtered")
         where.append(" AND ".join(conds))
@@ -183,6 +194,7 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     grows: list[dict[str, Any]] = []
     derives: list[tuple[int, str]] = []  # (rule, its values as a SQL list)
     conds_sql: list[tuple[int, str]] = []  # (rule, its conditions as one SQL expression)
+    strings: list[tuple[int, str]] = []  # (rule, the texts of the lists it computes)
     fact_slots: set[int] = set()
     for rid, rule in enumerate(rules):
         if len(rule.lhs) > 2:
@@ -198,12 +210,15 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
             for e in p.exprs():
                 derived.setdefault(e, MAX_VARS + len(derived))
         if derived:
-            values = ", ".join(f"CAST({_value_sql(e, slots)} AS BIGINT)" for e in derived)
+            values = ", ".join(_derived_sql(e, slots) for e in derived)
             derives.append((rid, f"[{values}]"))
+            texts = [_list_text(e, slots) for e in derived if expr_type(e) == "ints"]
+            if texts:
+                strings.append((rid, f"[{', '.join(texts)}]"))
         conds = [g.expr for g in rule.guards if isinstance(g, Cond)] if guards else []
         conds += _implicit(derived)
         if conds:
-            conds_sql.append((rid, " AND ".join(f"({_value_sql(c, slots)})" for c in conds)))
+            conds_sql.append((rid, " AND ".join(_cond_sql(c, slots) for c in conds)))
             fact_slots.update(slots[t.name] for c in conds for t in _fact_vars(c))
         memo: dict[Pattern, int] = {}
         for i, p in enumerate(rule.rhs):
@@ -242,6 +257,7 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         max((r["height"] for r in trows), default=0),
         _cond_statement(conds_sql, fact_slots),
         _derive_statement(derives),
+        _strings_statement(strings),
     )
 
 
@@ -272,12 +288,32 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
         return str(term)
     if isinstance(term, float):
         return f"CAST({term!r} AS DOUBLE)"
+    if isinstance(term, tuple):
+        return f"CAST([{', '.join(map(str, term))}] AS BIGINT[])"
     if isinstance(term, Param):
         col = value(term)
+        if term.type == "ints":  # a list's key, read back as the list
+            return f"ilist({col})"
         return f"f32({col})" if term.type == "float" else col
     assert isinstance(term, Expr)
     op, args = term.op, term.args
     sub = [expr_sql(a, value, shape, weights) if not isinstance(a, Var) else "" for a in args]
+    if op == "shape":
+        return f"CAST({shape(args[0])} AS BIGINT[])"
+    if op == "defined":  # a list computed with every item (compose within the permutation)
+        return f"coalesce(list_count({sub[0]}) = len({sub[0]}), false)"
+    if op == "len":
+        return f"len({sub[0]})"
+    if op == "iota":
+        return f"range(0, {sub[0]})"
+    if op == "at":
+        i = f"({sub[1]})"
+        return f"{sub[0]}[CASE WHEN {i} < 0 THEN len({sub[0]}) + {i} ELSE {i} END + 1]"
+    if op == "compose":  # compose(p, q)[i] = p[q[i]]; NULL items where q points past p
+        return (  # (no subquery inside a lambda: list_select; index 0 reads as NULL)
+            f"list_select({sub[0]}, "
+            f"list_transform({sub[1]}, lambda i: CASE WHEN i >= 0 THEN i + 1 ELSE 0 END))"
+        )
     if op == "rank":
         return f"len({shape(args[0])})"
     if op == "size":
@@ -310,6 +346,33 @@ def _value_sql(term: object, slots: dict[str, int]) -> str:
     )
 
 
+def _derived_sql(e: Expr, slots: dict[str, int]) -> str:
+    """A right-hand side's value as a slot: a number, or a list's key."""
+    if expr_type(e) == "ints":
+        return f"skey({_list_text(e, slots)})"
+    return f"CAST({_rhs_sql(e, slots)} AS BIGINT)"
+
+
+def _list_text(e: Expr, slots: dict[str, int]) -> str:
+    """A list value's text, as a shape operator's ``s`` column holds it ("0_2_1_3")."""
+    return f"array_to_string({_rhs_sql(e, slots)}, '_')"
+
+
+def _rhs_sql(term: object, slots: dict[str, int]) -> str:
+    """``term`` over the match row ``m``, a fact read from its e-class in a subquery (one
+    statement serves every rule: a slot is a class for some rules only)."""
+    return expr_sql(
+        term,
+        lambda p: f"m.v[{slots[p.name] + 1}]",
+        lambda v: f"(SELECT shape FROM eclass WHERE id = m.v[{slots[v.name] + 1}])",
+        lambda v: f"(SELECT all_weights FROM eclass WHERE id = m.v[{slots[v.name] + 1}])",
+    )
+
+
+def _cond_sql(c: Expr, slots: dict[str, int]) -> str:
+    return f"({_value_sql(c, slots)})"
+
+
 def _fact_vars(term: object) -> list[Var]:
     if not isinstance(term, Expr):
         return []
@@ -319,9 +382,13 @@ def _fact_vars(term: object) -> list[Var]:
 
 def _implicit(derived: dict[Expr, int]) -> list[Expr]:
     """What a right-hand side's arithmetic needs to be a parameter: an integer division that
-    divides exactly, a value that fits an e-node's 32-bit parameter."""
+    divides exactly, a value that fits an e-node's 32-bit parameter; a list with every item
+    defined (``compose`` past the end of a permutation is not)."""
     out: list[Expr] = []
     for e in derived:
+        if expr_type(e) == "ints":
+            out.append(Expr("defined", (e,)))
+            continue
         stack: list[object] = [e]
         while stack:
             t = stack.pop()
@@ -373,6 +440,26 @@ def _derive_statement(cases: list[tuple[int, str]]) -> str | None:
     )
 
 
+def _strings_statement(cases: list[tuple[int, str]]) -> str | None:
+    """One statement recording the text of every list the matches' right-hand sides compute,
+    under its key (``strval``), so that instantiation can write it."""
+    if not cases:
+        return None
+    rules = ", ".join(str(rid) for rid, _ in cases)
+    body = "\n            ".join(f"WHEN {rid} THEN {sql}" for rid, sql in cases)
+    return (
+        "-- generated (relsat.engine.compile): the lists right-hand sides compute\n"
+        "INSERT INTO strval\n"
+        "SELECT DISTINCT skey(t), t FROM (\n"
+        "    SELECT unnest(CASE m.rule\n"
+        f"            {body}\n"
+        "        END) AS t\n"
+        f"    FROM match m WHERE m.ok AND m.rule IN ({rules})\n"
+        ")\n"
+        "WHERE t IS NOT NULL AND skey(t) NOT IN (SELECT h FROM strval)"
+    )
+
+
 def _symmetric(rule: Rule) -> bool:
     """TENSAT's symmetric mode applies only when the two sources are equal up to renaming."""
     return (
@@ -391,6 +478,20 @@ def _split_args(p: Pattern) -> tuple[list[Any], list[Pattern | Var]]:
         elif isinstance(arg, Pattern | Var):
             tensors.append(arg)
     return ints, tensors
+
+
+def _list_arg(p: Pattern) -> tuple[int, ...] | Param | Expr | None:
+    """A shape operator's list parameter (a literal, a variable or a list function); None for
+    an operator without one."""
+    for arg, (_, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
+        if kind == "ints":
+            return arg  # type: ignore[return-value]
+    return None
+
+
+def _text(items: tuple[int, ...]) -> str:
+    """A list literal as the e-node column ``s`` holds it: ``0_2_1_3``."""
+    return "_".join(map(str, items))
 
 
 def _add_pattern(
@@ -425,6 +526,7 @@ def _add_pattern(
             rule=rule.name,
         )
     ys = [slots[a.name] if isinstance(a, Param) else -1 for a in ints] + [-1] * MAX_LHS_INTS
+    items = _list_arg(p)
     lits = [a if isinstance(a, int) else -1 for a in ints] + [-1] * MAX_LHS_INTS
     row = {
         "rule": rid,
@@ -453,6 +555,8 @@ def _add_pattern(
         "spos": spos,
         **{f"y{i}": ys[i] for i in range(MAX_LHS_INTS)},
         "comm": p.op in COMMUTATIVE and not rule.ordered,
+        "ls": _text(items) if isinstance(items, tuple) else None,
+        "ys": slots[items.name] if isinstance(items, Param) else -1,
     }
     rows.append(row)
     return len(rows) - 1
@@ -489,6 +593,7 @@ def _add_template(
         slots[a.name] if isinstance(a, Param) else derived[a] if isinstance(a, Expr) else -1
         for a in ints
     ] + [-1] * 6
+    items = _list_arg(p)
     cut_slot = cut_dim = -1
     if p.op == "split":
         source = _size_source(_last_boundary(tensors[0], ints[0]), slots)
@@ -527,6 +632,14 @@ def _add_template(
                 if k == TEMPLATE and rows[r]["height"] == max(heights)
             ),
             -1,
+        ),
+        "s": _text(items) if isinstance(items, tuple) else "",
+        "qs": (
+            slots[items.name]
+            if isinstance(items, Param)
+            else derived[items]
+            if isinstance(items, Expr)
+            else -1
         ),
     }
     rows.append(row)
@@ -609,6 +722,8 @@ _PNODE = pa.schema(
         ("spos", pa.int32()),
         *[(f"y{i}", pa.int32()) for i in range(4)],
         ("comm", pa.bool_()),
+        ("ls", pa.string()),
+        ("ys", pa.int32()),
     ]
 )
 _TNODE = pa.schema(
@@ -632,6 +747,8 @@ _TNODE = pa.schema(
         ("k3", pa.int32()),
         ("r3", pa.int32()),
         ("dref", pa.int32()),
+        ("s", pa.string()),
+        ("qs", pa.int32()),
     ]
 )
 _GUARD = pa.schema(

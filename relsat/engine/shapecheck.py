@@ -42,6 +42,7 @@ _NEWNODE = pa.schema(
         ("rule", pa.int32()),
         ("c2", pa.int64()),
         ("c3", pa.int64()),
+        ("s", pa.string()),
     ]
 )
 
@@ -54,10 +55,12 @@ def infer_enode(
     op: str,
     p: list[int],
     children: list[tuple[str, TensorType, TensorType | None]],
+    s: str = "",
 ) -> tuple[str, TensorType, TensorType | None]:
     """``(kind, type, type of piece 1 for a pair)`` of a rule-built e-node; raises OpError.
 
-    ``children`` are ``(kind, type, type2)`` of the child classes in order.
+    ``children`` are ``(kind, type, type2)`` of the child classes in order; ``s`` the list
+    parameter of a shape operator (``"0_2_1_3"``).
 
     >>> infer_enode("matmul", [0], [("tensor", TensorType((2, 3)), None),
     ...                            ("tensor", TensorType((3, 4)), None)])[1].shape
@@ -80,11 +83,11 @@ def infer_enode(
         return "pair", first, second
     if op == "concat" and any(t.rank != p[1] for t in types):
         raise OpError(f"concat of rank {p[1]} built from inputs of other ranks")
-    (out,) = infer(op, _params(op, p), types)
+    (out,) = infer(op, _params(op, p, s), types)
     return "tensor", out, None
 
 
-def _params(op: str, p: list[int]) -> Params:
+def _params(op: str, p: list[int], s: str = "") -> Params:
     floats = int_params(op, p)  # an op with a float parameter (float32 bits in p0)
     if floats is not None:
         return floats
@@ -96,6 +99,14 @@ def _params(op: str, p: list[int]) -> Params:
         return Params(axis=p[0])
     if op == "merge":
         return Params(count=p[0])
+    if op in ("transpose", "reshape"):
+        try:
+            items = tuple(int(v) for v in s.split("_")) if s else ()
+        except ValueError:
+            raise OpError(f"bad list parameter {s!r}") from None
+        if op == "reshape":
+            return Params(shape=items)
+        return Params(perm=items, shuffle=bool(p[0]))
     return Params()
 
 
@@ -147,9 +158,12 @@ def check_new(db: Database) -> int:
     ctype, cweights, built = _existing_children(rows, child, arity, types)
     ops = pc.dictionary_encode(rows["op"]).combine_chunks()
     op_names = ops.dictionary.to_pylist()
+    lists = pc.dictionary_encode(rows["s"]).combine_chunks()  # shape operators' list parameters
+    list_texts = lists.dictionary.to_pylist()
     fixed = np.stack(
         [ops.indices.to_numpy(), arity, *[rows[f"p{i}"].to_numpy() for i in range(6)]], axis=1
     ).astype(np.int64)
+    text = lists.indices.to_numpy().astype(np.int64)[:, None]
     result = np.zeros(n, dtype=np.int64)  # type id of each new node
     weights = np.ones(n, dtype=bool)
     done = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))  # lower heights
@@ -160,8 +174,10 @@ def check_new(db: Database) -> int:
         for j in range(len(_SIDES)):  # children built at a lower height of the phase
             idx = lo + np.flatnonzero(built[lo:hi, j])
             ctype[idx, j], cweights[idx, j] = _lookup(done, child[idx, j])
-        keys, inverse = np.unique(
-            np.concatenate([fixed[lo:hi], ctype[lo:hi]], axis=1), axis=0, return_inverse=True
+        keys, inverse = np.unique(  # op, arity, p0…p5, child types, list parameter
+            np.concatenate([fixed[lo:hi], ctype[lo:hi], text[lo:hi]], axis=1),
+            axis=0,
+            return_inverse=True,
         )
         verdicts = np.empty(len(keys), dtype=np.int64)
         for k, key in enumerate(keys.tolist()):
@@ -171,7 +187,10 @@ def check_new(db: Database) -> int:
             kids = [types.values[t] for t in key[8 : 8 + key[1]]]
             verdicts[k] = types.id(
                 _check(
-                    op_names[key[0]], key[2:8], [(kd, t, t2, True, ok) for kd, t, t2, ok in kids]
+                    op_names[key[0]],
+                    key[2:8],
+                    [(kd, t, t2, True, ok) for kd, t, t2, ok in kids],
+                    list_texts[key[-1]],
                 )
             )
         result[lo:hi] = verdicts[inverse.ravel()]
@@ -258,12 +277,13 @@ def _check(
     op: str,
     p: list[int],
     children: list[_Analysis],
+    s: str = "",
 ) -> tuple[str | None, TensorType | None, TensorType | None, bool]:
     """The analysis of one new e-node: kind, type, type of piece 1, valid."""
     if not all(ok and t is not None for _, t, _, _, ok in children):
         return None, None, None, False
     try:
-        kind, t, t2 = infer_enode(op, p, [(k, t, t2) for k, t, t2, _, _ in children])  # type: ignore[misc]
+        kind, t, t2 = infer_enode(op, p, [(k, t, t2) for k, t, t2, _, _ in children], s)  # type: ignore[misc]
     except OpError:
         return None, None, None, False
     return kind, t, t2, True
@@ -282,7 +302,7 @@ def shape_disagreements(db: Database) -> list[tuple[int, str, str]]:
             for s in ("a", "b", "c")[: r["arity"]]
         ]
         try:
-            kind, t, t2 = infer_enode(r["op"], p, children)  # type: ignore[arg-type]
+            kind, t, t2 = infer_enode(r["op"], p, children, r["s"])  # type: ignore[arg-type]
         except OpError as exc:
             bad.append((r["id"], r["op"], f"invalid: {exc}"))
             continue

@@ -82,8 +82,14 @@ Shapes = Mapping[str, tuple[int, ...]]
 def _shapes_text(shapes: Shapes, values: Mapping[str, Num] | None = None) -> str:
     text = ", ".join(f"?{n} {list(s)}" for n, s in shapes.items())
     if values:
-        text += ", " + ", ".join(f"?{n} = {v:g}" for n, v in values.items())
+        text += ", " + ", ".join(f"?{n} = {_value_text(v)}" for n, v in values.items())
     return text
+
+
+def _value_text(v: object) -> str:
+    if isinstance(v, tuple):  # a list
+        return "[" + " ".join(map(str, v)) + "]"
+    return f"{v:g}"
 
 
 def _where(inst: Instance) -> str:

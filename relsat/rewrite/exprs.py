@@ -12,7 +12,11 @@ tensors bound (:data:`FACTS`: ``rank(?x)``, ``dim(?x, -1)``, ``weights(?x)``), w
     where dim(?x, -1) == 2 * ?d
 
 Types: ``int`` and ``float`` parameters (a float parameter is stored as its float32 bits, as every
-float parameter of an e-node is); arithmetic on ints gives an int (``/`` must divide exactly: a
+float parameter of an e-node is), and ``ints``, a list of integers: a transpose's permutation, a
+reshape's shape (``(transpose ?x ?p:ints ?s:int)``), written ``[0 2 1 3]`` as a literal and read
+with the list functions of :data:`FUNCS` (``len(?p)``, ``at(?p, -1)``, ``compose(?p, ?q)``,
+``iota(n)``) and the fact ``shape(?x)``; lists compare with ``==`` and ``!=``.
+Arithmetic on ints gives an int (``/`` must divide exactly: a
 right-hand side that divides adds the condition that it does), on a float a float; comparisons,
 ``and``, ``or`` and ``not`` give a boolean. A fact's first argument is a tensor variable; a negative
 axis counts from the last (``dim(?x, -1)`` is the last dim whatever the rank).
@@ -38,6 +42,7 @@ __all__ = [
     "ARITH",
     "COMPARE",
     "FACTS",
+    "FUNCS",
     "LOGIC",
     "Cond",
     "Expr",
@@ -52,7 +57,7 @@ __all__ = [
 ]
 
 #: Parameter types a variable can be declared with.
-PARAM_TYPES = ("int", "float")
+PARAM_TYPES = ("int", "float", "ints")
 ARITH = ("+", "-", "*", "/", "%")
 COMPARE = ("<", "<=", "==", "!=", ">", ">=")
 LOGIC = ("and", "or", "not")
@@ -67,7 +72,7 @@ class Param:
 
     def __post_init__(self) -> None:
         if self.type not in PARAM_TYPES:
-            raise RuleError(f"?{self.name}: unknown type {self.type!r} (known: int, float)")
+            raise RuleError(f"?{self.name}: unknown type {self.type!r} (known: int, float, ints)")
 
     def __str__(self) -> str:  # the type is written once per rule (relsat.rewrite.rules)
         return f"?{self.name}"
@@ -89,6 +94,17 @@ FACTS: dict[str, Fact] = {
     "dim": Fact(("tensor", "int"), "int", "dim i of ?x (a negative i counts from the last)"),
     "size": Fact(("tensor",), "int", "the number of elements of ?x"),
     "weights": Fact(("tensor",), "bool", "?x is computed from weights alone (a constant)"),
+    "shape": Fact(("tensor",), "ints", "the dims of ?x, as a list"),
+}
+
+#: Functions of lists (``ints``): argument types and the result's type.
+FUNCS: dict[str, Fact] = {
+    "len": Fact(("ints",), "int", "the length of a list"),
+    "at": Fact(("ints", "int"), "int", "item i of a list (a negative i counts from the last)"),
+    "compose": Fact(
+        ("ints", "ints"), "ints", "compose(p, q)[i] = p[q[i]]: a transpose by p, then by q"
+    ),
+    "iota": Fact(("int",), "ints", "[0, 1, …, n - 1]: the identity permutation of n dims"),
 }
 
 
@@ -128,6 +144,8 @@ _PREC.update({"*": 6, "/": 6, "%": 6, "neg": 7})
 
 
 def _num(value: object) -> str:
+    if isinstance(value, tuple):  # an ints literal
+        return "[" + " ".join(map(str, value)) + "]"
     if isinstance(value, float):
         text = repr(value)
         return text if any(c in text for c in ".en") else text + ".0"
@@ -136,9 +154,9 @@ def _num(value: object) -> str:
 
 def _infix(term: object, outer: int) -> str:
     if not isinstance(term, Expr):
-        return _num(term) if isinstance(term, int | float) else str(term)
+        return _num(term) if isinstance(term, int | float | tuple) else str(term)
     op, args = term.op, term.args
-    if op in FACTS:
+    if op in FACTS or op in FUNCS:
         return f"{op}({', '.join(_infix(a, 0) for a in args)})"
     if op == "chain":  # a < b < c: the two comparisons share b, printed once
         first, second = args
@@ -168,7 +186,7 @@ def sexpr(term: object) -> str:
     """A right-hand side's value in s-expression form: ``(* ?n 2)``."""
     if isinstance(term, Expr):
         return "(" + " ".join([term.op, *(sexpr(a) for a in term.args)]) + ")"
-    return _num(term) if isinstance(term, int | float) else str(term)
+    return _num(term) if isinstance(term, int | float | tuple) else str(term)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,11 +212,14 @@ def tensors_of(term: object) -> Iterator[object]:
 
 
 def expr_type(term: object) -> str:
-    """``int``, ``float`` or ``bool``; raises :class:`RuleError` for an ill-typed expression."""
+    """``int``, ``float``, ``ints`` or ``bool``; raises :class:`RuleError` for an ill-typed
+    expression."""
     if isinstance(term, bool):
         return "bool"
     if isinstance(term, int):
         return "int"
+    if isinstance(term, tuple):
+        return "ints"
     if isinstance(term, float):
         return "float"
     if isinstance(term, Param):
@@ -216,7 +237,19 @@ def expr_type(term: object) -> str:
             if kind == "int" and expr_type(a) != "int":
                 raise RuleError(f"{op}'s axis must be an integer, got {a}")
         return fact.type
+    if op in FUNCS:
+        fn = FUNCS[op]
+        if len(args) != len(fn.params):
+            raise RuleError(f"{op} takes {len(fn.params)} arguments, got {len(args)}")
+        for want, a in zip(fn.params, args, strict=True):
+            if expr_type(a) != want:
+                raise RuleError(f"{op} takes {', '.join(fn.params)}, got {_infix(term, 0)}")
+        return fn.type
     types = [expr_type(a) for a in args]
+    if "ints" in types:
+        if op not in ("==", "!=") or types != ["ints", "ints"]:
+            raise RuleError(f"lists compare with == and != only, got {_infix(term, 0)}")
+        return "bool"
     if op in ("and", "or", "not", "chain"):
         if any(t != "bool" for t in types):
             raise RuleError(f"'{op}' takes conditions, got {_infix(term, 0)}")
@@ -242,7 +275,7 @@ def evaluate(
     """``term``'s value with parameters from ``values`` and tensor shapes from ``shapes``; None
     where it is undefined (an integer division that leaves a remainder, a dim past the rank, a
     division by zero). Floats are computed in float64, parameters as given."""
-    if isinstance(term, int | float):
+    if isinstance(term, int | float | tuple):
         return term
     if isinstance(term, Param):
         return values[term.name]
@@ -260,6 +293,8 @@ def evaluate(
             return len(shape)
         if op == "size":
             return math.prod(shape)
+        if op == "shape":
+            return shape
         axis = evaluate(args[1], values, shapes)
         if not isinstance(axis, int):
             return None
@@ -271,6 +306,8 @@ def evaluate(
     vals = [evaluate(a, values, shapes) for a in args]
     if any(v is None for v in vals):
         return None
+    if op in FUNCS:
+        return _function(op, vals)
     if op == "not":
         return not vals[0]
     if op == "neg":
@@ -302,3 +339,22 @@ def evaluate(
     if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
         return a // b if a % b == 0 else None
     return a / b  # type: ignore[operator]
+
+
+def _function(op: str, vals: list[object]) -> object:
+    """A list function (:data:`FUNCS`) of evaluated arguments; None where undefined."""
+    if op == "len":
+        return len(vals[0])  # type: ignore[arg-type]
+    if op == "iota":
+        n = vals[0]
+        return tuple(range(n)) if isinstance(n, int) and n >= 0 else None
+    if op == "at":
+        items, i = vals
+        assert isinstance(items, tuple) and isinstance(i, int)
+        i = i + len(items) if i < 0 else i
+        return items[i] if 0 <= i < len(items) else None
+    p, q = vals  # compose
+    assert isinstance(p, tuple) and isinstance(q, tuple)
+    if any(not 0 <= i < len(p) for i in q):
+        return None
+    return tuple(p[i] for i in q)

@@ -97,8 +97,8 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
     make = _MAKERS.get(term.op)
     if make is None:
         raise GraphError(f"operator {term.op!r} cannot be built from a rule", op=term.op)
-    ints = tuple(a for a in term.args if isinstance(a, int))
-    args = [_build(builder, a, env, memo) for a in term.args if not isinstance(a, int)]
+    ints = tuple(a for a in term.args if isinstance(a, int | tuple))  # a list: as one item
+    args = [_build(builder, a, env, memo) for a in term.args if not isinstance(a, int | tuple)]
     if term.op in ("split_0", "split_1"):
         (pair,) = args
         if not isinstance(pair, tuple):
@@ -204,6 +204,8 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value
     "rotary": lambda b, i, xs: b.rotary(xs[0], xs[1], xs[2], interleaved=bool(i[0])),
     "gqa": lambda b, i, xs: b.gqa(xs[0], xs[1], xs[2], xs[3], from_f32_bits(i[0])),
     "repeatkv": lambda b, i, xs: b.repeatkv(xs[0], i[0]),
+    "transpose": lambda b, i, xs: b.transpose(xs[0], i[0], shuffle=bool(i[1])),
+    "reshape": lambda b, i, xs: b.reshape(xs[0], i[0]),
 }
 
 

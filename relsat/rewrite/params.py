@@ -18,6 +18,7 @@ check against the drawn shapes.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -41,18 +42,38 @@ DOMAINS: dict[str, tuple[int, ...]] = {
     "kernel_h": (1, 2, 3),
     "kernel_w": (1, 2, 3),
     "interleaved": (0, 1),
+    "shuffle": (0, 1),
 }
 
 
-def _domain(rule: Rule, param: Param) -> tuple[int, ...] | None:
+#: Lists a list variable is drawn from: every permutation of 2 and 3 dims and some of 4 (a
+#: transpose's), shapes of 24 elements (a reshape's: any two of them reshape into each other).
+LIST_DOMAINS: dict[str, tuple[tuple[int, ...], ...]] = {
+    "perm": (
+        *itertools.permutations(range(2)),
+        *itertools.permutations(range(3)),
+        (0, 1, 2, 3),
+        (0, 2, 1, 3),
+        (0, 2, 3, 1),
+        (0, 1, 3, 2),
+        (3, 2, 1, 0),
+    ),
+    "shape": ((24,), (4, 6), (6, 4), (2, 12), (2, 3, 4), (1, 24), (2, 2, 6), (1, 2, 3, 4)),
+}
+
+
+def _domain(rule: Rule, param: Param) -> tuple[Any, ...] | None:
     """The domain of the first operator parameter ``param`` is bound at, if it has one."""
     stack: list[object] = list(rule.lhs)
     while stack:
         p = stack.pop()
         if isinstance(p, Pattern):
             for arg, (name, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
-                if kind == "int" and isinstance(arg, Param) and arg.name == param.name:
-                    return DOMAINS.get(name)
+                if isinstance(arg, Param) and arg.name == param.name:
+                    if kind == "ints":
+                        return LIST_DOMAINS.get(name)
+                    if kind == "int":
+                        return DOMAINS.get(name)
             stack.extend(p.args)
     return None
 
@@ -98,7 +119,15 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num]:
     e-node stores them)."""
     conds = [g.expr for g in rule.guards if isinstance(g, Cond)]
     values: dict[str, Num] = {}
+    lists = any(p.type == "ints" for p in rule.params)
+    rank = choose((2, 3, 4)) if lists else 0  # one rank for a draw's permutations: they compose
     for p in rule.params:
+        if p.type == "ints":
+            pool = _domain(rule, p) or LIST_DOMAINS["perm"]
+            if pool is LIST_DOMAINS["perm"]:
+                pool = tuple(q for q in pool if len(q) == rank)
+            values[p.name] = tuple(choose(pool))
+            continue
         v = choose(_domain(rule, p) or _pool(p, conds))
         values[p.name] = from_f32_bits(f32_bits(float(v))) if p.type == "float" else int(v)
     for _ in range(2):  # ?a == <expr of the others>: set ?a (twice: chains of equalities)
@@ -123,10 +152,12 @@ def specialize(rule: Rule, values: Mapping[str, Num]) -> tuple[Rule, list[Expr]]
     kept; the conditions (to evaluate with shapes and ``values``) returned beside it. Raises
     :class:`Undefined` where a right-hand side's arithmetic has no value."""
 
-    def lit(op: str, index: int, term: object) -> int:
+    def lit(op: str, index: int, term: object) -> Any:
         v = evaluate(term, values, {})
         if v is None or isinstance(v, bool):
             raise Undefined(f"{term} has no value at {dict(values)}")
+        if isinstance(v, tuple):  # a list
+            return v
         if param_type(op, index) == "float":
             return f32_bits(float(v))
         return int(v)
@@ -136,15 +167,14 @@ def specialize(rule: Rule, values: Mapping[str, Num]) -> tuple[Rule, list[Expr]]
             return term
         args: list[Term] = []
         index = 0
-        for a in term.args:
-            if isinstance(a, Param | Expr):
-                args.append(lit(term.op, index, a))
-                index += 1
-            elif isinstance(a, int):
-                args.append(a)
-                index += 1
-            else:
+        for a, (_, kind) in zip(term.args, OPERATORS[term.op].params, strict=True):
+            if kind == "tensor":
                 args.append(sub(a))
+            elif isinstance(a, Param | Expr):
+                args.append(lit(term.op, index, a))
+            else:
+                args.append(a)
+            index += kind == "int"
         return Pattern(term.op, tuple(args))
 
     named = tuple(g for g in rule.guards if isinstance(g, Guard))

@@ -61,7 +61,17 @@ from pathlib import Path
 from relsat.errors import RuleError, RuleSyntaxError
 from relsat.graph.ops import f32_bits
 from relsat.paths import data_dir
-from relsat.rewrite.exprs import ARITH, COMPARE, FACTS, PARAM_TYPES, Cond, Expr, Param, expr_type
+from relsat.rewrite.exprs import (
+    ARITH,
+    COMPARE,
+    FACTS,
+    FUNCS,
+    PARAM_TYPES,
+    Cond,
+    Expr,
+    Param,
+    expr_type,
+)
 from relsat.rewrite.rules import (
     _KIND_TEXT,
     GUARDS,
@@ -88,14 +98,14 @@ RULES_DIR = data_dir("rules")
 # S-expressions
 
 _TOKEN = re.compile(
-    r"(?P<lp>\()|(?P<rp>\))|(?P<arrow>=>)"
-    r"|(?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))(?=[\s()]|=>|$)"
-    r"|(?P<int>\d+)(?=[\s()]|=>|$)"
-    r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?)(?=[\s()]|=>|$)"
-    r"|(?P<sym>[A-Za-z_][A-Za-z0-9_]*)(?=[\s()]|=>|$)"
+    r"(?P<lp>\()|(?P<rp>\))|(?P<lb>\[)|(?P<rb>\])|(?P<arrow>=>)"
+    r"|(?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))(?=[\s()\[\]]|=>|$)"
+    r"|(?P<int>-?\d+)(?=[\s()\[\]]|=>|$)"
+    r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?)(?=[\s()\[\]]|=>|$)"
+    r"|(?P<sym>[A-Za-z_][A-Za-z0-9_]*)(?=[\s()\[\]]|=>|$)"
     r"|(?P<arith>[-+*/%])(?=\s)"
 )
-_BAD = re.compile(r"[^\s()]+")
+_BAD = re.compile(r"[^\s()\[\]]+")
 
 
 @dataclass
@@ -175,8 +185,15 @@ class _Line:
                     self.syntax(f"expected an operator name after '(', found {found}", col + 1)
                 assert op_tok is not None
                 self.i += 1
-                self._check_op(op_tok[1], op_tok[2])
+                if op_tok[1] not in FUNCS and op_tok[1] not in FACTS:  # else a list function
+                    self._check_op(op_tok[1], op_tok[2])
                 stack.append(_Frame(op_tok[1], col, []))
+                continue
+            if kind == "lb":
+                value = self._list(col)
+                if not stack:
+                    return value
+                stack[-1].args.append((value, col))
                 continue
             if kind == "rp":
                 if not stack:
@@ -200,13 +217,27 @@ class _Line:
                 return value
             stack[-1].args.append((value, col))
 
+    def _list(self, col: int) -> tuple[int, ...]:
+        """``[0 2 1 3]``: an ``ints`` literal (the ``[`` at ``col`` taken)."""
+        items: list[int] = []
+        while True:
+            if self.i >= len(self.tokens):
+                self.syntax(f"'[' at col {col} is never closed", self.end_col())
+            kind, text, tcol = self.tokens[self.i]
+            self.i += 1
+            if kind == "rb":
+                return tuple(items)
+            if kind != "int":
+                self.syntax(f"a list holds integers, found {text!r}", tcol)
+            items.append(int(text))
+
     def _var(self, text: str, col: int) -> Var | Param:
         """``?x`` (a tensor, or a parameter already typed in this rule) or ``?x:type``."""
         name, _, typ = text[1:].partition(":")
         if not typ:
             return Var(name)
         if typ not in PARAM_TYPES:
-            self.semantic(f"unknown type {typ!r} of ?{name} (known: int, float)", col)
+            self.semantic(f"unknown type {typ!r} of ?{name} (known: int, float, ints)", col)
         if self.types.setdefault(name, typ) != typ:
             self.semantic(f"?{name} is used as {self.types[name]} and as {typ}", col)
         return Param(name, typ)
@@ -238,6 +269,18 @@ class _Line:
             self.semantic(f"operator {op!r} takes string arguments and cannot be in rules", col)
 
     def _close(self, frame: _Frame) -> Pattern | Expr:
+        if frame.op in FUNCS or frame.op in FACTS:  # (compose ?p ?q), (shape ?x), (dim ?x 0)
+            fn = FUNCS.get(frame.op) or FACTS[frame.op]
+            if len(frame.args) != len(fn.params):
+                self.semantic(
+                    f"{frame.op} takes {len(fn.params)} arguments, got {len(frame.args)}",
+                    frame.col,
+                )
+            args = tuple(
+                a if kind == "tensor" and isinstance(a, Var) else self._value(a, c)
+                for kind, (a, c) in zip(fn.params, frame.args, strict=True)
+            )
+            return Expr(frame.op, args)
         if frame.op in ARITH:
             args = tuple(self._value(a, c) for a, c in frame.args)
             if frame.op == "-" and len(args) == 1:
@@ -257,6 +300,8 @@ class _Line:
             if kind == "int":
                 arg = self._param(arg, param_type(frame.op, index), col)  # type: ignore[assignment]
                 index += 1
+            elif kind == "ints":
+                arg = self._param(arg, "ints", col)  # type: ignore[assignment]
             elif isinstance(arg, Var) and arg.name in self.types:
                 self.semantic(
                     f"?{arg.name} is a number ({self.types[arg.name]}), used as a tensor", col
@@ -416,7 +461,7 @@ _COND_TOKEN = re.compile(
     r"(?P<num>\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)"
     r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?)"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_-]*)"
-    r"|(?P<op><=|>=|==|!=|<|>|[-+*/%(),])"
+    r"|(?P<op><=|>=|==|!=|<|>|[-+*/%(),\[\]])"
 )
 
 
@@ -557,11 +602,33 @@ class _CondParser:
             inner = self.disjunction()
             self.take(")")
             return inner
+        if text == "[":  # an ints literal: [0, 2, 1, 3] or [0 2 1 3]
+            items: list[int] = []
+            while (tok := self.peek()) is not None and tok[1] != "]":
+                self.i += 1
+                if tok[1] == ",":
+                    continue
+                sign = 1
+                if tok[1] == "-" and (nxt := self.peek()) is not None:
+                    self.i, sign, tok = self.i + 1, -1, nxt
+                if tok[0] != "num" or not tok[1].isdigit():
+                    self.fail(f"a list holds integers, found {tok[1]!r}", tok[2])
+                items.append(sign * int(tok[1]))
+            self.take("]")
+            return tuple(items)
+        if kind == "name" and text in FUNCS:
+            self.take("(")
+            args = [self.disjunction()]
+            while (tok := self.peek()) is not None and tok[1] == ",":
+                self.i += 1
+                args.append(self.disjunction())
+            self.take(")")
+            return Expr(text, tuple(args))
         if kind == "name":
             if text not in FACTS:
                 self.fail(
                     f"unknown guard {text!r} (guards: {', '.join(GUARDS)}; facts of a condition: "
-                    f"{', '.join(FACTS)})",
+                    f"{', '.join(FACTS)}; functions: {', '.join(FUNCS)})",
                     col,
                     syntax=False,
                 )

@@ -137,8 +137,9 @@ OPERATORS: dict[str, OpSignature] = {
     "enlarge": _sig("weight reference"),
     "poolmax": _sig(_POOL),
     "poolavg": _sig(_POOL),
-    "transpose": _sig("input permutation:str shuffle:int"),
-    "reshape": _sig("input shape:str"),
+    # shape operators: a list parameter (``ints``: the enode's string column, "0_2_1_3")
+    "transpose": _sig("input perm:ints shuffle:int"),
+    "reshape": _sig("input shape:ints"),
     "noop": _sig("a b"),
     "batchnorm": _sig("input scale bias mean var"),
     "input": _sig("name:str"),
@@ -227,7 +228,7 @@ class Pattern:
                 )
 
     def __str__(self) -> str:
-        args = [sexpr(a) if isinstance(a, Expr) else str(a) for a in self.args]
+        args = [sexpr(a) if isinstance(a, Expr | tuple) else str(a) for a in self.args]
         if self.op in FLOAT_PARAMS and isinstance(self.args[0], int):
             args[0] = str(np.float32(from_f32_bits(self.args[0])))  # a float literal, as written
         return "(" + " ".join([self.op, *args]) + ")"
@@ -257,6 +258,7 @@ class Pattern:
 
 _KIND_TEXT = {
     "int": "an integer, a ?variable:type or arithmetic",
+    "ints": "a list [0 2 1 3], a ?variable:ints or a list function",
     "tensor": "a tensor (pattern or ?variable)",
     "str": "a string",
 }
@@ -265,7 +267,16 @@ _KIND_TEXT = {
 def _kind(term: object) -> str:
     if isinstance(term, bool):
         return "other"
-    if isinstance(term, int | Param | Expr):
+    if isinstance(term, tuple) and all(isinstance(i, int) for i in term):
+        return "ints"
+    if isinstance(term, Param):
+        return "ints" if term.type == "ints" else "int"
+    if isinstance(term, Expr):
+        try:
+            return "ints" if expr_type(term) == "ints" else "int"
+        except RuleError:
+            return "int"  # reported with its place by the parameter check
+    if isinstance(term, int):
         return "int"
     return "tensor" if isinstance(term, Pattern | Var) else "other"
 
@@ -389,7 +400,8 @@ def _check_rule(rule: Rule) -> None:
         fail("'symmetric' applies to multi-pattern rules only", ("flag", 0))
     bound = set(rule.bound)
     for i, rhs in enumerate(rule.rhs):
-        for v in rhs.vars():
+        used = [*rhs.vars(), *(v for e in rhs.exprs() for v in tensors_of(e))]
+        for v in used:
             if v not in bound:
                 fail(f"right-hand side uses {v}, which no left-hand side binds", ("eq", i))
     _check_params(rule, fail)
@@ -424,14 +436,16 @@ def _check_params(rule: Rule, fail: object) -> None:
             for node in _nodes(p):
                 sig = OPERATORS[node.op].params
                 ints = [a for a, (_, k) in zip(node.args, sig, strict=True) if k == "int"]
-                for j, arg in enumerate(ints):
+                lists = [a for a, (_, k) in zip(node.args, sig, strict=True) if k == "ints"]
+                places = [(j, a, param_type(node.op, j)) for j, a in enumerate(ints)]
+                places += [(len(ints) + j, a, "ints") for j, a in enumerate(lists)]
+                for j, arg, want in places:
                     if isinstance(arg, Expr) and side == "lhs":
                         fail(  # type: ignore[operator]
                             f"arithmetic {sexpr(arg)} in a left-hand side: bind a ?variable "
                             "there and say what it must be in a 'where' line",
                             part,
                         )
-                    want = param_type(node.op, j)
                     for v in params_of(arg):
                         if v.name in tensors:
                             fail(f"?{v.name} is used as a tensor and as a {v.type}", part)  # type: ignore[operator]

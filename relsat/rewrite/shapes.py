@@ -102,7 +102,13 @@ def _text(key: Any) -> str:
 
 
 def _tensor_args(p: Pattern) -> list[Term]:
-    return [a for a in p.args if not isinstance(a, int)]
+    return [a for a in p.args if not isinstance(a, int | tuple)]
+
+
+def _list(p: Pattern) -> tuple[int, ...]:
+    """A shape operator's list parameter (a literal once the rule is specialized)."""
+    (items,) = [a for a in p.args if isinstance(a, tuple)]
+    return items
 
 
 #: Operators whose output has their (broadcast) inputs' shape.
@@ -178,6 +184,13 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
             ranks.matmul.add(ranks.root(key))
     elif op in ("split_0", "split_1"):
         ranks.union(key, kids[0])
+    elif op == "transpose":
+        for k in (key, *kids):
+            ranks.fix(k, len(_list(term)))
+    elif op == "reshape":  # a variable reshaped: drawn as the target's shape (see _op)
+        ranks.fix(key, len(_list(term)))
+        if isinstance(term.args[0], Var) and ranks.root(kids[0]) not in ranks.fixed:
+            ranks.fix(kids[0], len(_list(term)))
     else:
         raise Unsolvable(f"the shape solver does not model {op!r}")
     return key
@@ -354,6 +367,15 @@ class _Solver:
             return [*q[:3], v[3]]
         if op == "reducemean":
             return [*kids[0][:-1], ("const", 1)]
+        if op == "transpose":
+            return [kids[0][i] for i in _list(p)]
+        if op == "reshape":  # a variable reshaped is drawn as the target's shape: the lists
+            target = [("const", n) for n in _list(p)]  # a rule's reshapes are drawn from
+            free = all(d.resolve(x)[0] == "sym" for x in kids[0])  # (relsat.rewrite.params)
+            if isinstance(p.args[0], Var) and free and len(kids[0]) == len(target):  # all hold
+                for x, y in zip(kids[0], target, strict=True):  # 24 elements, so that any of
+                    d.unify(x, y)  # them reshapes into any other
+            return target
         if op == "slice":
             axis, start, end = ints
             return [("const", end - start) if i == axis else e for i, e in enumerate(kids[0])]

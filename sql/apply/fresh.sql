@@ -7,7 +7,7 @@ WITH f AS (
            any_value(c.p0) AS p0, any_value(c.p1) AS p1, any_value(c.p2) AS p2,
            any_value(c.p3) AS p3, any_value(c.p4) AS p4, any_value(c.p5) AS p5,
            any_value(c.arity) AS arity, any_value(c.c0) AS c0, any_value(c.c1) AS c1,
-           any_value(c.c2) AS c2, any_value(c.c3) AS c3,
+           any_value(c.c2) AS c2, any_value(c.c3) AS c3, any_value(c.s) AS s,
            arg_min(m.rule, m.mid) AS rule
     FROM cand c JOIN match m ON m.mid = c.mid
     WHERE c.fresh

@@ -5,7 +5,8 @@
 -- h has a child of height h - 1, its `tnode.dref`). Children are bound variables or templates of
 -- lower height (`recurring.lvl`); a split's cut is dim cut_dim of the class bound to slot cut_slot;
 -- parameter i is the literal p_i, or slot q_i of the match (a parameter variable or a value the
--- rule computed, relsat/engine/compile.py).
+-- rule computed, relsat/engine/compile.py); a shape operator's list parameter s is the literal
+-- or the list whose key slot qs holds (read back through `strs`).
 -- Hash-cons against the e-graph: an existing e-node gives its class; a node that does not exist
 -- yet gets a fresh class id, one per distinct node of its height (never an id that union-find has
 -- merged away, nor one an earlier chunk of the phase gave to a node that `newnode` still holds,
@@ -15,13 +16,13 @@ WITH RECURSIVE base AS MATERIALIZED (
     SELECT greatest((SELECT coalesce(max(id), -1) FROM eclass),
                     (SELECT coalesce(max(id), -1) FROM uf),
                     (SELECT coalesce(max(class), -1) FROM newnode)) AS top
-), lvl(mid, tid, height, op, p0, p1, p2, p3, p4, p5, arity, c0, c1, class, fresh, c2, c3)
+), lvl(mid, tid, height, op, p0, p1, p2, p3, p4, p5, arity, c0, c1, class, fresh, c2, c3, s)
 USING KEY (mid, tid) AS (
     SELECT mid, tid, height, op, p0, coalesce(p1, -1), p2, p3, p4, p5, arity, c0, c1,
            coalesce(existing, (SELECT top FROM base)
                     + dense_rank() OVER (PARTITION BY existing IS NULL
-                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3)),
-           existing IS NULL, c2, c3
+                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3, s)),
+           existing IS NULL, c2, c3, s
     FROM (
         SELECT c.*, e.class AS existing
         FROM (
@@ -37,15 +38,17 @@ USING KEY (mid, tid) AS (
                    CASE t.k0 WHEN 1 THEN m.v[t.r0 + 1] ELSE -1 END AS c0,
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] ELSE -1 END AS c2,
-                   CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] ELSE -1 END AS c3
+                   CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] ELSE -1 END AS c3,
+                   CASE WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
             FROM match m
             JOIN tnode t ON t.rule = m.rule AND t.height = 0
+            LEFT JOIN strs sv ON t.qs >= 0 AND sv.h = m.v[t.qs + 1]
             LEFT JOIN eclass vc ON vc.id = m.v[t.cut_slot + 1] AND t.op = 'split'
             WHERE m.ok AND m.mid BETWEEN $lo AND $hi
         ) c
         LEFT JOIN enode e
           ON e.op = c.op AND e.p0 = c.p0 AND e.p1 = c.p1 AND e.p2 = c.p2 AND e.p3 = c.p3
-         AND e.p4 = c.p4 AND e.p5 = c.p5 AND e.s = '' AND e.arity = c.arity
+         AND e.p4 = c.p4 AND e.p5 = c.p5 AND e.s = c.s AND e.arity = c.arity
          AND e.c0 = c.c0 AND e.c1 = c.c1 AND e.c2 = c.c2 AND e.c3 = c.c3
     )
     UNION
@@ -53,8 +56,8 @@ USING KEY (mid, tid) AS (
            coalesce(existing, greatest((SELECT top FROM base),
                                        (SELECT max(class) FROM recurring.lvl))
                     + dense_rank() OVER (PARTITION BY existing IS NULL
-                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3)),
-           existing IS NULL, c2, c3
+                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3, s)),
+           existing IS NULL, c2, c3, s
     FROM (
         SELECT c.*, e.class AS existing
         FROM (
@@ -70,7 +73,8 @@ USING KEY (mid, tid) AS (
                    CASE t.k0 WHEN 1 THEN m.v[t.r0 + 1] WHEN 2 THEN i0.class ELSE -1 END AS c0,
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] WHEN 2 THEN i1.class ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] WHEN 2 THEN i2.class ELSE -1 END AS c2,
-                   CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] WHEN 2 THEN i3.class ELSE -1 END AS c3
+                   CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] WHEN 2 THEN i3.class ELSE -1 END AS c3,
+                   CASE WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
             FROM lvl w
             JOIN tnode t ON t.dref = w.tid
             JOIN match m ON m.mid = w.mid
@@ -78,11 +82,12 @@ USING KEY (mid, tid) AS (
             LEFT JOIN recurring.lvl i1 ON i1.mid = m.mid AND i1.tid = t.r1 AND t.k1 = 2
             LEFT JOIN recurring.lvl i2 ON i2.mid = m.mid AND i2.tid = t.r2 AND t.k2 = 2
             LEFT JOIN recurring.lvl i3 ON i3.mid = m.mid AND i3.tid = t.r3 AND t.k3 = 2
+            LEFT JOIN strs sv ON t.qs >= 0 AND sv.h = m.v[t.qs + 1]
             LEFT JOIN eclass vc ON vc.id = m.v[t.cut_slot + 1] AND t.op = 'split'
         ) c
         LEFT JOIN enode e
           ON e.op = c.op AND e.p0 = c.p0 AND e.p1 = c.p1 AND e.p2 = c.p2 AND e.p3 = c.p3
-         AND e.p4 = c.p4 AND e.p5 = c.p5 AND e.s = '' AND e.arity = c.arity
+         AND e.p4 = c.p4 AND e.p5 = c.p5 AND e.s = c.s AND e.arity = c.arity
          AND e.c0 = c.c0 AND e.c1 = c.c1 AND e.c2 = c.c2 AND e.c3 = c.c3
     )
 )

@@ -34,6 +34,10 @@ CREATE TABLE IF NOT EXISTS pnode (
     -- tested), or -1
     y0 INTEGER NOT NULL, y1 INTEGER NOT NULL, y2 INTEGER NOT NULL, y3 INTEGER NOT NULL,
     comm BOOLEAN NOT NULL,     -- a commutative op (relsat.rewrite.rules.COMMUTATIVE): either order
+    -- the list parameter (a transpose's perm, a reshape's shape: the e-node's string s): the
+    -- literal it must equal (NULL: any), or the slot a variable binds it to (its key, skey(s)),
+    -- or -1
+    ls VARCHAR, ys INTEGER NOT NULL DEFAULT -1,
     -- the backoff scheduler's state of the node's rule (relsat/phase.py, `rule_sched`): the
     -- semi-naive start of a rule whose matches were discarded by a ban (NULL: the phase's), and
     -- the iteration from which it is searched again
@@ -54,7 +58,10 @@ CREATE TABLE IF NOT EXISTS tnode (
     q4 INTEGER NOT NULL, q5 INTEGER NOT NULL,
     k2 INTEGER NOT NULL, r2 INTEGER NOT NULL,         -- child 2, as k0/r0 (0: none)
     k3 INTEGER NOT NULL, r3 INTEGER NOT NULL,         -- child 3 (attention's bias)
-    dref INTEGER NOT NULL      -- the first template child of height - 1, or -1 (height 0)
+    dref INTEGER NOT NULL,     -- the first template child of height - 1, or -1 (height 0)
+    -- the list parameter: the literal s, or from slot qs of the match (a list's key, read
+    -- back through `strs`), or -1
+    s VARCHAR NOT NULL DEFAULT '', qs INTEGER NOT NULL DEFAULT -1
 );
 
 CREATE TABLE IF NOT EXISTS rguard (
@@ -62,19 +69,39 @@ CREATE TABLE IF NOT EXISTS rguard (
     a0 INTEGER NOT NULL, a1 INTEGER NOT NULL, a2 INTEGER NOT NULL, a3 INTEGER NOT NULL
 );
 
+-- A list parameter's key (the value a variable of type ints binds): a 63-bit hash of its text
+-- ("0_2_1_3"), so that it fits a match's slot and equal lists have equal keys.
+CREATE OR REPLACE MACRO skey(t) AS CAST(hash(t) >> 1 AS BIGINT);
+
 -- E-nodes as patterns see them: every e-node as it is (turned = false), and the e-nodes of a
 -- commutative operator (relsat.rewrite.rules.COMMUTATIVE) once more with their two operands
 -- swapped (turned = true), so that one pattern of ewadd or ewmul matches either operand order
--- (a pattern node with comm = false only sees e-nodes not turned).
+-- (a pattern node with comm = false only sees e-nodes not turned); `sk`: the key of a shape
+-- operator's list parameter.
 CREATE OR REPLACE VIEW enode_either AS
 SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c0, c1, c2, c3, c4, c5, c6, c7, class, born,
-       stamp, rule, filtered, false AS turned
+       stamp, rule, filtered, false AS turned,
+       CASE WHEN op IN ('transpose', 'reshape') THEN skey(s) END AS sk
 FROM enode
 UNION ALL
 SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c1, c0, c2, c3, c4, c5, c6, c7, class, born,
-       stamp, rule, filtered, true AS turned
+       stamp, rule, filtered, true AS turned, NULL AS sk
 FROM enode
 WHERE op IN ('ewadd', 'ewmul') AND c0 <> c1;
+
+-- The lists right-hand sides computed (a composed permutation, a shape), by key; with the lists
+-- of the e-graph's shape operators they are `strs`, where a key is read back as its text.
+CREATE TABLE IF NOT EXISTS strval (h BIGINT NOT NULL, s VARCHAR NOT NULL);
+CREATE OR REPLACE VIEW strs AS
+SELECT DISTINCT skey(s) AS h, s FROM enode WHERE op IN ('transpose', 'reshape')
+UNION
+SELECT h, s FROM strval;
+
+-- A list parameter's value from its key (NULL: no such list).
+CREATE OR REPLACE MACRO ilist(key) AS (
+    SELECT list_transform(string_split(s, '_'), lambda x: CAST(x AS BIGINT))
+    FROM strs WHERE h = key LIMIT 1
+);
 
 -- A float parameter's value from its float32 bits (an e-node stores a float parameter as the
 -- bits of a signed 32-bit integer, relsat.graph.ops.f32_bits), for rules' conditions: zero,

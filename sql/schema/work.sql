@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS cand (
     class BIGINT,              -- existing class (hash-cons hit) or a fresh id
     fresh BOOLEAN NOT NULL,    -- the node does not exist yet
     c2 BIGINT NOT NULL,        -- third child (fused bias ops), else -1
-    c3 BIGINT NOT NULL         -- fourth child (attention's bias), else -1
+    c3 BIGINT NOT NULL,        -- fourth child (attention's bias), else -1
+    s VARCHAR NOT NULL DEFAULT ''  -- the list parameter of a shape operator ("0_2_1_3"), else ''
 );
 
 -- Distinct new e-nodes of the phase, with the analysis of their (new) class.
@@ -38,7 +39,8 @@ CREATE TABLE IF NOT EXISTS newnode (
     valid BOOLEAN NOT NULL,
     rule INTEGER NOT NULL,     -- the first rule (lowest match id) that built it
     c2 BIGINT NOT NULL,        -- third child, else -1
-    c3 BIGINT NOT NULL         -- fourth child, else -1
+    c3 BIGINT NOT NULL,        -- fourth child, else -1
+    s VARCHAR NOT NULL DEFAULT ''  -- the list parameter, else ''
 );
 
 -- The new classes that the accepted matches use (inserted into the e-graph).

@@ -1,0 +1,169 @@
+# ruff: noqa: E501
+"""List parameters in rules: the shape operators (transpose, reshape) in patterns, with
+variables of type ``ints``, list literals, list functions and the ``shape`` fact.
+
+The e-graph keeps a shape operator's list in its string column (``"0_2_1_3"``); a variable binds
+the list's key (a hash) in a match slot, conditions and right-hand sides read the list back
+(``strs``), and lists a right-hand side computes are recorded under their key (``strval``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import explore
+from relsat.errors import RuleError
+from relsat.graph.builder import GraphBuilder
+from relsat.rewrite.check import check_rule
+from relsat.rewrite.exprs import evaluate
+from relsat.rewrite.rulefile import RULES_DIR, format_rules, load_rules, parse_rules
+
+LAYOUT = load_rules(RULES_DIR / "layout.rules")
+
+
+def _rows(eg: EGraph, op: str) -> set[tuple[str, str | None]]:
+    """(list parameter, rule that built it) of every e-node of ``op``."""
+    rows = eg.db.execute("SELECT s, rule FROM enode WHERE op = $op", {"op": op})
+    return {(str(s), r) for s, r in rows}
+
+
+def _explore(graph_out: object, b: GraphBuilder, rules: object) -> EGraph:
+    eg = EGraph.from_graph(b.build(graph_out))  # type: ignore[arg-type]
+    explore(eg, list(rules), audit=True)  # type: ignore[call-overload]
+    return eg
+
+
+# --- the language ---------------------------------------------------------------------------
+
+
+def test_list_variables_literals_and_functions_round_trip() -> None:
+    text = """\
+# name: t
+(transpose (transpose ?x ?p:ints ?a:int) ?q:ints ?b:int) => (transpose ?x (compose ?p ?q) ?b)
+where len(?p) == len(?q) and ?q != [0, 1] and at(?p, -1) >= 0
+
+# name: lit
+(transpose ?x [0 2 1 3] 0) => (reshape (transpose ?x [0 2 1 3] 0) (shape ?x))
+where shape(?x) == [1, 2, 2, 3] or iota(4) == [0 1 2 3]
+"""
+    rules = parse_rules(text)
+    assert parse_rules(format_rules(rules)) == rules
+    t = rules["t"]
+    assert {(p.name, p.type) for p in t.params} == {
+        ("p", "ints"),
+        ("a", "int"),
+        ("q", "ints"),
+        ("b", "int"),
+    }
+    assert str(t.rhs[0]) == "(transpose ?x (compose ?p ?q) ?b)"
+    assert str(rules["lit"].lhs[0]) == "(transpose ?x [0 2 1 3] 0)"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("(transpose ?x 1 0) => (relu ?x)", "argument 'perm' must be a list"),
+        ("(transpose ?x ?p:int 0) => (relu ?x)", "argument 'perm' must be a list"),
+        ("(transpose ?x [0 x] 0) => (relu ?x)", "a list holds integers, found 'x'"),
+        ("(transpose ?x [0 1 0) => (relu ?x)", "a list holds integers, found ')'"),
+        ("(transpose ?x [0 1", "'[' at col 15 is never closed"),
+        (
+            "(reshape ?x ?s:ints) => (reshape ?x ?s)\nwhere ?s < [4 6]",
+            "lists compare with == and != only",
+        ),
+        ("(reshape ?x ?s:ints) => (reshape ?x ?s)\nwhere len(3) == 1", "len takes ints"),
+        (
+            "(reshape ?x ?s:ints) => (reshape ?x (shape ?y))",
+            "uses ?y, which no left-hand side binds",
+        ),
+        ("(reshape ?x ?s:ints) => (reshape ?x (+ ?s 1))", "argument 'shape' must be a list"),
+    ],
+)
+def test_bad_list_rules_are_refused_with_the_place(body: str, message: str) -> None:
+    with pytest.raises(RuleError, match=re.escape(message)) as err:
+        parse_rules("# name: r\n" + body + "\n", path="f.rules")
+    assert err.value.path == "f.rules" and err.value.line is not None
+
+
+def test_list_functions_evaluate_as_the_engine_computes_them() -> None:
+    [rule] = parse_rules(
+        "# name: r\n(transpose ?x ?p:ints 0) => (relu ?x)\n"
+        "where compose(?p, [2 1 0]) == [1 0 2] and at(?p, -1) == 1 and len(iota(3)) == 3\n"
+    )
+    (cond,) = rule.guards
+    assert evaluate(cond.expr, {"p": (2, 0, 1)}, {}) is True  # type: ignore[union-attr]
+    assert evaluate(cond.expr, {"p": (0, 2, 1)}, {}) is False  # type: ignore[union-attr]
+
+
+# --- the engine -----------------------------------------------------------------------------
+
+
+def test_transposes_and_reshapes_in_a_chain_fold() -> None:
+    b = GraphBuilder()
+    x = b.input([2, 3, 4], name="x")
+    y = b.transpose(b.transpose(b.relu(x), [1, 0, 2]), [2, 1, 0])
+    eg = _explore(b.reshape(b.reshape(y, [4, 6]), [24]), b, LAYOUT)
+    # [1 0 2] then [2 1 0]: out[i] = in[p[q[i]]] = [2 0 1]
+    assert ("2_0_1", "transpose-of-transpose") in _rows(eg, "transpose")
+    assert ("24", "reshape-of-reshape") in _rows(eg, "reshape")
+    ((key, text),) = eg.db.execute("SELECT h, s FROM strval")
+    assert text == "2_0_1" and key == eg.db.scalar("SELECT skey('2_0_1')")
+
+
+def test_a_list_literal_matches_that_list_only_and_a_repeated_variable_the_same_list() -> None:
+    rules = parse_rules(
+        "# name: lit\n(relu (transpose ?x [0 2 1] ?s:int)) => (transpose (relu ?x) [0 2 1] ?s)\n\n"
+        "# name: same\n(ewadd (transpose ?a ?p:ints ?s:int) (transpose ?b ?p ?t:int)) => (transpose (ewadd ?a ?b) ?p ?s)\nordered\n"
+    )
+    b = GraphBuilder()
+    x, z, w = (
+        b.input(s, name=n) for s, n in (([2, 3, 4], "x"), ([2, 3, 4], "z"), ([4, 2, 3], "w"))
+    )
+    hits = b.relu(b.transpose(x, [0, 2, 1]))
+    misses = b.relu(b.transpose(x, [2, 1, 0]))
+    same = b.add(b.transpose(x, [1, 0, 2]), b.transpose(z, [1, 0, 2]))
+    other = b.add(b.transpose(x, [1, 0, 2]), b.transpose(w, [2, 1, 0]))
+    eg = EGraph.from_graph(b.build([hits, misses, same, b.reshape(other, [24])]))
+    explore(eg, list(rules), audit=True)
+    built = {(s, r) for s, r in _rows(eg, "transpose") if r}
+    assert built == {("0_2_1", "lit"), ("1_0_2", "same")}
+
+
+def test_a_right_hand_side_builds_a_list_from_a_fact() -> None:
+    rules = parse_rules(
+        "# name: back\n(reshape (reshape ?x ?a:ints) ?b:ints) => (reshape (relu ?x) (shape ?x))\n"
+        "where ?b == shape(?x)\n"
+    )
+    b = GraphBuilder()
+    x = b.input([2, 3, 4], name="x")
+    eg = _explore(b.reshape(b.reshape(x, [6, 4]), [2, 3, 4]), b, rules)
+    assert ("2_3_4", "back") in _rows(eg, "reshape")
+
+
+def test_a_composition_past_the_permutation_is_not_applied() -> None:
+    # a rule that composes lists of different lengths: the item past the end has no value, so
+    # the match is refused (no list with a hole is written)
+    rules = parse_rules(
+        "# name: odd\n(transpose (transpose ?x ?p:ints ?a:int) ?q:ints ?b:int) => (transpose ?x (compose ?p [0 1 2 5]) ?b)\n"
+    )
+    b = GraphBuilder()
+    x = b.input([2, 3, 4], name="x")
+    eg = _explore(b.transpose(b.transpose(x, [1, 0, 2]), [2, 1, 0]), b, rules)
+    assert {r for _, r in _rows(eg, "transpose")} == {None}
+
+
+# --- the checker ----------------------------------------------------------------------------
+
+
+def test_the_checker_draws_lists_and_names_them_in_a_counterexample() -> None:
+    assert all(check_rule(r).ok for r in LAYOUT)
+    wrong = parse_rules(
+        "# name: wrong\n(transpose (transpose ?x ?p:ints ?a:int) ?q:ints ?b:int) => (transpose ?x (compose ?q ?p) ?b)\n\n"
+        "# name: lost\n(reshape (transpose ?x ?p:ints ?a:int) ?b:ints) => (reshape ?x ?b)\n"
+    )
+    verdicts = {r.name: check_rule(r) for r in wrong}
+    assert not any(v.ok for v in verdicts.values())
+    assert "?q = [" in verdicts["wrong"].line() and "?p = [" in verdicts["lost"].line()
