@@ -14,6 +14,7 @@ import pytest
 
 import relsat
 from relsat import Limits, Options, OrtSettings, SettingsError, Timing, models
+from relsat.engine.explore import StopReason
 from relsat.graph.serial import from_json
 from relsat.models.example import PATH
 from relsat.onnx import random_inputs, run_onnx
@@ -122,3 +123,64 @@ def test_options_are_one_frozen_value() -> None:
     assert (
         dataclasses.replace(options, extractor="greedy").describe().endswith("extractor='greedy'")
     )
+
+
+#: ``Result``'s public attributes, with their types: the surface README, the command line and
+#: optimize-many read. A Result reads them from its run; none may go missing.
+RESULT_ATTRIBUTES = {
+    "original": relsat.Graph,
+    "graph": relsat.Graph,
+    "cost_before": float,
+    "cost_after": float,
+    "stop": StopReason,
+    "iterations": tuple,
+    "stopped": str,
+    "extraction": object,
+    "verified": bool,
+    "verification": str,
+    "seconds": dict,
+    "options": Options,
+    "cost_model": str,
+    "cost_fallbacks": (int, type(None)),
+    "blocks": str,
+    "packing": str,
+    "kept": str,
+    "why": str,
+    "latency": object,
+    "latencies": tuple,
+    "ort_check": (str, type(None)),
+    "checked_at": tuple,
+    "shapes": object,
+    "exported": object,
+    "egraph": object,
+    "choice": dict,
+    "source": object,
+    "priced": object,
+    "reduction": float,
+    "db": object,
+    "kept_graph": relsat.Graph,
+    "model": object,
+}
+
+
+@pytest.mark.parametrize("onnx_input", [False, True])
+def test_every_result_attribute_reads_from_the_run(onnx_input: bool) -> None:
+    options = Options(cost_model="analytic", timing=None, limits=Limits(iterations=2))
+    model = onnx.load(str(PATH)) if onnx_input else models.load("squeezenet")
+    result = relsat.optimize(model, options)
+    for name, kind in RESULT_ATTRIBUTES.items():
+        assert isinstance(getattr(result, name), kind), name
+        assert name in dir(result), name
+    run = result.run
+    assert result.original is run.graph and result.graph is run.optimized
+    assert result.cost_after == run.extraction.cost and result.stop == run.exploration.stop
+    assert result.iterations == run.exploration.iterations
+    assert result.seconds == dict(run.seconds) and set(result.seconds) >= {"load", "explore"}
+    assert (result.verified, result.kept, result.why) == (run.verified, run.kept, run.why)
+    assert (result.source is not None) == onnx_input and result.choice is run.choice
+    with pytest.raises(AttributeError):
+        result.no_such_attribute  # noqa: B018
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.kept = "original"  # type: ignore[misc]
+    for method in (result.report, result.rewrites, result.to_dot):
+        assert method()

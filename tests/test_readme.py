@@ -56,3 +56,21 @@ def test_readme_commands_run(tmp_path: Path) -> None:
         done = subprocess.run(cli + args, cwd=tmp_path, capture_output=True, text=True)
         if done.returncode != 0:
             pytest.fail(f"README command {command!r} exited {done.returncode}:\n{done.stderr}")
+
+
+def test_readme_graphbuilder_example_prints_what_it_shows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The GraphBuilder example optimizes something real, and the README shows what it prints
+    # (the lines that do not hold times).
+    block, shown = re.search(
+        r"```python\n(from relsat import GraphBuilder.*?)```\n\nprints.*?\n\n```\n(.*?)```",
+        TEXT,
+        flags=re.S,
+    ).groups()
+    exec(compile(block, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    steady = ("cost ", "verify ", "rewrites ", "ops ", "options ")
+    want = [line for line in shown.splitlines() if line.startswith(steady)]
+    got = [line for line in printed.splitlines() if line.startswith(steady)]
+    assert got == want and "Conv 2->1" in printed

@@ -6,7 +6,7 @@ back-to-back runs, and keeps the **median** divided by ``batch``. That is TASO's
 (``reference/SEMANTICS.md`` §6.1: its loop between one event pair) with the median instead of
 the mean. One run per event pair (``batch=1``) charges each run the pair's own overhead, and
 summed over a graph such prices overestimated its CUDA-graph replay up to 2.4× on an H200
-(bench/README.md, "On a GPU"):
+(bench/history/gpu.md):
 
 ==========================  ==================================================================
 op                          how it runs (and the ``source`` recorded for it)

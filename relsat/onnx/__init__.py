@@ -17,6 +17,8 @@ dims made symbolic again), :mod:`~relsat.onnx.exporter` (graph → ONNX),
 :mod:`~relsat.onnx.verification` (onnxruntime sessions, :func:`run_onnx`, :func:`verify`),
 :mod:`~relsat.onnx.marked` (:func:`load_symbolic`: import with symbolic dims),
 :mod:`~relsat.onnx.opened` (dims an operator computes from values),
+:mod:`~relsat.onnx.loading` (:func:`read`: the one entry point :func:`relsat.optimize` reads a
+model through — dims planned, the pricing shape probed in onnxruntime, symbolic or fixed),
 :mod:`~relsat.onnx.latency` (timing two models against each other). :func:`load`,
 :func:`to_model` and :func:`save` import the importer and exporter when called, so that ``import
 relsat`` does not import ``onnx``.
@@ -87,6 +89,7 @@ from relsat.onnx.errors import (
     SymbolicDimError,
     TooLargeError,
 )
+from relsat.onnx.loading import Loaded, Shapes, Source, read
 from relsat.onnx.symbolic import Dim, Dims
 from relsat.onnx.verification import random_inputs, run_onnx, verify
 
@@ -96,14 +99,18 @@ __all__ = [
     "Dims",
     "DynamicShapeError",
     "EmptyTensorError",
+    "Loaded",
     "OnnxError",
     "PricingShapeError",
+    "Shapes",
+    "Source",
     "SymbolicDimError",
     "TooLargeError",
     "compare_outputs",
     "load",
     "load_symbolic",
     "random_inputs",
+    "read",
     "run_onnx",
     "save",
     "to_model",

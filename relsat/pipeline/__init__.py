@@ -2,8 +2,9 @@
 
 ``options`` (:class:`Options`, every setting as one frozen value), ``run`` (the :class:`Run`
 record and the :class:`Stage` progress event), then one module per stage, in the order they
-run: ``load`` (a Graph or an ONNX model), ``folding`` (fold repeated blocks, with ``blocks``
-finding them; unfold at the end), ``explore``, ``price``, ``extract``, ``decode``, ``verify``,
-``ort`` (for an ONNX input: export, check in onnxruntime, time, choose), ``result`` (the
-:class:`Result`), ``save`` (atomic writes) and ``optimize`` (the driver).
+run: ``load`` (a Graph, or an ONNX model read by :func:`relsat.onnx.read`), ``folding`` (fold
+repeated blocks, with ``blocks`` finding them; unfold at the end), ``explore``, ``price``,
+``extract``, ``decode``, ``pack``, ``verify``, ``ort`` (for an ONNX input: export, check in
+onnxruntime, time, choose), ``result`` (the :class:`Result`, a view of the finished run),
+``save`` (atomic writes) and ``optimize`` (the driver).
 """

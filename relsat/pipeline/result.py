@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +14,13 @@ import numpy as np
 
 from relsat.engine.db import Database
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import IterationStats, StopReason
-from relsat.extract import Extraction, dag_cost
+from relsat.engine.explore import Exploration, IterationStats, StopReason
+from relsat.extract import dag_cost
 from relsat.extract import extract as solve
 from relsat.graph.graph import Graph
 from relsat.graph.serial import to_json
-from relsat.onnx.latency import LatencyComparison
-from relsat.pipeline.options import Options
 from relsat.pipeline.price import enode_columns
-from relsat.pipeline.run import Priced, Run, Shapes, Source
+from relsat.pipeline.run import Run
 from relsat.pipeline.save import has_external_data, write_atomic
 from relsat.pipeline.verify import VerificationError
 
@@ -93,6 +91,10 @@ def op_counts(graph: Graph) -> Counter[str]:
     )
 
 
+#: The run's fields a Result reads as its own (those it names otherwise are its properties).
+_FROM_RUN = frozenset(f.name for f in fields(Run)) - {"on_phase"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Result:
     """One optimization: the input (``original``) and optimized ``graph``, their priced costs
@@ -117,36 +119,78 @@ class Result:
     (:class:`~relsat.pipeline.run.Shapes`: kept symbolic or fixed, and why; the pricing shape
     the rewrites were chosen for), ``checked_at`` the dim values onnxruntime checked at, and
     ``latencies`` each timing with its shape (``latency`` is the pricing shape's).
+
+    A Result is a view of the finished :class:`~relsat.pipeline.run.Run` (``run``): the run's
+    fields are its attributes under their own names, and the few it names otherwise are
+    properties here (``original`` is the run's ``graph``, ``graph`` its ``optimized``,
+    ``cost_after``, ``stop``, ``stopped`` and ``iterations`` come from its extraction and
+    exploration, ``cost_model`` is the model's name).
     """
 
-    original: Graph
-    graph: Graph
-    cost_before: float
-    cost_after: float
-    stop: StopReason
-    iterations: tuple[IterationStats, ...]
-    stopped: str  # the stop in words; at a limit, the rules that filled the e-graph
-    extraction: Extraction
-    verified: bool
-    verification: str
-    seconds: Mapping[str, float]
-    options: Options
-    cost_model: str
-    cost_fallbacks: int | None = None
-    blocks: str = "off"
-    packing: str = "off"
-    kept: str = "optimized"
-    why: str = "a Graph input"
-    latency: LatencyComparison | None = None
-    latencies: tuple[tuple[str, LatencyComparison], ...] = ()
-    ort_check: str | None = None
-    checked_at: tuple[str, ...] = ()
-    shapes: Shapes | None = None
-    exported: Any = field(default=None, repr=False)
-    egraph: EGraph = field(repr=False)
-    choice: Mapping[int, int] = field(default_factory=dict, repr=False)
-    source: Source | None = field(default=None, repr=False)
-    priced: Priced | None = field(default=None, repr=False, compare=False)
+    run: Run
+
+    def __getattr__(self, name: str) -> Any:
+        # The run's fields Result does not name otherwise (verified, kept, why, latency, shapes,
+        # egraph, choice, source, priced, …) are read from the run, not copied into the Result.
+        if name in _FROM_RUN:
+            return getattr(self.__dict__["run"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | _FROM_RUN)
+
+    @property
+    def original(self) -> Graph:
+        """The input graph."""
+        return self.run.graph
+
+    @property
+    def graph(self) -> Graph:
+        """The optimized graph (decoded from the extraction, packed)."""
+        assert self.run.optimized is not None
+        return self.run.optimized
+
+    @property
+    def cost_after(self) -> float:
+        """The optimized graph's priced cost (ms)."""
+        assert self.run.extraction is not None
+        return self.run.extraction.cost
+
+    @property
+    def stop(self) -> StopReason:
+        """Why the exploration stopped."""
+        return self._exploration.stop
+
+    @property
+    def stopped(self) -> str:
+        """The stop in words; at a limit, the rules that filled the e-graph."""
+        return self._exploration.why
+
+    @property
+    def iterations(self) -> tuple[IterationStats, ...]:
+        """The exploration's stats, one per phase of each iteration."""
+        return self._exploration.iterations
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Seconds per stage that worked."""
+        return dict(self.run.seconds)
+
+    @property
+    def cost_model(self) -> str:
+        """The name of the cost model that priced the e-graph."""
+        assert self.run.cost_model is not None
+        return self.run.cost_model.name
+
+    @property
+    def cost_fallbacks(self) -> int | None:
+        """Signatures the cost model priced by its fallback; None for a model without one."""
+        return getattr(self.run.cost_model, "fallbacks", None)
+
+    @property
+    def _exploration(self) -> Exploration:
+        assert self.run.exploration is not None
+        return self.run.exploration
 
     @property
     def reduction(self) -> float:
@@ -334,39 +378,9 @@ class Result:
 
 def result(run: Run) -> Result:
     """The :class:`Result` of a finished run."""
-    egraph, exploration, extraction = run.egraph, run.exploration, run.extraction
-    assert egraph is not None and exploration is not None and extraction is not None
-    assert run.optimized is not None and run.cost_model is not None
-    return Result(
-        original=run.graph,
-        graph=run.optimized,
-        cost_before=run.cost_before,
-        cost_after=extraction.cost,
-        stop=exploration.stop,
-        stopped=exploration.why,
-        iterations=exploration.iterations,
-        extraction=extraction,
-        verified=run.verified,
-        verification=run.verification,
-        seconds=dict(run.seconds),
-        options=run.options,
-        cost_model=run.cost_model.name,
-        cost_fallbacks=getattr(run.cost_model, "fallbacks", None),
-        blocks=run.blocks,
-        packing=run.packing,
-        kept=run.kept,
-        why=run.why,
-        latency=run.latency,
-        latencies=run.latencies,
-        ort_check=run.ort_check,
-        checked_at=run.checked_at,
-        shapes=run.shapes,
-        exported=run.exported,
-        egraph=egraph,
-        choice=run.choice,
-        source=run.source,
-        priced=run.priced,
-    )
+    assert run.egraph is not None and run.exploration is not None
+    assert run.extraction is not None and run.optimized is not None and run.cost_model is not None
+    return Result(run=replace(run, on_phase=None))
 
 
 def rewrites(egraph: EGraph, choice: Mapping[int, int]) -> dict[str, int]:

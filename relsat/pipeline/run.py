@@ -4,19 +4,21 @@ A :class:`Run` is a frozen value: each stage (a function ``Run -> Run``) returns
 its own fields filled in (``dataclasses.replace``), or the same object when it has nothing to
 do, so the driver (:func:`relsat.pipeline.optimize.optimize`) times only the stages that
 worked. The fields are grouped by the stage that sets them, in the order they run.
+:class:`Source` and :class:`Shapes` (what the ONNX package read: :func:`relsat.onnx.read`) are
+re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Exploration, IterationStats
 from relsat.extract import Extraction, Problem
 from relsat.graph.graph import Graph
+from relsat.onnx.loading import Shapes, Source
 from relsat.pipeline.blocks import Folding
 from relsat.pipeline.options import Options
 
@@ -25,49 +27,8 @@ if TYPE_CHECKING:
 
     from relsat.cost import CostModel
     from relsat.onnx.latency import LatencyComparison
-    from relsat.onnx.symbolic import Dims
 
 __all__ = ["Priced", "Run", "Shapes", "Source", "Stage"]
-
-
-@dataclass(frozen=True)
-class Source:
-    """An ONNX input: ``given`` as the caller gave it (a path or an ``onnx.ModelProto``, which
-    onnxruntime reads with its external data), ``data`` its serialized bytes (what is written
-    back, byte for byte, when the original is kept) and ``path`` its file, if any."""
-
-    given: Any
-    data: bytes = field(repr=False)
-    path: Path | None = None
-
-    def proto(self) -> Any:
-        """The input as an ``onnx.ModelProto`` (external data left as references)."""
-        import onnx
-
-        return onnx.load_from_string(self.data)
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """What became of an ONNX input's dynamic dims. ``dims``: the dims the e-graph holds as
-    markers (None: imported at fixed shapes); ``pricing``: each input's shape at the pricing
-    values, what prices, NumPy verification and timing use; ``symbolic``: the written model
-    keeps the dims symbolic; ``note``: one line, in words (the dims kept, or why they were
-    fixed)."""
-
-    dims: Dims | None
-    pricing: dict[str, tuple[int, ...]]
-    symbolic: bool
-    note: str
-
-    @property
-    def opened(self) -> bool:
-        """Does the run hold dims an operator computes from values (``Dims.opened``)?"""
-        return self.dims is not None and bool(self.dims.opened)
-
-    def describe_pricing(self) -> str:
-        """``input_ids=[1, 128], attention_mask=[1, 128]``."""
-        return ", ".join(f"{k}={list(v)}" for k, v in self.pricing.items())
 
 
 @dataclass(frozen=True)
