@@ -288,8 +288,9 @@ class Importer:
         unknown = sorted(set(input_shapes) - {vi.name for vi in self.inputs})
         if unknown:
             raise self.error(
-                f"input_shapes names unknown inputs {unknown}; inputs are "
-                f"{[vi.name for vi in self.inputs]}"
+                f"{{input_shapes}} names unknown inputs {unknown}; inputs are "
+                f"{[vi.name for vi in self.inputs]}",
+                settings=("input_shapes",),
             )
         self.input_types: dict[str, int] = {}
         for vi in self.inputs:
@@ -299,8 +300,9 @@ class Importer:
             given = input_shapes.get(vi.name)
             if given is not None and len(given) != len(dims):
                 raise self.error(
-                    f"input_shapes gives rank {len(given)}, the input has rank {len(dims)}",
+                    f"{{input_shapes}} gives rank {len(given)}, the input has rank {len(dims)}",
                     tensor=vi.name,
+                    settings=("input_shapes",),
                 )
             for i, d in enumerate(dims):
                 static = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
@@ -310,13 +312,15 @@ class Importer:
                 if value is None:
                     label = d.dim_param or "?"
                     raise self.error(
-                        f"dim {i} ({label}) is dynamic; fix it with input_shapes or batch",
+                        f"dim {i} ({label}) is dynamic; fix it with {{input_shapes}} or {{batch}}",
                         tensor=vi.name,
+                        settings=("input_shapes", "batch"),
                     )
                 if static is not None and value != static:
                     raise self.error(
-                        f"input_shapes gives dim {i} = {value}, the model fixes it to {static}",
+                        f"{{input_shapes}} gives dim {i} = {value}, the model fixes it to {static}",
                         tensor=vi.name,
+                        settings=("input_shapes",),
                     )
                 d.Clear()
                 d.dim_value = int(value)
