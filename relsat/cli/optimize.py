@@ -37,7 +37,7 @@ from relsat.pipeline.run import Stage
 from relsat.pipeline.save import temp_beside
 from relsat.pipeline.verify import VerificationError
 
-__all__ = ["add", "add_options", "error_text", "options", "usage"]
+__all__ = ["add", "add_options", "error_text", "flag_names", "options", "usage"]
 
 #: The numeric options: the setting a :class:`~relsat.errors.SettingsError` names → the flag
 #: and its valid values, for a one-line usage error naming the flag.
@@ -469,8 +469,12 @@ def error_text(exc: RelsatError) -> str:
 
     if not isinstance(exc, OnnxError) or not exc.settings:
         return str(exc)
-    flags = {k: v[0] for k, v in FLAGS.items()} | {k: v[0] for k, v in OTHER_FLAGS.items()}
-    return exc.named(flags)
+    return exc.named(flag_names())
+
+
+def flag_names() -> dict[str, str]:
+    """Each setting an option gives → the flag (``input_shapes`` → ``--input-shape``)."""
+    return {k: v[0] for k, v in FLAGS.items()} | {k: v[0] for k, v in OTHER_FLAGS.items()}
 
 
 def _inputs(path: str | None) -> dict[str, Any] | None:
