@@ -438,8 +438,40 @@ def test_input_shape_usage_and_onnx_errors(
     shape = ["--input-shape", "input_ids=2,8,1"]
     assert main(["optimize", str(src), "-o", str(out), *shape]) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert "'input_ids': input_shapes gives rank 3, the input has rank 2" in err
+    assert "'input_ids': --input-shape gives rank 3, the input has rank 2" in err
+    assert "input_shapes" not in err  # the option as typed, not the API's field
     assert list(tmp_path.iterdir()) == [src]  # nothing written
+
+
+def test_load_errors_name_the_option_typed_in_the_cli_and_the_field_in_python(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shape refused at load names ``--input-shape`` (``--batch``) on the command line and
+    ``input_shapes`` (``batch``) in Python: one error, its settings named by who reads it."""
+    import relsat
+    from relsat import Options
+    from relsat import onnx as ronnx
+
+    src, out = tmp_path / "tokens.onnx", tmp_path / "out.onnx"
+    _token_model(src, ["batch", "seq"])
+    given = {"input_ids": (2, 8), "attention_mask": (2, 8, 1)}
+    argv = [f"{k}={','.join(map(str, v))}" for k, v in given.items()]
+    flags = [x for a in argv for x in ("--input-shape", a)]
+    assert main(["optimize", str(src), "-o", str(out), *flags]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "--input-shape gives rank 3, the input has rank 2" in err and "input_shapes" not in err
+    with pytest.raises(ronnx.OnnxError, match="input_shapes gives rank 3") as caught:
+        relsat.optimize(str(src), Options(input_shapes=given, timing=None))
+    assert caught.value.settings == ("input_shapes",) and "--" not in str(caught.value)
+    with pytest.raises(ronnx.OnnxError, match="unknown inputs") as caught:
+        relsat.optimize(str(src), Options(input_shapes={"ids": (2, 8)}, timing=None))
+    assert str(caught.value).count("input_shapes names unknown inputs ['ids']") == 1
+    # the fixed-shape importer: a dynamic dim left open names both ways of fixing it
+    with pytest.raises(ronnx.OnnxError, match="is dynamic") as caught:
+        ronnx.load(str(src))
+    assert "fix it with input_shapes or batch" in str(caught.value)
+    named = caught.value.named({"input_shapes": "--input-shape", "batch": "--batch"})
+    assert "fix it with --input-shape or --batch" in named and str(src) in named
 
 
 def test_inputs_file_prices_and_checks_and_bad_files_are_usage_errors(

@@ -192,3 +192,51 @@ def test_fuzz_graphs_use_the_operators_and_run() -> None:
     wanted |= {"Add", "Mul", "Gather", "Unsqueeze", "Squeeze", "Where", "Cast", "Conv"}
     wanted |= {"LayerNormalization", "Split", "Range", "dynamic batch"}
     assert wanted - seen == set()
+
+
+# --- the retry after a shape computed at run time ------------------------------------------------
+
+
+def _computed_shape() -> onnx.ModelProto:
+    """x + Range(0, Shape(x)[1]): ONNX's shape inference leaves the Range's length open, so the
+    first import refuses it and the loader retries on a folded model."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+        helper.make_node("Range", ["zero", "n", "one"], ["positions"]),
+        helper.make_node("Cast", ["positions"], ["p"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "p"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+    ]
+    graph = helper.make_graph(nodes, "computed", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_folding_retry_lets_a_bug_surface(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime refusing to fold (its own exception classes) falls through to the next way of
+    folding; a bug in the retry (here a ValueError of a bad unpacking, SegFormer's crash) is not
+    swallowed as "could not fold"."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail
+
+    from relsat.onnx import importer
+
+    def refused(*args: object) -> str:
+        raise Fail("[ONNXRuntimeError] : 1 : FAIL : cannot fold")
+
+    monkeypatch.setattr(importer, "_fold_constants", refused)
+    graph = ronnx.load(_computed_shape())  # folded by the reference evaluator instead
+    assert [graph.shape(r) for r in graph.outputs] == [(2, 5)]
+
+    def bug(*args: object) -> str:
+        inner, (z,) = "ab", "cd"  # noqa: F841  # too many values to unpack
+        return "never"
+
+    monkeypatch.setattr(importer, "_fold_constants", bug)
+    with pytest.raises(ValueError, match="too many values to unpack") as caught:
+        ronnx.load(_computed_shape())
+    assert not isinstance(caught.value, RelsatError)

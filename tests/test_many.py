@@ -197,6 +197,24 @@ def test_optimize_many_command(
                  "--cost-store", str(tmp_path / "s")]) == EXIT_USAGE  # fmt: skip
 
 
+def test_a_rows_error_names_the_option_typed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shape refused at load: ``--input-shape`` in optimize-many's line, ``input_shapes`` in a
+    row of the Python API."""
+    encoder = str(DATA / "encoder.onnx")
+    options = relsat.Options(input_shapes={"nope": (1, 2)}, timing=None)
+    row, _ = run_one(Task(0, encoder, "encoder", options))
+    assert row.error and "input_shapes names unknown inputs ['nope']" in row.error
+    named = (("input_shapes", "--input-shape"),)
+    row, _ = run_one(Task(0, encoder, "encoder", options, named=named))
+    assert row.error and "--input-shape names unknown inputs ['nope']" in row.error
+    argv = ["optimize-many", encoder, "--out-dir", str(tmp_path), "--workers", "1", "--no-timing"]
+    assert main([*argv, "--input-shape", "nope=1,2"]) == EXIT_ERROR
+    text = capsys.readouterr().out
+    assert "--input-shape names unknown inputs ['nope']" in text and "input_shapes" not in text
+
+
 # --- Ray ------------------------------------------------------------------------------------
 
 

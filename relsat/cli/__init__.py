@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelsatError as exc:
         if args.debug:
             raise
-        print(f"relsat: error: {exc}", file=sys.stderr)
+        print(f"relsat: error: {optimize.error_text(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:  # Ctrl-C: a stored e-graph is left at its last committed phase
         if args.debug:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from relsat.cli.common import EXIT_ERROR, Usage, console
-from relsat.cli.optimize import add_options, options
+from relsat.cli.optimize import add_options, flag_names, options
 from relsat.errors import SettingsError
 
 __all__ = ["add"]
@@ -77,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
         seconds = "" if row.optimize_s is None else f", {row.optimize_s:.1f} s"
         out.print(f"[{finished}] {row.name}: {what}{seconds}", soft_wrap=True, markup=False)
 
-    summary = optimize_many(args.models, settings, args.out_dir, fleet, on_row=on_row)
+    summary = optimize_many(
+        args.models, settings, args.out_dir, fleet, on_row=on_row, named=flag_names()
+    )
     out.print(table(summary.rows))
     out.print(f"summary written to {summary.csv} and {summary.parquet}", soft_wrap=True)
     if summary.failed:

@@ -37,7 +37,7 @@ from relsat.pipeline.run import Stage
 from relsat.pipeline.save import temp_beside
 from relsat.pipeline.verify import VerificationError
 
-__all__ = ["add", "add_options", "options", "usage"]
+__all__ = ["add", "add_options", "error_text", "flag_names", "options", "usage"]
 
 #: The numeric options: the setting a :class:`~relsat.errors.SettingsError` names → the flag
 #: and its valid values, for a one-line usage error naming the flag.
@@ -460,6 +460,21 @@ def usage(exc: SettingsError) -> str | None:
         flag, wanted = OTHER_FLAGS[exc.option]
         return f"{flag} must be {wanted or exc.wanted}, got {exc.value!r}"
     return None
+
+
+def error_text(exc: RelsatError) -> str:
+    """An error in the words of the command line: a setting it names (an ONNX input's shape
+    given with ``input_shapes``) called by the flag the user typed (``--input-shape``)."""
+    from relsat.onnx.errors import OnnxError
+
+    if not isinstance(exc, OnnxError) or not exc.settings:
+        return str(exc)
+    return exc.named(flag_names())
+
+
+def flag_names() -> dict[str, str]:
+    """Each setting an option gives → the flag (``input_shapes`` → ``--input-shape``)."""
+    return {k: v[0] for k, v in FLAGS.items()} | {k: v[0] for k, v in OTHER_FLAGS.items()}
 
 
 def _inputs(path: str | None) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +97,7 @@ def optimize_many(
     fleet: Fleet | None = None,
     *,
     on_row: Callable[[Row], None] | None = None,
+    named: Mapping[str, str] | None = None,
 ) -> Summary:
     """Optimize every model ``models`` names (ONNX files, folders, list files:
     :func:`~relsat.fleet.inputs.find_models`) with ``options``, as :func:`relsat.optimize`
@@ -108,7 +109,9 @@ def optimize_many(
     every node must read the models, and the cost store, at the same absolute paths: a shared
     folder; the kept models come back to this process). ``on_row`` is
     called with each row as its model finishes. A model that fails (cannot be loaded, fails
-    verification, its worker dies) gets a row with its ``error``; the others go on.
+    verification, its worker dies) gets a row with its ``error``; the others go on. ``named``
+    says what an error calls a setting it names (a command line's flags, ``{"input_shapes":
+    "--input-shape"}``; None: the fields of :class:`Options`).
     """
     options = options if options is not None else Options()
     fleet = fleet if fleet is not None else Fleet()
@@ -134,7 +137,8 @@ def optimize_many(
             continue
         out = None if fleet.ray is not None else str(folder)
         share = fleet.thread_share
-        tasks.append(Task(index, path, name, options, out, store, fleet.exclusive, share))
+        called = tuple(sorted((named or {}).items()))
+        tasks.append(Task(index, path, name, options, out, store, fleet.exclusive, share, called))
     for row in rows:
         if on_row is not None:
             on_row(row)

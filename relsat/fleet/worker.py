@@ -40,8 +40,9 @@ class Task:
     output's name (``name``: ``<out_dir>/<name>.onnx``), the :class:`Options`, where the kept
     model goes (``out_dir``; None: its bytes come back with the row, for the caller to write),
     the shared cost store (``store``), whether the measuring stages take the machine's lock
-    exclusively (``exclusive``) and the threads the other stages may use (``threads``:
-    ``RELSAT_THREADS`` in the worker, :mod:`relsat.threads`; None: no cap)."""
+    exclusively (``exclusive``), the threads the other stages may use (``threads``:
+    ``RELSAT_THREADS`` in the worker, :mod:`relsat.threads`; None: no cap) and what an error
+    calls the settings it names (``named``: a command line's flags; empty: their API names)."""
 
     index: int
     model: str
@@ -51,6 +52,7 @@ class Task:
     store: str | None = None
     exclusive: bool = True
     threads: int | None = None
+    named: tuple[tuple[str, str], ...] = ()
 
 
 def run_one(task: Task) -> tuple[Row, bytes | None]:
@@ -73,7 +75,7 @@ def run_one(task: Task) -> tuple[Row, bytes | None]:
         finally:
             result.egraph.close()
     except Exception as exc:  # one model's failure is its row, never the end of the others
-        row.error = _error(exc)
+        row.error = _error(exc, dict(task.named))
     row.optimize_s = time.perf_counter() - started
     row.wait_s, row.measure_s = lock.waited_s, lock.held_s
     return row, data
@@ -136,11 +138,13 @@ def _write(result: Result, task: Task, row: Row) -> bytes | None:
         return target.read_bytes()
 
 
-def _error(exc: BaseException) -> str:
-    """An exception as one line: its type and first line (a verification failure in words)."""
+def _error(exc: BaseException, named: dict[str, str]) -> str:
+    """An exception as one line: its type and first line (a verification failure in words; the
+    settings an ONNX error names called as ``named`` says)."""
+    from relsat.onnx.errors import OnnxError
     from relsat.pipeline.verify import VerificationError
 
     if isinstance(exc, VerificationError):
         return f"verification failed ({exc.check}), nothing written: {exc.detail}"[:300]
-    text = str(exc).strip()
+    text = (exc.named(named) if isinstance(exc, OnnxError) else str(exc)).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]

@@ -1,7 +1,7 @@
 """Stage 1, the graph: tensor operators and their shape rules (``ops``), the immutable
 :class:`Graph` and its :class:`GraphBuilder`, the stable JSON form (``serial``), NumPy kernels and
 the reference executor (``kernels``, ``execute``), descriptions and pictures (``describe``,
-``dot``).
+``dot``), what a rewrite changed (``diff``).
 
 >>> from relsat.graph import GraphBuilder, to_json, from_json
 >>> b = GraphBuilder(); x = b.input([2, 3], name="x")

@@ -1,8 +1,8 @@
 """Pictures: graphs and e-class neighbourhoods as Graphviz DOT, rendered when ``dot`` exists.
 
-:func:`graph_dot` draws a graph and highlights what a rewrite changed: the nodes whose computation
-(op, parameters and inputs, recursively, with inputs and weights by name) does not occur in the
-``against`` graph. :func:`eclass_dot` draws the e-nodes of one e-class and of the classes around
+:func:`graph_dot` draws a graph and highlights what a rewrite changed: the rewritten nodes
+themselves, not everything downstream of them (:func:`relsat.graph.diff.changed_nodes`).
+:func:`relsat.engine.dot.eclass_dot` draws the e-nodes of one e-class and of the classes around
 it in a stored e-graph, one cluster per class.
 
 >>> from relsat.graph import GraphBuilder
@@ -18,24 +18,13 @@ import subprocess
 from pathlib import Path
 
 from relsat.errors import RelsatError
+from relsat.graph.diff import LEAVES, changed_nodes
 from relsat.graph.graph import Graph, Node
 
 __all__ = ["graph_dot", "render"]
 
 _CHANGED = 'style=filled, fillcolor="#ffd8a8", color="#e8590c"'
 _LEAF = 'shape=box, style=rounded, color="#868e96", fontcolor="#495057"'
-
-
-def _signatures(graph: Graph) -> list[str]:
-    """A structural signature per node: equal signatures compute the same thing."""
-    sig: list[str] = []
-    for n in graph.nodes:
-        if n.op in ("input", "weight"):
-            sig.append(f"{n.op}:{n.name}")
-        else:
-            args = ",".join(f"{sig[r.node]}#{r.index}" for r in n.inputs)
-            sig.append(f"{n.op}{sorted(n.params.items())}({args})")
-    return sig
 
 
 def _label(n: Node) -> str:
@@ -50,16 +39,14 @@ def _label(n: Node) -> str:
 
 def graph_dot(graph: Graph, against: Graph | None = None, *, title: str = "relsat") -> str:
     """DOT text for ``graph``; with ``against``, what differs from it is highlighted."""
-    known = set(_signatures(against)) if against is not None else None
+    changed = changed_nodes(graph, against) if against is not None else set()
     lines = [
         "digraph relsat {",
         f'  label="{title}"; rankdir=TB;',
         '  node [shape=box, fontname="Helvetica", fontsize=10];',
     ]
-    for n, s in zip(graph.nodes, _signatures(graph), strict=True):
-        style = _LEAF if n.op in ("input", "weight") else ""
-        if known is not None and s not in known and n.op not in ("input", "weight"):
-            style = _CHANGED
+    for n in graph.nodes:
+        style = _LEAF if n.op in LEAVES else _CHANGED if n.id in changed else ""
         lines.append(f'  n{n.id} [label="{_label(n)}"{", " + style if style else ""}];')
     for n in graph.nodes:
         for r in n.inputs:

@@ -91,8 +91,10 @@ def plan(
     unknown = sorted(set(given) - {vi.name for vi in inputs})
     if unknown:
         raise OnnxError(
-            f"input_shapes names unknown inputs {unknown}; inputs are {[vi.name for vi in inputs]}",
+            f"{{input_shapes}} names unknown inputs {unknown}; inputs are "
+            f"{[vi.name for vi in inputs]}",
             path=path,
+            settings=("input_shapes",),
         )
     spelled = _Spelled(inputs, alias, pinned, summed)
     layout: dict[str, tuple[int | str, ...]] = {}
@@ -104,26 +106,29 @@ def plan(
         shape = given.get(vi.name)
         if shape is not None and len(shape) != len(dims):
             raise OnnxError(
-                f"input_shapes gives rank {len(shape)}, the input has rank {len(dims)}",
+                f"{{input_shapes}} gives rank {len(shape)}, the input has rank {len(dims)}",
                 tensor=vi.name,
                 path=path,
+                settings=("input_shapes",),
             )
         for i, d in enumerate(dims):
             static = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
             if static is not None and shape is not None and shape[i] != static:
                 raise OnnxError(
-                    f"input_shapes gives dim {i} = {shape[i]}, the model fixes it to {static}",
+                    f"{{input_shapes}} gives dim {i} = {shape[i]}, the model fixes it to {static}",
                     tensor=vi.name,
                     path=path,
+                    settings=("input_shapes",),
                 )
             if static is not None or shape is None:
                 continue
             name, expr = spelled.dim(vi.name, i, d)
             if isinstance(expr, int) and expr != shape[i]:
                 raise OnnxError(
-                    f"input_shapes gives dim {i} = {shape[i]}, the model fixes it to {expr}",
+                    f"{{input_shapes}} gives dim {i} = {shape[i]}, the model fixes it to {expr}",
                     tensor=vi.name,
                     path=path,
+                    settings=("input_shapes",),
                 )
             if expr is not None:
                 if isinstance(expr, Sum):
@@ -132,10 +137,11 @@ def plan(
             if values.get(name, shape[i]) != shape[i]:
                 first = axes[name][0]
                 raise OnnxError(
-                    f"input_shapes gives dim {name!r} = {shape[i]} here and {values[name]} "
+                    f"{{input_shapes}} gives dim {name!r} = {shape[i]} here and {values[name]} "
                     f"for {first[0]} dim {first[1]}",
                     tensor=vi.name,
                     path=path,
+                    settings=("input_shapes",),
                 )
             values[name] = int(shape[i])
             axes.setdefault(name, []).append((vi.name, i))
@@ -258,10 +264,11 @@ def _solve(
                 if expr.at(values) != v:
                     at = ", ".join(f"{n} = {values[n]}" for n in expr.names)
                     raise OnnxError(
-                        f"input_shapes gives dim {axis} ({expr.name}) = {v}; with {at} it is "
+                        f"{{input_shapes}} gives dim {axis} ({expr.name}) = {v}; with {at} it is "
                         f"{expr.at(values)}",
                         tensor=tensor,
                         path=path,
+                        settings=("input_shapes",),
                     )
                 continue
             solved = expr.solve(v, values)
@@ -272,10 +279,11 @@ def _solve(
         if len(left) == len(pending):
             expr, v, tensor, axis = left[0]
             raise OnnxError(
-                f"input_shapes gives dim {axis} ({expr.name}) = {v}, which does not fix its "
+                f"{{input_shapes}} gives dim {axis} ({expr.name}) = {v}, which does not fix its "
                 f"dims {', '.join(n for n in expr.names if n not in values)}; give them too",
                 tensor=tensor,
                 path=path,
+                settings=("input_shapes",),
             )
         pending = left
 

@@ -7,6 +7,9 @@ public surface.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from relsat.errors import RelsatError
 
 __all__ = [
@@ -28,7 +31,13 @@ class OnnxError(RelsatError, ValueError):
 
     ``path`` names the file, ``node`` the ONNX node (its name, or ``#k`` for the k-th unnamed one),
     ``op_type`` its operator and ``tensor`` the tensor (e.g. a graph input) at fault; any may be
-    None. ``reason`` is the message without them.
+    None. ``reason`` is the message without them. ``settings`` are the settings the message
+    names (``input_shapes``, ``batch``), written ``{input_shapes}`` in it: the message reads them
+    by their API names, and :meth:`named` by others (the command line's flags).
+
+    >>> e = OnnxError("{input_shapes} gives rank 2", settings=("input_shapes",), tensor="x")
+    >>> str(e), e.named({"input_shapes": "--input-shape"})
+    ("tensor 'x': input_shapes gives rank 2", "tensor 'x': --input-shape gives rank 2")
     """
 
     def __init__(
@@ -39,21 +48,36 @@ class OnnxError(RelsatError, ValueError):
         node: str | None = None,
         op_type: str | None = None,
         tensor: str | None = None,
+        settings: tuple[str, ...] = (),
     ) -> None:
-        self.reason = message
+        self.template = message
+        self.settings = settings
+        self.reason = _named(message, settings, {})
         self.path = path
         self.node = node
         self.op_type = op_type
         self.tensor = tensor
+        super().__init__(self.named({}))
+
+    def named(self, names: Mapping[str, str]) -> str:
+        """The message with each setting it names called as ``names`` says (a setting not in
+        ``names`` by its API name)."""
         where = []
-        if node is not None:
-            where.append(f"node {node!r}" + (f" ({op_type})" if op_type else ""))
-        elif op_type is not None:
-            where.append(op_type)
-        if tensor is not None:
-            where.append(f"tensor {tensor!r}")
+        if self.node is not None:
+            where.append(f"node {self.node!r}" + (f" ({self.op_type})" if self.op_type else ""))
+        elif self.op_type is not None:
+            where.append(self.op_type)
+        if self.tensor is not None:
+            where.append(f"tensor {self.tensor!r}")
+        message = _named(self.template, self.settings, names)
         text = f"{', '.join(where)}: {message}" if where else message
-        super().__init__(f"{path}: {text}" if path else text)
+        return f"{self.path}: {text}" if self.path else text
+
+
+def _named(template: str, settings: tuple[str, ...], names: Mapping[str, str]) -> str:
+    for s in settings:
+        template = template.replace("{" + s + "}", names.get(s, s))
+    return template
 
 
 class DynamicShapeError(OnnxError):
@@ -75,7 +99,7 @@ class SymbolicDimError(OnnxError):
     of dims and a constant, or cannot be written back with the dim symbolic). ``dims`` names
     the dims concerned; :func:`relsat.optimize` then optimizes at fixed shapes and says why."""
 
-    def __init__(self, message: str, *, dims: tuple[str, ...] = (), **fields: str | None) -> None:
+    def __init__(self, message: str, *, dims: tuple[str, ...] = (), **fields: Any) -> None:
         self.dims = dims
         super().__init__(message, **fields)
 
@@ -85,7 +109,7 @@ class PricingShapeError(OnnxError):
     sequence longer than its position table, an odd size where it needs an even one): ``dims``
     names the dynamic dims and where they occur; choose the shape with ``input_shapes``."""
 
-    def __init__(self, message: str, *, dims: tuple[str, ...] = (), **fields: str | None) -> None:
+    def __init__(self, message: str, *, dims: tuple[str, ...] = (), **fields: Any) -> None:
         self.dims = dims
         super().__init__(message, **fields)
 
@@ -94,7 +118,7 @@ class TooLargeError(OnnxError):
     """A model too large to verify or time on this machine: ``needed`` bytes (an estimate) of
     the ``available`` ones."""
 
-    def __init__(self, message: str, *, needed: int, available: int, **fields: str | None) -> None:
+    def __init__(self, message: str, *, needed: int, available: int, **fields: Any) -> None:
         self.needed = needed
         self.available = available
         super().__init__(message, **fields)

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 
-from relsat.errors import GraphError
+from relsat.errors import GraphError, RelsatError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph
 from relsat.onnx.constants import evaluate
@@ -145,12 +145,24 @@ def load_model(
                 folded = _fold_constants(importer.model, importer.data_dir, tmp)
                 model = onnx.load(folded, load_external_data=False)
                 return Importer(model, path, {}, None, source=folded).run()
-            except Exception:  # onnxruntime's own exception classes, or still open
-                pass
+            except _folding_failures():  # onnxruntime refused to fold it, or still open
+                pass  # anything else is a bug: it surfaces
         try:
             return _fold_shapes(importer, path)
         except OnnxError:
             raise first from None
+
+
+def _folding_failures() -> tuple[type[Exception], ...]:
+    """What onnxruntime's constant folding and the import after it raise when the model cannot
+    be folded or is still open: relsat's typed errors, a file error, a protobuf decode error,
+    onnxruntime's own exception classes (plain Exception subclasses: ``Fail``, ``InvalidGraph``,
+    ``NotImplemented``, ...) and the RuntimeError of a C++ exception it does not translate."""
+    from google.protobuf.message import DecodeError
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    ort = [c for c in vars(state).values() if isinstance(c, type) and issubclass(c, Exception)]
+    return (RelsatError, OSError, RuntimeError, DecodeError, *ort)
 
 
 def _fold_shapes(importer: Importer, path: str | None) -> Graph:
@@ -276,8 +288,9 @@ class Importer:
         unknown = sorted(set(input_shapes) - {vi.name for vi in self.inputs})
         if unknown:
             raise self.error(
-                f"input_shapes names unknown inputs {unknown}; inputs are "
-                f"{[vi.name for vi in self.inputs]}"
+                f"{{input_shapes}} names unknown inputs {unknown}; inputs are "
+                f"{[vi.name for vi in self.inputs]}",
+                settings=("input_shapes",),
             )
         self.input_types: dict[str, int] = {}
         for vi in self.inputs:
@@ -287,8 +300,9 @@ class Importer:
             given = input_shapes.get(vi.name)
             if given is not None and len(given) != len(dims):
                 raise self.error(
-                    f"input_shapes gives rank {len(given)}, the input has rank {len(dims)}",
+                    f"{{input_shapes}} gives rank {len(given)}, the input has rank {len(dims)}",
                     tensor=vi.name,
+                    settings=("input_shapes",),
                 )
             for i, d in enumerate(dims):
                 static = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
@@ -298,13 +312,15 @@ class Importer:
                 if value is None:
                     label = d.dim_param or "?"
                     raise self.error(
-                        f"dim {i} ({label}) is dynamic; fix it with input_shapes or batch",
+                        f"dim {i} ({label}) is dynamic; fix it with {{input_shapes}} or {{batch}}",
                         tensor=vi.name,
+                        settings=("input_shapes", "batch"),
                     )
                 if static is not None and value != static:
                     raise self.error(
-                        f"input_shapes gives dim {i} = {value}, the model fixes it to {static}",
+                        f"{{input_shapes}} gives dim {i} = {value}, the model fixes it to {static}",
                         tensor=vi.name,
+                        settings=("input_shapes",),
                     )
                 d.Clear()
                 d.dim_value = int(value)
