@@ -15,7 +15,8 @@ An equation ``t = r`` (equal fingerprints) becomes the rules the rule language c
 >>> ab, ba = Pattern("ewadd", (Var("a"), Var("b"))), Pattern("ewadd", (Var("b"), Var("a")))
 >>> [str(r) for r in orient(ab, ba, "syn-1")]
 ['# name: syn-1\\n# from: synthesized\\n(ewadd ?a ?b) => (ewadd ?b ?a)']
->>> seen.prune(ab, ba), seen.prune(Pattern("ewadd", (Var("c"), Var("a"))), Pattern("ewadd", (Var("a"), Var("c"))))
+>>> ca, ac = Pattern("ewadd", (Var("c"), Var("a"))), Pattern("ewadd", (Var("a"), Var("c")))
+>>> seen.prune(ab, ba), seen.prune(ca, ac)
 (None, 'renaming')
 """
 
@@ -42,6 +43,7 @@ def size_of(term: Term) -> int:
 
 def key(lhs: Pattern | Var, rhs: Pattern | Var) -> str:
     """The equation up to renaming and side order: the smaller of its two canonical texts."""
+
     def text(a: Pattern | Var, b: Pattern | Var) -> str:
         return str(canonical(Pattern("noop", (a, b))))
 
@@ -49,7 +51,13 @@ def key(lhs: Pattern | Var, rhs: Pattern | Var) -> str:
 
 
 def _vars(term: Term) -> set[Var]:
-    return set(term.vars()) if isinstance(term, Pattern) else {term} if isinstance(term, Var) else set()
+    return (
+        set(term.vars())
+        if isinstance(term, Pattern)
+        else {term}
+        if isinstance(term, Var)
+        else set()
+    )
 
 
 def _subterms(term: Term) -> Iterator[Pattern]:
@@ -89,7 +97,11 @@ class Seen:
         shared = set(_subterms(lhs)) & set(_subterms(rhs)) - {lhs, rhs}
         for sub in shared:
             a, b = _replace(lhs, sub, fresh), _replace(rhs, sub, fresh)
-            if isinstance(a, Pattern | Var) and isinstance(b, Pattern | Var) and key(a, b) in self.keys:
+            if (
+                isinstance(a, Pattern | Var)
+                and isinstance(b, Pattern | Var)
+                and key(a, b) in self.keys
+            ):
                 return "common sub-term"
         self.keys.add(k)
         return None
@@ -105,7 +117,9 @@ def orient(t: Pattern, r: Pattern, name: str) -> list[Rule]:
         if not ok:
             continue
         try:
-            rule = Rule(name if not out else f"{name}-rev", (lhs,), (rhs,), sources=("synthesized",))
+            rule = Rule(
+                name if not out else f"{name}-rev", (lhs,), (rhs,), sources=("synthesized",)
+            )
         except RuleError:
             continue
         if out and _same(out[0], rule):  # a + b => b + a reversed is itself, renamed

@@ -27,7 +27,7 @@ from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.rewrite.instantiate import Memo, instantiate
 from relsat.rewrite.rules import Pattern, Rule, Var
 
-__all__ = ["DERIVE_LIMITS", "Derivation", "Derived", "derive"]
+__all__ = ["DERIVE_LIMITS", "Derivation", "Derived", "derive", "derive_rules"]
 
 #: Limits of a derivation: small e-graphs, a few iterations (Ruler's minimization runs short).
 DERIVE_LIMITS = Limits(nodes=20_000, iterations=8, seconds=60.0)
@@ -102,3 +102,70 @@ def derive(
         for k, span in enumerate(spans)
     ]
     return Derived(tuple(out), exploration)
+
+
+def derive_rules(
+    rules: Iterable[Rule],
+    using: Iterable[Rule],
+    limits: Limits = DERIVE_LIMITS,
+    *,
+    seed: int = 0,
+    tries: int = 40,
+) -> Derived:
+    """For each of ``rules``, whether ``using`` derives it (``relsat rules derive``): the rule
+    at shapes (and parameter values) drawn where both its sides build and its guards hold, its
+    variables renamed apart from the other rules'; every pair of a multi-pattern rule must meet.
+    A rule with no such instance in ``tries`` draws is not tried (its note says so)."""
+    equations: list[list[tuple[Side, Side]]] = []
+    shapes: dict[str, tuple[int, ...]] = {}
+    notes: dict[int, str] = {}
+    rules = list(rules)
+    for k, rule in enumerate(rules):
+        inst = _instance(rule, seed + k, tries)
+        if inst is None:
+            notes[k] = f"no instance where both sides build in {tries} draws"
+            equations.append([])
+            continue
+        concrete, at = inst
+        prefix = f"r{k}_"
+        shapes.update({prefix + n: s for n, s in at.items()})
+        equations.append(
+            [
+                (_renamed(a, prefix), _renamed(b, prefix))
+                for a, b in zip(concrete.lhs, concrete.rhs, strict=True)
+            ]
+        )
+    tried = [eq for eq in equations if eq]
+    result = derive(tried, shapes, using, limits)
+    answers = iter(result.derivations)
+    out = [Derivation(None, notes[k]) if k in notes else next(answers) for k in range(len(rules))]
+    return Derived(tuple(out), result.exploration)
+
+
+def _instance(rule: Rule, seed: int, tries: int) -> tuple[Rule, dict[str, tuple[int, ...]]] | None:
+    """``rule`` specialized at drawn parameter values and shapes where it type-checks."""
+    import random
+
+    from relsat.rewrite.check import draw
+    from relsat.rewrite.params import specialize
+    from relsat.rewrite.shapes import Unsolvable
+
+    rng = random.Random(f"derive/{seed}/{rule.name}")
+    for _ in range(tries):
+        try:
+            inst = draw(rule, rng.choice, numeric=False)
+        except Unsolvable:
+            return None
+        if inst.kind == "typed":
+            concrete = specialize(rule, inst.values)[0] if rule.params else rule
+            return concrete, dict(inst.shapes)
+    return None
+
+
+def _renamed(term: Side, prefix: str) -> Side:
+    if isinstance(term, Var):
+        return Var(prefix + term.name)
+    return Pattern(
+        term.op,
+        tuple(_renamed(a, prefix) if isinstance(a, Pattern | Var) else a for a in term.args),
+    )

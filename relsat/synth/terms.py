@@ -67,7 +67,9 @@ class Terms:
         self._insert(size, built)
         return done
 
-    def _insert(self, size: int, built: Sequence[tuple[Pattern | Var, tuple, int | None, int | None]]) -> None:
+    def _insert(
+        self, size: int, built: Sequence[tuple[Pattern | Var, tuple, int | None, int | None]]
+    ) -> None:
         cols: dict[str, list] = {k: [] for k in _COLUMNS}
         next_id = len(self.pattern)
         for term, (op, *params), c0, c1 in built:
