@@ -110,11 +110,12 @@ class Seen:
 def orient(t: Pattern, r: Pattern, name: str) -> list[Rule]:
     """The rules of ``t = r``: ``t => r`` when ``r``'s variables are among ``t``'s, ``r => t``
     (named ``name-rev``, or ``name`` when it is the only one) when ``t``'s are among ``r``'s.
-    A direction the rule language refuses is left out."""
+    A direction the rule language refuses is left out, and so is one whose right-hand side
+    contains its left-hand side (``relu(x) => relu(relu(x))``: it applies to its own output)."""
     out: list[Rule] = []
     tv, rv = _vars(t), _vars(r)
     for lhs, rhs, ok in ((t, r, rv <= tv), (r, t, tv <= rv)):
-        if not ok:
+        if not ok or lhs in _subterms(rhs):  # x => f(x, …) would grow the e-graph forever
             continue
         try:
             rule = Rule(

@@ -29,7 +29,7 @@ from relsat.synth.candidates import PRUNE_REASONS, Seen, key, orient, size_of
 from relsat.synth.derive import DERIVE_LIMITS, derive
 from relsat.synth.terms import Terms
 from relsat.synth.verify import verify
-from relsat.synth.vocab import TENSAT_OPS, default_vars, unknown_ops
+from relsat.synth.vocab import TENSAT_OPS, default_vars, default_weights, unknown_ops
 
 __all__ = ["DepthStats", "Settings", "Synthesis", "synthesize"]
 
@@ -38,13 +38,15 @@ __all__ = ["DepthStats", "Settings", "Synthesis", "synthesize"]
 class Settings:
     """What to synthesize: ``ops`` (enumerable operators), ``depth`` (operators per side, >= 1),
     ``time_limit`` (seconds, > 0), ``vars`` (name, shape) pairs (default: chosen from the ops,
-    :func:`~relsat.synth.vocab.default_vars`), ``batch`` (equations checked between two
+    :func:`~relsat.synth.vocab.default_vars`), ``weights`` (the variables that are weights,
+    default: those of the default variables), ``batch`` (equations checked between two
     derivations), ``seed`` (random inputs and check draws), ``limits`` (of each derivation)."""
 
     ops: tuple[str, ...] = TENSAT_OPS
     depth: int = 2
     time_limit: float = 600.0
     vars: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    weights: tuple[str, ...] | None = None
     batch: int = 2
     seed: int = 0
     limits: Limits = DERIVE_LIMITS
@@ -62,6 +64,10 @@ class Settings:
     @property
     def variables(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
         return self.vars if self.vars is not None else tuple(default_vars(self.ops))
+
+    @property
+    def weight_vars(self) -> tuple[str, ...]:
+        return self.weights if self.weights is not None else default_weights(self.ops)
 
 
 @dataclass
@@ -143,7 +149,7 @@ def synthesize(
     say = progress or (lambda _: None)
     start = time.perf_counter()
     deadline = start + settings.time_limit
-    terms = Terms(settings.variables, settings.ops, settings.seed)
+    terms = Terms(settings.variables, settings.ops, settings.seed, settings.weight_vars)
     kept: list[Rule] = []
     dropped: list[tuple[Rule, str]] = []
     depths: list[DepthStats] = []

@@ -18,7 +18,7 @@ True
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import pyarrow as pa
 
@@ -34,10 +34,15 @@ _CLOCK_EVERY = 64
 
 
 class Terms:
-    """The enumerated terms over ``vars`` (name, shape) and the templates of ``ops``."""
+    """The enumerated terms over ``vars`` (name, shape) and the templates of ``ops``; the
+    variables named in ``weights`` are weights (a convolution's weight, what enlarge pads)."""
 
     def __init__(
-        self, vars: Sequence[tuple[str, tuple[int, ...]]], ops: Sequence[str], seed: int = 0
+        self,
+        vars: Sequence[tuple[str, tuple[int, ...]]],
+        ops: Sequence[str],
+        seed: int = 0,
+        weights: Collection[str] = (),
     ) -> None:
         self.db = Database()
         self.db.script("synth/schema")
@@ -47,38 +52,36 @@ class Terms:
         ts = templates(ops)
         rows = [(t.op, t.kind, t.arity, *(list(t.params) + [None] * 4)[:4]) for t in ts]
         self.db.con.executemany("INSERT INTO synth_op VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-        leaves: list[tuple[Pattern | Var, tuple]] = [(Var(n), ("var",)) for n in self.vars]
-        leaves += [(Pattern(t.op, t.params), (t.op, *t.params)) for t in ts if t.kind == "leaf"]
-        self._insert(0, [(p, cols, None, None) for p, cols in leaves])
+        leaves = [(Var(n), ("var",), n in weights) for n in self.vars]
+        leaves += [(Pattern(t.op, t.params), (t.op, *t.params), False) for t in ts if not t.arity]
+        self._insert(0, [(p, cols, None, None, w) for p, cols, w in leaves])
 
     def grow(self, size: int, deadline: float) -> bool:
         """Enumerate the terms of ``size`` operators; False when ``deadline`` (a
         ``time.perf_counter()`` value) passed first (the terms of this size are then partial)."""
         combos = self.db.run("synth/enumerate", size=size)
-        built: list[tuple[Pattern | Var, tuple, int | None, int | None]] = []
+        built: list[_Built] = []
         done = True
-        for k, (op, p0, p1, p2, p3, c0, c1) in enumerate(combos):
+        for k, (op, p0, p1, p2, p3, c0, c1, weight) in enumerate(combos):
             if k % _CLOCK_EVERY == 0 and time.perf_counter() > deadline:
                 done = False
                 break
             params = tuple(p for p in (p0, p1, p2, p3) if p is not None)
             children = [self.pattern[c] for c in (c0, c1) if c is not None]
-            built.append((_term(op, params, children), (op, p0, p1, p2, p3), c0, c1))
+            built.append((_term(op, params, children), (op, p0, p1, p2, p3), c0, c1, weight))
         self._insert(size, built)
         return done
 
-    def _insert(
-        self, size: int, built: Sequence[tuple[Pattern | Var, tuple, int | None, int | None]]
-    ) -> None:
+    def _insert(self, size: int, built: Sequence[_Built]) -> None:
         cols: dict[str, list] = {k: [] for k in _COLUMNS}
         next_id = len(self.pattern)
-        for term, (op, *params), c0, c1 in built:
+        for term, (op, *params), c0, c1, weight in built:
             ev = self._evaluate(term)
             if ev is None:
                 continue
             self.pattern[next_id] = term
             params = (list(params) + [None] * 4)[:4]
-            row = [next_id, size, op, *params, c0, c1, list(ev.shape), ev.fp, ev.fpx]
+            row = [next_id, size, op, *params, c0, c1, list(ev.shape), bool(weight), ev.fp, ev.fpx]
             for k, v in zip(_COLUMNS, row, strict=True):
                 cols[k].append(v)
             next_id += 1
@@ -110,10 +113,14 @@ def _term(op: str, params: tuple[int, ...], children: list[Pattern | Var]) -> Pa
     return Pattern(op, args)
 
 
-_COLUMNS = ("id", "size", "op", "p0", "p1", "p2", "p3", "c0", "c1", "shape", "fp", "fpx")
+#: A term to insert: pattern, (op, p0…p3), children, whether it is computed from weights alone.
+_Built = tuple[Pattern | Var, tuple, int | None, int | None, bool]
+_COLUMNS = (
+    "id", "size", "op", "p0", "p1", "p2", "p3", "c0", "c1", "shape", "weight", "fp", "fpx",
+)  # fmt: skip
 _TYPES = {
     "id": pa.int64(), "size": pa.int32(), "op": pa.string(),
     "p0": pa.int32(), "p1": pa.int32(), "p2": pa.int32(), "p3": pa.int32(),
-    "c0": pa.int64(), "c1": pa.int64(), "shape": pa.list_(pa.int32()),
+    "c0": pa.int64(), "c1": pa.int64(), "shape": pa.list_(pa.int32()), "weight": pa.bool_(),
     "fp": pa.int64(), "fpx": pa.int64(),
 }  # fmt: skip

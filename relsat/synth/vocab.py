@@ -31,6 +31,7 @@ __all__ = [
     "TENSAT_OPS",
     "Template",
     "default_vars",
+    "default_weights",
     "templates",
     "unknown_ops",
 ]
@@ -107,3 +108,8 @@ def default_vars(ops: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
     if "enlarge" in ops:
         out.append(("k", (3, 3, 1, 1)))
     return out
+
+
+def default_weights(ops: Sequence[str]) -> tuple[str, ...]:
+    """The weight variables of :func:`default_vars`."""
+    return tuple(n for n, _ in default_vars(ops) if n in ("w", "v", "k"))
