@@ -131,6 +131,10 @@ class Synthesis:
         write_atomic(Path(path), self.text().encode())
 
 
+#: Equations (in batches) in one derivation's e-graph: the next ones only.
+_WINDOW = 16
+
+
 @dataclass
 class _Equation:
     t: Pattern
@@ -230,17 +234,18 @@ def _minimize(
         left = deadline - time.perf_counter()
         if left <= 0:
             return False
-        if kept:
+        if kept:  # the next window of equations, not all: the e-graph stays small
+            window, rest = eqs[: _WINDOW * settings.batch], eqs[_WINDOW * settings.batch :]
             limits = replace(settings.limits, seconds=min(settings.limits.seconds, left))
-            found = derive([[(e.t, e.r)] for e in eqs], shapes, kept, limits).derivations
+            found = derive([[(e.t, e.r)] for e in window], shapes, kept, limits).derivations
             stats.derived += sum(d.derived for d in found)
-            eqs[:] = [e for e, d in zip(eqs, found, strict=True) if not d.derived]
+            eqs[:] = [e for e, d in zip(window, found, strict=True) if not d.derived] + rest
         batch, eqs[:] = eqs[: settings.batch], eqs[settings.batch :]
         for e in batch:
             for rule in e.rules:
                 if time.perf_counter() > deadline:
                     return False
-                outcome = verify(rule, seed=settings.seed)
+                outcome = verify(rule, seed=settings.seed, shapes=shapes)
                 stats.checked += 1
                 if outcome.kept:
                     setattr(stats, outcome.status, getattr(stats, outcome.status) + 1)

@@ -38,8 +38,10 @@ from relsat.rewrite.instantiate import Memo, instantiate
 from relsat.rewrite.rules import Pattern, Var
 from relsat.synth.vocab import EXACT
 
-__all__ = ["PRIME", "Evaluated", "Evaluator", "float_fingerprint"]
+__all__ = ["EDGE_VALUES", "PRIME", "Evaluated", "Evaluator", "float_fingerprint"]
 
+#: Inputs of the edge-case evaluation (:mod:`relsat.synth.verify`): zero, signs, one, halves.
+EDGE_VALUES = (0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0)
 #: The modulus of exact evaluation: products of two residues and their short sums fit in int64.
 PRIME = 1_000_003
 
@@ -93,7 +95,9 @@ def _residue(value: float) -> int:
 class Evaluator:
     """Builds terms over the variables ``vars`` (name, shape) and keeps each node's values."""
 
-    def __init__(self, vars: Sequence[tuple[str, tuple[int, ...]]], seed: int = 0) -> None:
+    def __init__(
+        self, vars: Sequence[tuple[str, tuple[int, ...]]], seed: int = 0, *, edge: bool = False
+    ) -> None:
         self.builder = GraphBuilder()
         self.memo: Memo = {}
         rng = np.random.default_rng(seed)
@@ -103,7 +107,10 @@ class Evaluator:
         for name, shape in vars:
             t = self.builder.input(shape, name=name)
             self.env[name] = t
-            self.floats[t.ref] = rng.uniform(-2.0, 2.0, size=shape)
+            floats = rng.uniform(-2.0, 2.0, size=shape)
+            if edge:  # the values where division, roots and powers have edges
+                floats = rng.choice(EDGE_VALUES, size=shape)
+            self.floats[t.ref] = floats
             self.exact[t.ref] = rng.integers(1, PRIME, size=shape, dtype=np.int64)
 
     def add(self, term: Pattern | Var) -> Evaluated | None:
@@ -116,6 +123,12 @@ class Evaluator:
         fx = self.exact[t.ref]
         fpx = None if fx is None else _hash(b"x", fx.tobytes())
         return Evaluated(t.shape, float_fingerprint(self.floats[t.ref]), fpx)
+
+    def floats_of(self, term: Pattern | Var) -> np.ndarray | None:
+        """The float values of ``term`` (built if needed); None when it cannot be built."""
+        if self.add(term) is None:
+            return None
+        return self.floats[instantiate(self.builder, term, self.env, self.memo).ref]
 
     def _evaluate(self, t: Tensor) -> None:
         """Values of ``t``'s node and of any unevaluated node below it (children first)."""
