@@ -154,3 +154,14 @@ def test_time_limit_writes_a_complete_file(tmp_path, capsys):
     assert "stop: time limit" in text
     load_rules([out])  # complete: it parses
     assert "stop: time limit" in capsys.readouterr().out
+
+
+def test_edge_cases_drop_a_rule_that_fails_at_zero():
+    rules = parse_rules(
+        "# name: one\n(ewpow (scalar 1.0) ?a) => (ewdiv ?a ?a)\n\n"
+        "# name: div\n(ewmul ?a (reciprocal ?b)) => (ewdiv ?a ?b)\n"
+    )
+    shapes = {"a": (2, 2), "b": (2, 2)}
+    one, div = (verify(r, shapes=shapes) for r in rules)
+    assert one.status == "dropped" and "edge case" in one.detail
+    assert div.status == "ok"
