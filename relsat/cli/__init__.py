@@ -15,6 +15,8 @@ commands:
   relsat sql DB "SELECT ..."                      query a stored e-graph
   relsat inspect DB                               summary of a stored e-graph and its runs
   relsat rules check [FILE ...]                   check rule files (default: the shipped ones)
+  relsat rules synthesize --ops OPS --depth K --out FILE   find rules by enumeration
+  relsat rules derive FILE --from RULES...        whether RULES derive each rule of FILE
 
 Never slower: for an ONNX input, optimize times the optimized model against the input in
 onnxruntime (--threads, --timing-seconds) and writes the input unchanged unless the optimized

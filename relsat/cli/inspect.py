@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from relsat.cli import synth
 from relsat.cli.common import EXIT_ERROR, Usage, console, print_arrow
 from relsat.errors import RelsatError
 from relsat.graph.describe import summary
@@ -178,6 +179,7 @@ def add_rules(sub: Subparsers) -> None:
     p.add_argument("files", nargs="*", help="rule files or folders (default: the shipped rules)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random shapes and values")
     p.set_defaults(run=_rules_check)
+    synth.add(rules_sub)
 
 
 def _rules_check(args: argparse.Namespace) -> int:

@@ -1,0 +1,147 @@
+"""Rule synthesis (issue 41): per operator set and depth, what ``relsat rules synthesize`` finds
+and how much of TENSAT's rule set the rules found derive.
+
+Each (operator set, depth) runs in a child process of its own (so its peak memory is its own):
+terms enumerated, candidate equations, rules checked, rules passing the check, rules kept after
+minimization, seconds, peak RSS; then ``relsat rules derive`` of TENSAT's 135 rules (the shipped
+rules converted from TENSAT's files) from the kept set, with the reasons the rest are not
+derived. Progress on stderr, a Markdown table on stdout, rows appended to
+``bench/results/synthesize.csv``.
+
+    python bench/synthesize.py --sets tensat --depths 1 2 --time-limit 600
+    python bench/synthesize.py --sets elementwise --depths 1 2 3 --show-rules
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SETS = {
+    "tensat": "ewadd,ewmul,matmul,conv2d,relu,concat,split,enlarge",
+    "addmul": "ewadd,ewmul",
+    "elementwise": "ewadd,ewmul,ewsub,ewdiv,reciprocal,neg,sqrt,ewpow,scalar",
+}
+
+
+def _ops(rule) -> set[str]:
+    return set(re.findall(r"\((\w+)", " ".join(map(str, rule.lhs + rule.rhs))))
+
+
+def _reason(rule, ops: set[str], depth: int) -> str:
+    """Why TENSAT's ``rule`` may not be derived by a set synthesized over ``ops`` to ``depth``."""
+    from relsat.synth.candidates import size_of
+
+    missing = _ops(rule) - ops - {"split_0", "split_1"}
+    if missing:
+        return "operator not enumerated: " + ",".join(sorted(missing))
+    if rule.is_multi:
+        return "multi-pattern"
+    if max(size_of(rule.lhs[0]), size_of(rule.rhs[0])) > depth:
+        return "deeper than the depth run"
+    return "within depth, not derived"
+
+
+def one(ops: str, depth: int, time_limit: float, out: str | None) -> dict:
+    """One run in this process: the synthesis, then the derivation of TENSAT's rules."""
+    from relsat.engine.explore import Limits
+    from relsat.rewrite.rulefile import load_rules
+    from relsat.synth import Settings, synthesize
+    from relsat.synth.derive import derive_rules
+
+    start = time.perf_counter()
+    s = synthesize(Settings(ops=tuple(ops.split(",")), depth=depth, time_limit=time_limit))
+    if out:
+        s.write(out)
+    tensat = [
+        r for r in load_rules() if any(x.startswith(("converted", "predefined")) for x in r.sources)
+    ]
+    t0 = time.perf_counter()
+    d = derive_rules(tensat, s.rules, Limits(nodes=50_000, iterations=8, seconds=300))
+    reasons: dict[str, int] = {}
+    for rule, x in zip(tensat, d.derivations, strict=True):
+        if not x.derived:
+            why = _reason(rule, set(ops.split(",")), depth)
+            reasons[why] = reasons.get(why, 0) + 1
+    return {
+        "ops": ops,
+        "depth": depth,
+        "terms": sum(x.terms for x in s.depths),
+        "equations": sum(x.equations for x in s.depths),
+        "checked": sum(x.checked for x in s.depths),
+        "passed": sum(x.ok + x.guarded for x in s.depths),
+        "kept": len(s.rules),
+        "seconds": round(t0 - start, 1),
+        "peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "stop": s.stop,
+        "tensat_derived": sum(x.derived for x in d.derivations),
+        "tensat": len(tensat),
+        "derive_s": round(time.perf_counter() - t0, 1),
+        "derive_stop": d.exploration.why if d.exploration else "",
+        "not_derived": reasons,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sets", nargs="+", default=["tensat"], help=f"of {sorted(SETS)}")
+    p.add_argument("--depths", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--time-limit", type=float, default=600.0)
+    p.add_argument("--rules-dir", help="write each run's rules here")
+    p.add_argument("--one", nargs=3, help=argparse.SUPPRESS)  # ops depth time: the child
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        ops, depth, limit = args.one
+        print(json.dumps(one(ops, int(depth), float(limit), args.out)))
+        return
+    rows = []
+    for name in args.sets:
+        for depth in args.depths:
+            print(f"{name} depth {depth} …", file=sys.stderr, flush=True)
+            out = str(Path(args.rules_dir) / f"{name}-d{depth}.rules") if args.rules_dir else None
+            cmd = [sys.executable, __file__, "--one", SETS[name], str(depth), str(args.time_limit)]
+            done = subprocess.run(
+                cmd + (["--out", out] if out else []), capture_output=True, text=True, check=True
+            )
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            r["set"] = name
+            rows.append(r)
+            print(json.dumps(r), file=sys.stderr, flush=True)
+    cols = [
+        "set",
+        "depth",
+        "terms",
+        "equations",
+        "checked",
+        "passed",
+        "kept",
+        "seconds",
+        "peak_mib",
+        "tensat_derived",
+        "stop",
+    ]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        r["tensat_derived"] = f"{r['tensat_derived']}/{r['tensat']}"
+        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    for r in rows:
+        print(f"{r['set']} depth {r['depth']} not derived: {r['not_derived']}")
+    try:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from common import append_csv
+
+        append_csv("synthesize", cols, [[r[c] for c in cols] for r in rows])
+    except Exception as exc:  # the table is the result; the CSV is a convenience
+        print(f"(no CSV: {exc})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

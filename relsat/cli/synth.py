@@ -1,0 +1,124 @@
+"""``relsat rules synthesize`` and ``relsat rules derive``: the arguments and the printing around
+:func:`relsat.synth.synthesize` and :func:`relsat.synth.derive.derive_rules`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from relsat.cli.common import Usage
+
+__all__ = ["add"]
+
+Subparsers = Any  # argparse's sub-parser action (a private class)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def add(rules_sub: Subparsers) -> None:
+    """Add ``synthesize`` and ``derive`` to the ``rules`` sub-commands."""
+    from relsat.synth.vocab import ENUMERABLE, TENSAT_OPS
+
+    p = rules_sub.add_parser(
+        "synthesize",
+        help="find rules by enumerating terms, fingerprinting and verifying them",
+        description="Enumerate every term of up to --depth operators over typed variables, group "
+        "the terms by fingerprint, prune as TASO does, drop what the rules kept so far derive "
+        "(Ruler), check the rest with 'relsat rules check' and write the rules kept. Progress "
+        "lines per depth; at the time limit the rules verified so far are written. "
+        f"Enumerable operators: {', '.join(ENUMERABLE)}.",
+    )
+    p.add_argument(
+        "--ops", default=",".join(TENSAT_OPS), help="operators, comma-separated (TENSAT's)"
+    )
+    p.add_argument("--depth", type=_positive_int, default=2, help="operators per side")
+    p.add_argument("--out", required=True, help="the .rules file to write")
+    p.add_argument("--time-limit", type=_positive_number, default=600.0, help="seconds")
+    p.add_argument(
+        "--batch", type=_positive_int, default=2, help="equations checked between two derivations"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the checks")
+    p.set_defaults(run=_synthesize)
+
+    p = rules_sub.add_parser(
+        "derive",
+        help="whether given rules derive each rule of a file",
+        description="For each rule of FILE: whether the rules --from put both its sides in one "
+        "e-class (saturating one e-graph that holds every rule of FILE at drawn shapes), with "
+        "the iteration, or 'not derived'. Exit 0 either way.",
+    )
+    p.add_argument("file", help="the rules to derive (a .rules file)")
+    p.add_argument("--from", dest="using", nargs="+", required=True, help="rule files or folders")
+    p.add_argument("--iterations", type=_positive_int, default=8, help="iteration limit")
+    p.add_argument("--nodes", type=_positive_int, default=50_000, help="e-node limit")
+    p.add_argument("--seconds", type=_positive_number, default=300.0, help="time limit")
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawn shapes")
+    p.set_defaults(run=_derive)
+
+
+def _synthesize(args: argparse.Namespace) -> int:
+    from relsat.synth import Settings, synthesize
+    from relsat.synth.vocab import ENUMERABLE, unknown_ops
+
+    ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
+    bad = unknown_ops(ops)
+    if bad or not ops:
+        raise Usage(
+            f"--ops: unknown or not enumerable operator {bad[0]!r} (enumerable: "
+            f"{', '.join(ENUMERABLE)})"
+            if bad
+            else "--ops: no operator given"
+        )
+    settings = Settings(
+        ops=ops, depth=args.depth, time_limit=args.time_limit, batch=args.batch, seed=args.seed
+    )
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    result = synthesize(settings, progress=say, on_depth=lambda s: s.write(args.out))
+    result.write(args.out)
+    print(f"stop: {result.stop}")
+    print(f"{len(result.rules)} rules written to {args.out} in {result.seconds:.1f} s")
+    return 0
+
+
+def _derive(args: argparse.Namespace) -> int:
+    from relsat.engine.explore import Limits
+    from relsat.rewrite.rulefile import load_rules
+    from relsat.synth.derive import derive_rules
+
+    rules = load_rules([args.file])
+    using = load_rules(args.using)
+    limits = Limits(nodes=args.nodes, iterations=args.iterations, seconds=args.seconds)
+    result = derive_rules(rules, using, limits, seed=args.seed)
+    for rule, d in zip(rules, result.derivations, strict=True):
+        where = f" ({rule.location})" if rule.location else ""
+        if d.derived:
+            print(f"derived      {rule.name}{where}: iteration {d.iteration}")
+        else:
+            print(f"not derived  {rule.name}{where}" + (f": {d.note}" if d.note else ""))
+    n = sum(d.derived for d in result.derivations)
+    stop = f"; exploration: {result.exploration.why}" if result.exploration else ""
+    print(f"{n} of {len(rules)} rules derived{stop}")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,134 @@
+"""From candidate equations to candidate rules, pruned as TASO prunes.
+
+An equation ``t = r`` (equal fingerprints) becomes the rules the rule language can say:
+
+* a side that is a bare variable cannot be a rule side (``variable side``);
+* variables: both directions when both sides use the same variables; one direction (the side
+  with more variables on the left) when one side's variables include the other's; none when each
+  side uses a variable the other does not (``one-sided variable``);
+* ``renaming``: an equation equal to an earlier one up to renaming variables and swapping sides;
+* ``common sub-term``: replacing a sub-term that both sides contain by a fresh variable gives an
+  equation seen before (the smaller one derives this one).
+
+>>> from relsat.rewrite.rules import Pattern, Var
+>>> seen = Seen()
+>>> ab, ba = Pattern("ewadd", (Var("a"), Var("b"))), Pattern("ewadd", (Var("b"), Var("a")))
+>>> [str(r) for r in orient(ab, ba, "syn-1")]
+['# name: syn-1\\n# from: synthesized\\n(ewadd ?a ?b) => (ewadd ?b ?a)']
+>>> ca, ac = Pattern("ewadd", (Var("c"), Var("a"))), Pattern("ewadd", (Var("a"), Var("c")))
+>>> seen.prune(ab, ba), seen.prune(ca, ac)
+(None, 'renaming')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from relsat.errors import RuleError
+from relsat.rewrite.rules import Pattern, Rule, Term, Var, canonical
+
+__all__ = ["PRUNE_REASONS", "Seen", "key", "orient", "size_of"]
+
+#: Why an equation makes no rule, in the order a summary lists them.
+PRUNE_REASONS = ("variable side", "one-sided variable", "renaming", "common sub-term")
+
+
+def size_of(term: Term) -> int:
+    """Operators in ``term`` (a split piece and its split count as one)."""
+    if not isinstance(term, Pattern):
+        return 0
+    own = 0 if term.op == "split" else 1
+    return own + sum(size_of(a) for a in term.args)
+
+
+def key(lhs: Pattern | Var, rhs: Pattern | Var) -> str:
+    """The equation up to renaming and side order: the smaller of its two canonical texts."""
+
+    def text(a: Pattern | Var, b: Pattern | Var) -> str:
+        return str(canonical(Pattern("noop", (a, b))))
+
+    return min(text(lhs, rhs), text(rhs, lhs))
+
+
+def _vars(term: Term) -> set[Var]:
+    return (
+        set(term.vars())
+        if isinstance(term, Pattern)
+        else {term}
+        if isinstance(term, Var)
+        else set()
+    )
+
+
+def _subterms(term: Term) -> Iterator[Pattern]:
+    if isinstance(term, Pattern):
+        if term.op != "split":
+            yield term
+        for a in term.args:
+            yield from _subterms(a)
+
+
+def _replace(term: Term, old: Pattern, new: Var) -> Term:
+    if term == old:
+        return new
+    if isinstance(term, Pattern):
+        return Pattern(term.op, tuple(_replace(a, old, new) for a in term.args))
+    return term
+
+
+class Seen:
+    """The equations met so far (by :func:`key`), for the renaming and sub-term prunes."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def prune(self, lhs: Pattern | Var, rhs: Pattern | Var) -> str | None:
+        """Why this equation is pruned (one of :data:`PRUNE_REASONS`), or None; an equation that
+        is not pruned is remembered."""
+        if not isinstance(lhs, Pattern) or not isinstance(rhs, Pattern):
+            return "variable side"
+        left, right = _vars(lhs), _vars(rhs)
+        if not (left <= right or right <= left):
+            return "one-sided variable"
+        k = key(lhs, rhs)
+        if k in self.keys:
+            return "renaming"
+        fresh = Var("_common")
+        shared = set(_subterms(lhs)) & set(_subterms(rhs)) - {lhs, rhs}
+        for sub in shared:
+            a, b = _replace(lhs, sub, fresh), _replace(rhs, sub, fresh)
+            if (
+                isinstance(a, Pattern | Var)
+                and isinstance(b, Pattern | Var)
+                and key(a, b) in self.keys
+            ):
+                return "common sub-term"
+        self.keys.add(k)
+        return None
+
+
+def orient(t: Pattern, r: Pattern, name: str) -> list[Rule]:
+    """The rules of ``t = r``: ``t => r`` when ``r``'s variables are among ``t``'s, ``r => t``
+    (named ``name-rev``, or ``name`` when it is the only one) when ``t``'s are among ``r``'s.
+    A direction the rule language refuses is left out, and so is one whose right-hand side
+    contains its left-hand side (``relu(x) => relu(relu(x))``: it applies to its own output)."""
+    out: list[Rule] = []
+    tv, rv = _vars(t), _vars(r)
+    for lhs, rhs, ok in ((t, r, rv <= tv), (r, t, tv <= rv)):
+        if not ok or lhs in _subterms(rhs):  # x => f(x, …) would grow the e-graph forever
+            continue
+        try:
+            rule = Rule(
+                name if not out else f"{name}-rev", (lhs,), (rhs,), sources=("synthesized",)
+            )
+        except RuleError:
+            continue
+        if out and _same(out[0], rule):  # a + b => b + a reversed is itself, renamed
+            continue
+        out.append(rule)
+    return out
+
+
+def _same(a: Rule, b: Rule) -> bool:
+    ca, cb = canonical(a), canonical(b)
+    return (ca.lhs, ca.rhs) == (cb.lhs, cb.rhs)

@@ -1,0 +1,167 @@
+"""relsat.synth: tiny operator sets and depths, assertions on the rules found (no timings)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from relsat.cli import main
+from relsat.errors import SettingsError
+from relsat.rewrite.rulefile import load_rules, parse_rules
+from relsat.rewrite.rules import Pattern, Var
+from relsat.synth import Settings, synthesize
+from relsat.synth.candidates import Seen
+from relsat.synth.derive import derive_rules
+from relsat.synth.verify import verify
+
+EQ = "{} => {}"
+
+
+def _texts(rules):
+    return {EQ.format(r.lhs[0], r.rhs[0]) for r in rules}
+
+
+@pytest.fixture(scope="module")
+def addmul():
+    return synthesize(Settings(ops=("ewadd", "ewmul"), depth=3))
+
+
+def test_addmul_finds_commutativity_associativity_distributivity(addmul):
+    found = _texts(addmul.rules)
+    assert "(ewadd ?b ?a) => (ewadd ?a ?b)" in found
+    assert "(ewmul ?b ?a) => (ewmul ?a ?b)" in found
+    assert "(ewadd (ewadd ?a ?b) ?c) => (ewadd ?a (ewadd ?b ?c))" in found
+    assert "(ewmul (ewmul ?a ?b) ?c) => (ewmul ?a (ewmul ?b ?c))" in found
+    assert "(ewadd (ewmul ?a ?b) (ewmul ?a ?c)) => (ewmul ?a (ewadd ?b ?c))" in found
+    assert addmul.stop.startswith("done")
+    assert [d.depth for d in addmul.depths] == [1, 2, 3]
+    assert all(r.sources == ("synthesized",) and "rules check ok" in r.doc for r in addmul.rules)
+
+
+def test_addmul_rules_derive_tensat_elementwise_rules(addmul):
+    shipped = load_rules()
+    tensat = [
+        r
+        for r in shipped
+        if any(s.startswith("converted") for s in r.sources)
+        and set(re.findall(r"\((\w+)", " ".join(map(str, r.lhs + r.rhs)))) <= {"ewadd", "ewmul"}
+        and len(r.lhs) == 1
+    ][:6]
+    assert tensat
+    result = derive_rules(tensat, addmul.rules)
+    assert all(d.derived for d in result.derivations)
+
+
+def test_written_file_parses_back(addmul, tmp_path):
+    out = tmp_path / "syn.rules"
+    addmul.write(out)
+    again = load_rules([out])
+    assert [r.name for r in again] == [r.name for r in addmul.rules]
+    assert "# from: synthesized" in out.read_text()
+
+
+def test_wrong_candidate_is_rejected_by_verification():
+    # On 1x1 matrices matmul commutes: the fingerprints agree, the check refutes it.
+    s = synthesize(Settings(ops=("matmul",), depth=1, vars=(("a", (1, 1)), ("b", (1, 1)))))
+    assert s.rules == ()
+    assert any(str(r.lhs[0]) == "(matmul 0 ?b ?a)" for r, _ in s.dropped)
+    bad = parse_rules("# name: bad\n(ewadd ?a ?b) => (ewmul ?a ?b)\n")["bad"]
+    assert verify(bad).status == "dropped"
+
+
+def test_prunes_renamings_and_one_sided_variables():
+    seen = Seen()
+    a, b, c = Var("a"), Var("b"), Var("c")
+    assert seen.prune(Pattern("ewadd", (a, b)), Pattern("ewadd", (b, a))) is None
+    assert seen.prune(Pattern("ewadd", (c, a)), Pattern("ewadd", (a, c))) == "renaming"
+    assert seen.prune(Pattern("ewadd", (a, a)), Pattern("ewmul", (b, b))) == "one-sided variable"
+    assert seen.prune(Pattern("relu", (a,)), a) == "variable side"
+
+
+def test_derive_says_derived_and_not_derived():
+    comm = parse_rules("# name: comm\n(ewadd ?a ?b) => (ewadd ?b ?a)\n")
+    goal = parse_rules(
+        "# name: swap\n(ewadd ?x ?y) => (ewadd ?y ?x)\n\n"
+        "# name: assoc\n(ewadd (ewadd ?x ?y) ?z) => (ewadd ?x (ewadd ?y ?z))\n"
+    )
+    result = derive_rules(goal, comm)
+    assert [d.derived for d in result.derivations] == [True, False]
+    assert result.derivations[0].iteration == 1
+
+
+def test_cli_derive(tmp_path, capsys):
+    goal = tmp_path / "goal.rules"
+    goal.write_text("# name: swap\n(ewmul ?x ?y) => (ewmul ?y ?x)\n")
+    using = tmp_path / "using.rules"
+    using.write_text("# name: comm\n(ewmul ?a ?b) => (ewmul ?b ?a)\n")
+    assert main(["rules", "derive", str(goal), "--from", str(using)]) == 0
+    out = capsys.readouterr().out
+    assert "derived      swap" in out and "1 of 1 rules derived" in out
+
+
+def test_cli_derive_malformed_file_is_a_located_error(tmp_path, capsys):
+    bad = tmp_path / "bad.rules"
+    bad.write_text("# name: r\n(ewadd ?a ?b => (ewadd ?b ?a)\n")
+    assert main(["rules", "derive", str(bad), "--from", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:2:" in err
+    assert main(["optimize", "--model", "nasrnn", "--rules", str(bad)]) == 1
+    assert capsys.readouterr().err == err
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--ops", "ewadd,nosuchop"], "--ops"),
+        (["--depth", "0"], "--depth"),
+        (["--time-limit", "0"], "--time-limit"),
+        (["--time-limit", "-3"], "--time-limit"),
+    ],
+)
+def test_cli_bad_options_exit_2(args, option, tmp_path, capsys):
+    out = tmp_path / "x.rules"
+    with pytest.raises(SystemExit) if option != "--ops" else _no_raise() as exc:
+        code = main(["rules", "synthesize", "--out", str(out), *args])
+    code = exc.value.code if exc is not None and hasattr(exc, "value") else code
+    assert code == 2
+    assert option in capsys.readouterr().err
+    assert not out.exists()
+
+
+class _no_raise:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_settings_refuse_bad_values():
+    for kw in ({"ops": ("nosuch",)}, {"depth": 0}, {"time_limit": 0}):
+        with pytest.raises(SettingsError):
+            Settings(**kw)
+
+
+def test_time_limit_writes_a_complete_file(tmp_path, capsys):
+    out = tmp_path / "x.rules"
+    code = main(
+        ["rules", "synthesize", "--ops", "ewadd", "--depth", "3", "--time-limit", "1e-9",
+         "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    text = out.read_text()
+    assert "stop: time limit" in text
+    load_rules([out])  # complete: it parses
+    assert "stop: time limit" in capsys.readouterr().out
+
+
+def test_edge_cases_drop_a_rule_that_fails_at_zero():
+    rules = parse_rules(
+        "# name: one\n(ewpow (scalar 1.0) ?a) => (ewdiv ?a ?a)\n\n"
+        "# name: div\n(ewmul ?a (reciprocal ?b)) => (ewdiv ?a ?b)\n"
+    )
+    shapes = {"a": (2, 2), "b": (2, 2)}
+    one, div = (verify(r, shapes=shapes) for r in rules)
+    assert one.status == "dropped" and "edge case" in one.detail
+    assert div.status == "ok"
