@@ -148,7 +148,7 @@ def test_conditions_and_arithmetic_compile_to_one_statement_each() -> None:
     assert "f32(m.v[" in program.cond_sql and "g0.shape" in program.cond_sql
     # one shipped rule computes a parameter: a composed permutation (rules/layout.rules)
     assert program.derive_sql is not None and program.derive_sql.count("UPDATE") == 1
-    assert program.strings_sql is not None and "list_select(ilist(" in program.strings_sql
+    assert "list_select(l" in program.derive_sql and "LEFT JOIN lists l" in program.derive_sql
     derived = compile_rules(parse_rules(TEXT))
     assert derived.derive_sql is not None and "(m.v[1] * m.v[2])" in derived.derive_sql
 

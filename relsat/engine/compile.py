@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from relsat.errors import RuleError
-from relsat.rewrite.exprs import FACTS, Cond, Expr, Param, expr_type
+from relsat.rewrite.exprs import FACTS, Cond, Expr, Param, expr_type, params_of
 from relsat.rewrite.rules import COMMUTATIVE, OPERATORS, Pattern, Rule, Term, Var, canonical
 
 __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "rule_sql"]
@@ -66,8 +66,6 @@ class Program:
     #: (arithmetic on parameter variables) to each match's slots.
     cond_sql: str | None = None
     derive_sql: str | None = None
-    #: ...and record the text of each list a right-hand side computes, by key (``strval``).
-    strings_sql: str | None = None
 
     @property
     def names(self) -> list[str]:
@@ -139,7 +137,7 @@ def rule_sql(rule: Rule) -> str:
             where.append(
                 expr_sql(
                     g.expr,
-                    lambda p: binding[p.name],
+                    lambda p: f"ilist({binding[p.name]})" if p.type == "ints" else binding[p.name],
                     lambda v: f"g_{v.name}.shape",
                     lambda v: f"g_{v.name}.all_weights",
                 )
@@ -192,10 +190,11 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     prows: list[dict[str, Any]] = []
     trows: list[dict[str, Any]] = []
     grows: list[dict[str, Any]] = []
-    derives: list[tuple[int, str]] = []  # (rule, its values as a SQL list)
+    # (rule, its values and their texts as SQL lists, whether its lists have every item)
+    derives: list[tuple[int, str, str, str]] = []
     conds_sql: list[tuple[int, str]] = []  # (rule, its conditions as one SQL expression)
-    strings: list[tuple[int, str]] = []  # (rule, the texts of the lists it computes)
-    fact_slots: set[int] = set()
+    cond_reads: tuple[set[int], set[int]] = (set(), set())  # e-classes, lists
+    derive_reads: tuple[set[int], set[int]] = (set(), set())
     for rid, rule in enumerate(rules):
         if len(rule.lhs) > 2:
             raise RuleError("at most two left-hand sides are supported", rule=rule.name)
@@ -211,15 +210,22 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
                 derived.setdefault(e, MAX_VARS + len(derived))
         if derived:
             values = ", ".join(_derived_sql(e, slots) for e in derived)
-            derives.append((rid, f"[{values}]"))
-            texts = [_list_text(e, slots) for e in derived if expr_type(e) == "ints"]
-            if texts:
-                strings.append((rid, f"[{', '.join(texts)}]"))
+            texts = ", ".join(
+                _list_text(e, slots) if expr_type(e) == "ints" else "CAST(NULL AS VARCHAR)"
+                for e in derived
+            )
+            whole = [
+                _value_sql(Expr("defined", (e,)), slots) for e in derived if expr_type(e) == "ints"
+            ]
+            derives.append((rid, f"[{values}]", f"[{texts}]", " AND ".join(whole) or "true"))
+            for have, new in zip(derive_reads, _read_slots(derived, slots), strict=True):
+                have.update(new)
         conds = [g.expr for g in rule.guards if isinstance(g, Cond)] if guards else []
         conds += _implicit(derived)
         if conds:
             conds_sql.append((rid, " AND ".join(_cond_sql(c, slots) for c in conds)))
-            fact_slots.update(slots[t.name] for c in conds for t in _fact_vars(c))
+            for have, new in zip(cond_reads, _read_slots(conds, slots), strict=True):
+                have.update(new)
         memo: dict[Pattern, int] = {}
         for i, p in enumerate(rule.rhs):
             tid = _add_template(rid, p, slots, trows, memo, rule, derived)
@@ -255,9 +261,8 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         pa.Table.from_pylist(grows, schema=_GUARD),
         max((r["height"] for r in prows), default=0),
         max((r["height"] for r in trows), default=0),
-        _cond_statement(conds_sql, fact_slots),
-        _derive_statement(derives),
-        _strings_statement(strings),
+        _cond_statement(conds_sql, _joins(*cond_reads)),
+        _derive_statement(derives, _joins(*derive_reads)),
     )
 
 
@@ -280,8 +285,9 @@ _SQL_OPS = {"==": "=", "!=": "<>", "and": "AND", "or": "OR", "%": "%"}
 
 def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
     """``term`` (relsat.rewrite.exprs) as SQL: ``value(param)`` gives a parameter's column (a
-    float parameter's float32 bits are read as a DOUBLE with the macro ``f32``),
-    ``shape(var)`` / ``weights(var)`` a tensor variable's e-class columns."""
+    float parameter's float32 bits are read as a DOUBLE with the macro ``f32``; a list
+    variable's value is the list), ``shape(var)`` / ``weights(var)`` a tensor variable's e-class
+    columns."""
     if isinstance(term, bool):
         return "true" if term else "false"
     if isinstance(term, int):
@@ -290,10 +296,8 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
         return f"CAST({term!r} AS DOUBLE)"
     if isinstance(term, tuple):
         return f"CAST([{', '.join(map(str, term))}] AS BIGINT[])"
-    if isinstance(term, Param):
+    if isinstance(term, Param):  # value(): a column; for a list variable, the list itself
         col = value(term)
-        if term.type == "ints":  # a list's key, read back as the list
-            return f"ilist({col})"
         return f"f32({col})" if term.type == "float" else col
     assert isinstance(term, Expr)
     op, args = term.op, term.args
@@ -337,10 +341,11 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
 
 
 def _value_sql(term: object, slots: dict[str, int]) -> str:
-    """``term`` over the match row ``m`` (slot k is ``m.v[k + 1]``; e-class ``g<k>``)."""
+    """``term`` over the match row ``m`` (slot k is ``m.v[k + 1]``; its e-class ``g<k>``, its
+    list ``l<k>.v``: joined by the generated statements, :func:`_joins`)."""
     return expr_sql(
         term,
-        lambda p: f"m.v[{slots[p.name] + 1}]",
+        lambda p: f"l{slots[p.name]}.v" if p.type == "ints" else f"m.v[{slots[p.name] + 1}]",
         lambda v: f"g{slots[v.name]}.shape",
         lambda v: f"g{slots[v.name]}.all_weights",
     )
@@ -350,23 +355,28 @@ def _derived_sql(e: Expr, slots: dict[str, int]) -> str:
     """A right-hand side's value as a slot: a number, or a list's key."""
     if expr_type(e) == "ints":
         return f"skey({_list_text(e, slots)})"
-    return f"CAST({_rhs_sql(e, slots)} AS BIGINT)"
+    return f"CAST({_value_sql(e, slots)} AS BIGINT)"
 
 
 def _list_text(e: Expr, slots: dict[str, int]) -> str:
     """A list value's text, as a shape operator's ``s`` column holds it ("0_2_1_3")."""
-    return f"array_to_string({_rhs_sql(e, slots)}, '_')"
+    return f"array_to_string({_value_sql(e, slots)}, '_')"
 
 
-def _rhs_sql(term: object, slots: dict[str, int]) -> str:
-    """``term`` over the match row ``m``, a fact read from its e-class in a subquery (one
-    statement serves every rule: a slot is a class for some rules only)."""
-    return expr_sql(
-        term,
-        lambda p: f"m.v[{slots[p.name] + 1}]",
-        lambda v: f"(SELECT shape FROM eclass WHERE id = m.v[{slots[v.name] + 1}])",
-        lambda v: f"(SELECT all_weights FROM eclass WHERE id = m.v[{slots[v.name] + 1}])",
-    )
+def _read_slots(terms: Iterable[object], slots: dict[str, int]) -> tuple[set[int], set[int]]:
+    """The slots ``terms`` read an e-class of (facts) and a list of."""
+    facts = {slots[t.name] for e in terms for t in _fact_vars(e)}
+    lists = {slots[p.name] for e in terms for p in params_of(e) if p.type == "ints"}
+    return facts, lists
+
+
+def _joins(facts: set[int], lists: set[int]) -> str:
+    """The e-classes and lists the generated statements read, joined to the match row ``m``
+    (left joins: one statement serves every rule, and a slot is a class or a list for some
+    rules only)."""
+    out = [f"\n    LEFT JOIN eclass g{k} ON g{k}.id = m.v[{k + 1}]" for k in sorted(facts)]
+    out += [f"\n    LEFT JOIN lists l{k} ON l{k}.h = m.v[{k + 1}]" for k in sorted(lists)]
+    return "".join(out)
 
 
 def _cond_sql(c: Expr, slots: dict[str, int]) -> str:
@@ -382,12 +392,12 @@ def _fact_vars(term: object) -> list[Var]:
 
 def _implicit(derived: dict[Expr, int]) -> list[Expr]:
     """What a right-hand side's arithmetic needs to be a parameter: an integer division that
-    divides exactly, a value that fits an e-node's 32-bit parameter; a list with every item
-    defined (``compose`` past the end of a permutation is not)."""
+    divides exactly, a value that fits an e-node's 32-bit parameter. (A list must have every
+    item, which ``compose`` past the end of a permutation has not: :func:`_derive_statement`
+    refuses the match.)"""
     out: list[Expr] = []
     for e in derived:
-        if expr_type(e) == "ints":
-            out.append(Expr("defined", (e,)))
+        if expr_type(e) == "ints":  # a list with every item: checked as it is derived
             continue
         stack: list[object] = [e]
         while stack:
@@ -402,14 +412,11 @@ def _implicit(derived: dict[Expr, int]) -> list[Expr]:
     return out
 
 
-def _cond_statement(cases: list[tuple[int, str]], fact_slots: set[int]) -> str | None:
+def _cond_statement(cases: list[tuple[int, str]], joins: str) -> str | None:
     """One statement for every rule's conditions: a match whose condition is false or unknown
     (a dim past the rank, a value not computable) is refused."""
     if not cases:
         return None
-    joins = "".join(
-        f"\n    LEFT JOIN eclass g{k} ON g{k}.id = m.v[{k + 1}]" for k in sorted(fact_slots)
-    )
     rules = ", ".join(str(rid) for rid, _ in cases)
     body = "\n            ".join(f"WHEN {rid} THEN {sql}" for rid, sql in cases)
     return (
@@ -424,39 +431,30 @@ def _cond_statement(cases: list[tuple[int, str]], fact_slots: set[int]) -> str |
     )
 
 
-def _derive_statement(cases: list[tuple[int, str]]) -> str | None:
+def _derive_statement(cases: list[tuple[int, str, str, str]], joins: str) -> str | None:
     """One statement appending every match's computed right-hand-side parameters to its slots
-    (after the MAX_VARS variable slots)."""
+    (after the MAX_VARS variable slots; a list as its key), with their texts in ``sv`` (a
+    list's, NULL for a number) for instantiation to write; a match whose computed list lacks an
+    item is refused."""
     if not cases:
         return None
-    rules = ", ".join(str(rid) for rid, _ in cases)
-    body = "\n        ".join(f"WHEN {rid} THEN {sql}" for rid, sql in cases)
+    rules = ", ".join(str(rid) for rid, _, _, _ in cases)
+
+    def case(k: int) -> str:
+        return "\n            ".join(f"WHEN {c[0]} THEN {c[k]}" for c in cases)
+
     return (
         "-- generated (relsat.engine.compile): right-hand sides' parameter arithmetic\n"
-        "UPDATE match m SET v = list_concat(m.v, CASE m.rule\n"
-        f"        {body}\n"
-        "    END)\n"
-        f"WHERE m.ok AND m.rule IN ({rules})"
-    )
-
-
-def _strings_statement(cases: list[tuple[int, str]]) -> str | None:
-    """One statement recording the text of every list the matches' right-hand sides compute,
-    under its key (``strval``), so that instantiation can write it."""
-    if not cases:
-        return None
-    rules = ", ".join(str(rid) for rid, _ in cases)
-    body = "\n            ".join(f"WHEN {rid} THEN {sql}" for rid, sql in cases)
-    return (
-        "-- generated (relsat.engine.compile): the lists right-hand sides compute\n"
-        "INSERT INTO strval\n"
-        "SELECT DISTINCT skey(t), t FROM (\n"
-        "    SELECT unnest(CASE m.rule\n"
-        f"            {body}\n"
-        "        END) AS t\n"
-        f"    FROM match m WHERE m.ok AND m.rule IN ({rules})\n"
-        ")\n"
-        "WHERE t IS NOT NULL AND skey(t) NOT IN (SELECT h FROM strval)"
+        "UPDATE match SET v = list_concat(match.v, d.nv), sv = d.texts, ok = d.whole\n"
+        "FROM (\n"
+        "    SELECT m.mid,\n"
+        f"        CASE m.rule\n            {case(1)}\n        END AS nv,\n"
+        f"        CASE m.rule\n            {case(2)}\n        END AS texts,\n"
+        f"        coalesce(CASE m.rule\n            {case(3)}\n        END, false) AS whole\n"
+        f"    FROM match m{joins}\n"
+        f"    WHERE m.ok AND m.rule IN ({rules})\n"
+        ") d\n"
+        "WHERE match.mid = d.mid"
     )
 
 

@@ -224,8 +224,6 @@ class Phases:
                 db.execute(self.program.cond_sql)
             if self.program.derive_sql is not None:  # values the right-hand sides compute
                 db.execute(self.program.derive_sql)
-            if self.program.strings_sql is not None:  # ...and the lists among them, by key
-                db.execute(self.program.strings_sql)
             cycle_s += self._apply(pending, multi=multi, budget=budget)
         t2 = time.perf_counter()
         t1b = t1 + cycle_s

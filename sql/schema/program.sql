@@ -59,8 +59,8 @@ CREATE TABLE IF NOT EXISTS tnode (
     k2 INTEGER NOT NULL, r2 INTEGER NOT NULL,         -- child 2, as k0/r0 (0: none)
     k3 INTEGER NOT NULL, r3 INTEGER NOT NULL,         -- child 3 (attention's bias)
     dref INTEGER NOT NULL,     -- the first template child of height - 1, or -1 (height 0)
-    -- the list parameter: the literal s, or from slot qs of the match (a list's key, read
-    -- back through `strs`), or -1
+    -- the list parameter: the literal s, or from slot qs of the match (a variable's key, read
+    -- back through `strs`; a computed list's text, `match.sv`), or -1
     s VARCHAR NOT NULL DEFAULT '', qs INTEGER NOT NULL DEFAULT -1
 );
 
@@ -89,13 +89,14 @@ SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c1, c0, c2, c3, c4, c5, c6, c7,
 FROM enode
 WHERE op IN ('ewadd', 'ewmul') AND c0 <> c1;
 
--- The lists right-hand sides computed (a composed permutation, a shape), by key; with the lists
--- of the e-graph's shape operators they are `strs`, where a key is read back as its text.
-CREATE TABLE IF NOT EXISTS strval (h BIGINT NOT NULL, s VARCHAR NOT NULL);
+-- The lists of the e-graph's shape operators by key, where a variable's key is read back as its
+-- text (a list a right-hand side computes travels as text with its match, `match.sv`).
 CREATE OR REPLACE VIEW strs AS
-SELECT DISTINCT skey(s) AS h, s FROM enode WHERE op IN ('transpose', 'reshape')
-UNION
-SELECT h, s FROM strval;
+SELECT DISTINCT skey(s) AS h, s FROM enode WHERE op IN ('transpose', 'reshape');
+
+-- ...and as lists, for the generated statements to join (relsat.engine.compile).
+CREATE OR REPLACE VIEW lists AS
+SELECT h, list_transform(string_split(s, '_'), lambda x: CAST(x AS BIGINT)) AS v FROM strs;
 
 -- A list parameter's value from its key (NULL: no such list).
 CREATE OR REPLACE MACRO ilist(key) AS (

@@ -13,7 +13,10 @@ CREATE TABLE IF NOT EXISTS match (
     mid BIGINT NOT NULL, rule INTEGER NOT NULL, root0 BIGINT NOT NULL, root1 BIGINT NOT NULL,
     v BIGINT[] NOT NULL, ok BOOLEAN NOT NULL,
     cycle BOOLEAN NOT NULL,    -- refused by the cycle pre-filter
-    capped BOOLEAN NOT NULL    -- not applied: the phase reached the e-node limit before it
+    capped BOOLEAN NOT NULL,   -- not applied: the phase reached the e-node limit before it
+    -- the texts of the values the right-hand side computes (after the variable slots of v): a
+    -- list's ("0_2_1_3"), NULL for a number
+    sv VARCHAR[]
 );
 
 -- Instantiated right-hand-side nodes: per match and template, the node and its class.

@@ -3,7 +3,7 @@
 -- shared variables agreeing; never a match paired with itself (same root class), and for
 -- symmetric rules each unordered pair once. A pair is new if either side is fresh.
 -- No parameters.
-INSERT INTO match
+INSERT INTO match (mid, rule, root0, root1, v, ok, cycle, capped)
 WITH pairs AS (
     SELECT DISTINCT r.rule, a.root AS root0, b.root AS root1,
            [coalesce(a.v0, b.v0), coalesce(a.v1, b.v1), coalesce(a.v2, b.v2),
