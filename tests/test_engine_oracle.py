@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """The batched rule program finds exactly the matches of the per-rule conjunctive queries."""
 
 from __future__ import annotations
@@ -5,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from relsat import models
+from relsat.engine import phase
 from relsat.engine.compile import rule_sql
 from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Limits, explore, find_matches
-from relsat.rewrite.rulefile import load_rules
+from relsat.graph.builder import GraphBuilder
+from relsat.rewrite.rulefile import load_rules, parse_rules
 
 RULES = load_rules()
 
@@ -46,3 +49,61 @@ def test_engine_matches_equal_per_rule_sql(name: str, iterations: int) -> None:
         assert engine == oracle, (sorted(engine - oracle)[:5], sorted(oracle - engine)[:5])
         found += len(engine)
     assert found > 0
+
+
+DEEP = parse_rules(
+    """\
+# name: three-subpatterns
+(attention ?s:float (relu ?q) (relu ?k) (relu ?v) ?m) => (attention ?s ?q ?k ?v ?m)
+
+# name: a-repeat-across-subpatterns
+(attention ?s:float (relu ?q) ?k (relu ?q) ?m) => (attention ?s ?q ?k ?q ?m)
+
+# name: third-position
+(conv2d_bias ?a:int ?b:int ?c:int ?d:int ?x ?w (relu ?bias)) => (conv2d_bias ?a ?b ?c ?d ?x ?w ?bias)
+"""
+)
+
+
+def _deep_graph() -> EGraph:
+    b = GraphBuilder()
+    q, kt, v = (
+        b.input(s, name=n)
+        for s, n in (([1, 2, 4, 4], "q"), ([1, 2, 4, 4], "k"), ([1, 2, 4, 4], "v"))
+    )
+    mask = b.input([1, 1, 4, 4], name="m")
+    outs = [
+        b.attention(b.relu(q), b.relu(kt), b.relu(v), mask, 0.5),  # three sub-patterns
+        b.attention(b.relu(q), kt, b.relu(q), mask, 0.5),  # the same class twice
+        b.attention(b.relu(q), b.relu(kt), v, mask, 0.5),  # v not a relu: a near miss
+        b.attention(b.relu(q), kt, b.relu(v), mask, 0.25),  # q and v differ: a near miss
+    ]
+    x = b.input([1, 4, 6, 6], name="x")
+    w = b.weight([4, 4, 3, 3], name="w")
+    bias = b.weight([1, 4, 1, 1], name="bias")
+    outs.append(b.conv2d_bias(x, w, b.relu(bias), (1, 1), "SAME", "NONE"))
+    return EGraph.from_graph(b.build(outs))
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_subpatterns_at_any_position_match_as_the_per_rule_sql(
+    recursive: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(phase, "RECURSIVE_BELOW", 10**9 if recursive else 0)
+    eg = _deep_graph()
+    table = find_matches(eg, DEEP, multi=False).to_pylist()
+    engine = {
+        (DEEP[r["rule"]].name, r["root0"], tuple(r["v"][: len(DEEP[r["rule"]].slots)]))
+        for r in table
+    }
+    oracle = {
+        (rule.name, row[0], tuple(row[1:]))
+        for rule in DEEP
+        for row in eg.db.execute(rule_sql(rule))
+    }
+    assert engine == oracle
+    assert sorted(name for name, _, _ in engine) == [
+        "a-repeat-across-subpatterns",
+        "third-position",
+        "three-subpatterns",
+    ]

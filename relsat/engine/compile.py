@@ -42,10 +42,11 @@ __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "
 MAX_VARS = 10
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
-#: Tensor children of a node created or matched by a rule (enode columns c0…c3; a third or
-#: fourth child, the bias of conv2d_bias / matmul_bias, attention's value and bias, is matched
-#: only as a variable).
+#: Tensor children of a node created or matched by a rule (enode columns c0…c3).
 MAX_RULE_CHILDREN = 4
+#: Sub-patterns of one left-hand-side node, at any of its child positions (attention's q, kt and
+#: v: three).
+MAX_SUBPATTERNS = 3
 
 NONE, VAR, TEMPLATE = 0, 1, 2  # kinds of a template child
 
@@ -498,13 +499,12 @@ def _add_pattern(
     ints, tensors = _split_args(p)
     if len(ints) > MAX_LHS_INTS or len(tensors) > MAX_RULE_CHILDREN or not OPERATORS[p.op].in_rules:
         raise RuleError(f"operator {p.op} cannot be matched by the engine", rule=rule.name)
-    for pos, arg in enumerate(tensors[2:], start=2):
-        if isinstance(arg, Pattern):
-            which = "third" if pos == 2 else "fourth"
-            raise RuleError(
-                f"the {which} argument of {p.op} must be a variable in a left-hand side",
-                rule=rule.name,
-            )
+    if sum(isinstance(a, Pattern) for a in tensors) > MAX_SUBPATTERNS:
+        raise RuleError(
+            f"{p.op} has more than {MAX_SUBPATTERNS} sub-patterns in a left-hand side: bind one "
+            "to a ?variable and match it in a second left-hand side",
+            rule=rule.name,
+        )
     subs = [
         (pos, _add_pattern(rid, lhs, a, slots, rows, rule))
         for pos, a in enumerate(tensors)
@@ -513,10 +513,11 @@ def _add_pattern(
     xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors] + [-1] * 4
     heights = [rows[pid]["height"] for _, pid in subs]
     # The deep sub-pattern (the first of height h - 1: the search finds a node of height h from
-    # it) and the other one, as (position, pattern node), (-1, -1) for none.
+    # it) and the others, as (position, pattern node), (-1, -1) for none.
     deep = heights.index(max(heights)) if heights else -1
     dpos, dpid = subs[deep] if subs else (-1, -1)
-    spos, spid = subs[1 - deep] if len(subs) > 1 else (-1, -1)
+    others = [s for i, s in enumerate(subs) if i != deep] + [(-1, -1), (-1, -1)]
+    (spos, spid), (tpos, tpid) = others[0], others[1]
     names = [a.name for a in ints if isinstance(a, Param)]
     if len(set(names)) < len(names):
         raise RuleError(
@@ -540,9 +541,6 @@ def _add_pattern(
         "arity": len(tensors),
         "x0": xs[0],
         "x1": xs[1],
-        "sub0": subs[0][1] if subs else -1,
-        "sub0_pos": subs[0][0] if subs else -1,
-        "sub1": subs[1][1] if len(subs) > 1 else -1,
         "jslot": -1,
         "multi": rule.is_multi,
         "x2": xs[2],
@@ -551,6 +549,8 @@ def _add_pattern(
         "dpos": dpos,
         "spid": spid,
         "spos": spos,
+        "tpid": tpid,
+        "tpos": tpos,
         **{f"y{i}": ys[i] for i in range(MAX_LHS_INTS)},
         "comm": p.op in COMMUTATIVE and not rule.ordered,
         "ls": _text(items) if isinstance(items, tuple) else None,
@@ -707,9 +707,6 @@ _PNODE = pa.schema(
         ("arity", pa.int32()),
         ("x0", pa.int32()),
         ("x1", pa.int32()),
-        ("sub0", pa.int32()),
-        ("sub0_pos", pa.int32()),
-        ("sub1", pa.int32()),
         ("jslot", pa.int32()),
         ("multi", pa.bool_()),
         ("x2", pa.int32()),
@@ -718,6 +715,8 @@ _PNODE = pa.schema(
         ("dpos", pa.int32()),
         ("spid", pa.int32()),
         ("spos", pa.int32()),
+        ("tpid", pa.int32()),
+        ("tpos", pa.int32()),
         *[(f"y{i}", pa.int32()) for i in range(4)],
         ("comm", pa.bool_()),
         ("ls", pa.string()),

@@ -12,24 +12,22 @@ CREATE TABLE IF NOT EXISTS rule_info (
 );
 
 -- Left-hand-side pattern nodes. A node matches an e-node with the same op, literals and arity;
--- child position j binds variable slot x_j, or must be in a class matched by pattern node sub_k
--- (sub-patterns sit at positions 0 and 1; a third or fourth child, as in conv2d_bias or
--- attention, is a variable).
+-- child position j binds variable slot x_j, or must be in a class matched by one of the node's
+-- sub-patterns (at most three, at any positions: dpid, spid, tpid).
 CREATE TABLE IF NOT EXISTS pnode (
     rule INTEGER NOT NULL, pid INTEGER NOT NULL, lhs INTEGER NOT NULL, is_root BOOLEAN NOT NULL,
     height INTEGER NOT NULL,   -- 0: all children are variables
     op VARCHAR NOT NULL, l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL,
     l3 INTEGER NOT NULL, arity INTEGER NOT NULL,
     x0 INTEGER NOT NULL, x1 INTEGER NOT NULL,        -- variable slot at child 0 / 1, or -1
-    sub0 INTEGER NOT NULL, sub0_pos INTEGER NOT NULL, -- first sub-pattern child and its position
-    sub1 INTEGER NOT NULL,                           -- second sub-pattern child (position 1)
     jslot INTEGER NOT NULL,    -- multi roots: slot of the first shared variable (join key), or -1
     multi BOOLEAN NOT NULL,
     x2 INTEGER NOT NULL,       -- variable slot at child 2 (fused bias ops), or -1
     x3 INTEGER NOT NULL,       -- variable slot at child 3 (attention's bias), or -1
     -- the deep sub-pattern (the first of height - 1, from whose matches the search finds this
-    -- node's) and the other one, each as pattern node and child position, or -1
+    -- node's) and up to two others, each as pattern node and child position, or -1
     dpid INTEGER NOT NULL, dpos INTEGER NOT NULL, spid INTEGER NOT NULL, spos INTEGER NOT NULL,
+    tpid INTEGER NOT NULL DEFAULT -1, tpos INTEGER NOT NULL DEFAULT -1,
     -- parameter variables: the slot that integer argument i binds (its literal l_i is then not
     -- tested), or -1
     y0 INTEGER NOT NULL, y1 INTEGER NOT NULL, y2 INTEGER NOT NULL, y3 INTEGER NOT NULL,

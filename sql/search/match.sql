@@ -3,8 +3,8 @@
 -- node's op, literals and arity (`cand`: every such pair, with the e-node's classes as the node's
 -- own variable bindings o0…o5); child j binds variable slot x_j (a slot bound twice must see the
 -- same class), or must lie in a class where the sub-pattern at that position matched
--- (sub-patterns sit at child positions 0 and 1; a third or fourth child is always a variable,
--- x2, x3). A recursive query matches height h from the matches of height h - 1 (the working
+-- (at most three sub-patterns, at any child positions: the deep one, `dpid`, and two others,
+-- `spid`, `tpid`). A recursive query matches height h from the matches of height h - 1 (the working
 -- table `lvl`: every node of height h has a sub-pattern of height h - 1, its `deep` one; the
 -- anchor is height 0, the nodes whose children are all variables) and those of every lower height
 -- (`recurring.lvl`, for its other sub-pattern); it ends at the first height that matches
@@ -44,8 +44,9 @@ WITH RECURSIVE cand AS MATERIALIZED (
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o9,
            -- the deep sub-pattern (height h - 1; -1 at height 0) and the other one (or -1), with
            -- the classes they must match
-           p.dpid, p.spid, CASE p.dpos WHEN 0 THEN e.c0 ELSE e.c1 END AS droot,
-           CASE p.spos WHEN 0 THEN e.c0 ELSE e.c1 END AS sroot,
+           p.dpid, p.spid, p.tpid, CASE p.dpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 ELSE e.c3 END AS droot,
+           CASE p.spos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 ELSE e.c3 END AS sroot,
+           CASE p.tpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 ELSE e.c3 END AS troot,
            p.is_root, p.is_root AND NOT p.multi AS lone
     FROM pnode p
     JOIN enode_either e
@@ -64,6 +65,8 @@ WITH RECURSIVE cand AS MATERIALIZED (
     SELECT dpid AS pid, droot AS root FROM cand WHERE dpid >= 0
     UNION
     SELECT spid, sroot FROM cand WHERE spid >= 0
+    UNION
+    SELECT tpid, troot FROM cand WHERE tpid >= 0
 ), lvl(pid, root, fresh, jk, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9)
 USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
     SELECT pid, root, bool_or(fresh),
@@ -83,36 +86,48 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
                       WHEN 9 THEN v9 ELSE 0 END,
            v0, v1, v2, v3, v4, v5, v6, v7, v8, v9
     FROM (
-        SELECT c.pid, c.jslot, c.root, c.lone, c.fresh OR a.fresh OR coalesce(b.fresh, false) AS fresh,
-               coalesce(c.o0, a.v0, b.v0) AS v0, coalesce(c.o1, a.v1, b.v1) AS v1,
-               coalesce(c.o2, a.v2, b.v2) AS v2, coalesce(c.o3, a.v3, b.v3) AS v3,
-               coalesce(c.o4, a.v4, b.v4) AS v4, coalesce(c.o5, a.v5, b.v5) AS v5,
-               coalesce(c.o6, a.v6, b.v6) AS v6, coalesce(c.o7, a.v7, b.v7) AS v7,
-               coalesce(c.o8, a.v8, b.v8) AS v8, coalesce(c.o9, a.v9, b.v9) AS v9,
+        SELECT c.pid, c.jslot, c.root, c.lone,
+               c.fresh OR a.fresh OR coalesce(b.fresh, false) OR coalesce(d.fresh, false) AS fresh,
+               coalesce(c.o0, a.v0, b.v0, d.v0) AS v0, coalesce(c.o1, a.v1, b.v1, d.v1) AS v1,
+               coalesce(c.o2, a.v2, b.v2, d.v2) AS v2, coalesce(c.o3, a.v3, b.v3, d.v3) AS v3,
+               coalesce(c.o4, a.v4, b.v4, d.v4) AS v4, coalesce(c.o5, a.v5, b.v5, d.v5) AS v5,
+               coalesce(c.o6, a.v6, b.v6, d.v6) AS v6, coalesce(c.o7, a.v7, b.v7, d.v7) AS v7,
+               coalesce(c.o8, a.v8, b.v8, d.v8) AS v8, coalesce(c.o9, a.v9, b.v9, d.v9) AS v9,
                (a.v0 IS NULL OR c.o0 IS NULL OR a.v0 = c.o0)
            AND (b.v0 IS NULL OR b.v0 = coalesce(c.o0, a.v0, b.v0))
+           AND (d.v0 IS NULL OR d.v0 = coalesce(c.o0, a.v0, b.v0, d.v0))
            AND (a.v1 IS NULL OR c.o1 IS NULL OR a.v1 = c.o1)
            AND (b.v1 IS NULL OR b.v1 = coalesce(c.o1, a.v1, b.v1))
+           AND (d.v1 IS NULL OR d.v1 = coalesce(c.o1, a.v1, b.v1, d.v1))
            AND (a.v2 IS NULL OR c.o2 IS NULL OR a.v2 = c.o2)
            AND (b.v2 IS NULL OR b.v2 = coalesce(c.o2, a.v2, b.v2))
+           AND (d.v2 IS NULL OR d.v2 = coalesce(c.o2, a.v2, b.v2, d.v2))
            AND (a.v3 IS NULL OR c.o3 IS NULL OR a.v3 = c.o3)
            AND (b.v3 IS NULL OR b.v3 = coalesce(c.o3, a.v3, b.v3))
+           AND (d.v3 IS NULL OR d.v3 = coalesce(c.o3, a.v3, b.v3, d.v3))
            AND (a.v4 IS NULL OR c.o4 IS NULL OR a.v4 = c.o4)
            AND (b.v4 IS NULL OR b.v4 = coalesce(c.o4, a.v4, b.v4))
+           AND (d.v4 IS NULL OR d.v4 = coalesce(c.o4, a.v4, b.v4, d.v4))
            AND (a.v5 IS NULL OR c.o5 IS NULL OR a.v5 = c.o5)
            AND (b.v5 IS NULL OR b.v5 = coalesce(c.o5, a.v5, b.v5))
+           AND (d.v5 IS NULL OR d.v5 = coalesce(c.o5, a.v5, b.v5, d.v5))
            AND (a.v6 IS NULL OR c.o6 IS NULL OR a.v6 = c.o6)
            AND (b.v6 IS NULL OR b.v6 = coalesce(c.o6, a.v6, b.v6))
+           AND (d.v6 IS NULL OR d.v6 = coalesce(c.o6, a.v6, b.v6, d.v6))
            AND (a.v7 IS NULL OR c.o7 IS NULL OR a.v7 = c.o7)
            AND (b.v7 IS NULL OR b.v7 = coalesce(c.o7, a.v7, b.v7))
+           AND (d.v7 IS NULL OR d.v7 = coalesce(c.o7, a.v7, b.v7, d.v7))
            AND (a.v8 IS NULL OR c.o8 IS NULL OR a.v8 = c.o8)
            AND (b.v8 IS NULL OR b.v8 = coalesce(c.o8, a.v8, b.v8))
+           AND (d.v8 IS NULL OR d.v8 = coalesce(c.o8, a.v8, b.v8, d.v8))
            AND (a.v9 IS NULL OR c.o9 IS NULL OR a.v9 = c.o9)
-           AND (b.v9 IS NULL OR b.v9 = coalesce(c.o9, a.v9, b.v9)) AS agree
+           AND (b.v9 IS NULL OR b.v9 = coalesce(c.o9, a.v9, b.v9))
+           AND (d.v9 IS NULL OR d.v9 = coalesce(c.o9, a.v9, b.v9, d.v9)) AS agree
         FROM lvl a
         JOIN cand c ON c.dpid = a.pid AND c.droot = a.root
         LEFT JOIN recurring.lvl b ON b.pid = c.spid AND b.root = c.sroot
-        WHERE c.spid < 0 OR b.pid IS NOT NULL
+        LEFT JOIN recurring.lvl d ON d.pid = c.tpid AND d.root = c.troot
+        WHERE (c.spid < 0 OR b.pid IS NOT NULL) AND (c.tpid < 0 OR d.pid IS NOT NULL)
     )
     WHERE agree
     GROUP BY ALL
