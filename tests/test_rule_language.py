@@ -72,7 +72,7 @@ def test_typed_variables_conditions_and_arithmetic_round_trip() -> None:
         ("(repeatkv ?n:int ?x) => (relu ?x)\nwhere dtype(?x) == 1", 3, 7, "unknown guard 'dtype'"),
         ("(repeatkv ?n:int ?x) => (relu ?x)\nwhere ?n + 1", 3, 7, "not a number"),
         ("(repeatkv (* ?n:int 2) ?x) => (relu ?x)", 2, None, "in a left-hand side"),
-        ("(scalar ?e:float) => (scalar (* ?e 2.0))", 2, None, "float arithmetic"),
+        ("(repeatkv ?n:int ?x) => (repeatkv (* ?n 2.0) ?x)", 2, None, "is float"),
         ("(repeatkv ?n:int ?x) => (repeatkv ?n:float ?x)", 2, 35, "used as int and as float"),
         ("(repeatkv ?n:vec ?x) => (relu ?x)", 2, 11, "unknown type 'vec'"),
     ],

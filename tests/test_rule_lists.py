@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from relsat.engine.egraph import EGraph
 from relsat.engine.explore import explore
 from relsat.errors import RuleError
 from relsat.graph.builder import GraphBuilder
+from relsat.graph.ops import f32_bits
 from relsat.rewrite.check import check_rule
+from relsat.rewrite.check import evaluate as evaluate_rule
 from relsat.rewrite.exprs import evaluate
 from relsat.rewrite.rulefile import RULES_DIR, format_rules, load_rules, parse_rules
 
@@ -167,3 +170,114 @@ def test_the_checker_draws_lists_and_names_them_in_a_counterexample() -> None:
     verdicts = {r.name: check_rule(r) for r in wrong}
     assert not any(v.ok for v in verdicts.values())
     assert "?q = [" in verdicts["wrong"].line() and "?p = [" in verdicts["lost"].line()
+
+
+# --- attention packed by a rule -------------------------------------------------------------
+
+PACKED = """\
+# name: attention-packed
+(transpose (attention ?sc:float (transpose (reshape (matmul_bias 0 (reshape ?x ?_) ?wq ?bq) ?h:ints) [0 2 1 3] ?_) (transpose (reshape (matmul_bias 0 (reshape ?x ?_) ?wk ?bk) ?h) [0 2 3 1] ?_) (transpose (reshape (matmul_bias 0 (reshape ?x ?_) ?wv ?bv) ?h) [0 2 1 3] ?_) ?m) [0 2 1 3] ?_) => (reshape (mha (at ?h 2) ?sc ?x (concat 1 2 ?wq (concat 1 2 ?wk ?wv)) (concat 0 1 ?bq (concat 0 1 ?bk ?bv)) ?m) ?h)
+where ?sc > 0 and rank(?x) == 3 and len(?h) == 4 and at(?h, 0) == dim(?x, 0) and at(?h, 1) == dim(?x, 1)
+"""
+
+
+def test_a_rule_packs_attention_with_its_projections() -> None:
+    """What the pack stage does after extraction, said as one rule: three sub-patterns (q, kt, v),
+    list variables (the head split ?h, wildcards for the flatten and the shuffle flags), a
+    parameter computed from a list ((at ?h 2): the heads) and the fused kernel on the right."""
+    [rule] = parse_rules(PACKED)
+    assert [str(s) for s in rule.slots] == [
+        "?sc",
+        "?x",
+        "?wq",
+        "?bq",
+        "?h",
+        "?wk",
+        "?bk",
+        "?wv",
+        "?bv",
+        "?m",
+    ]
+    b = GraphBuilder()
+    x, mask = b.input([1, 8, 16], name="x"), b.input([1, 1, 8, 8], name="m")
+
+    def heads(name: str, perm: list[int]) -> object:
+        w, bias = b.weight([16, 16], name=f"w{name}"), b.weight([16], name=f"b{name}")
+        y = b.matmul_bias(b.reshape(x, [8, 16]), w, bias)
+        return b.transpose(b.reshape(y, [1, 8, 2, 8]), perm)
+
+    q, kt, v = heads("q", [0, 2, 1, 3]), heads("k", [0, 2, 3, 1]), heads("v", [0, 2, 1, 3])
+    out = b.transpose(b.attention(q, kt, v, mask, 0.25), [0, 2, 1, 3])  # type: ignore[arg-type]
+    eg = _explore(out, b, [rule])
+    ((heads_, scale, cls),) = eg.db.execute("SELECT p0, p1, class FROM enode WHERE op = 'mha'")
+    assert heads_ == 2 and scale == f32_bits(0.25)
+    packed = eg.db.scalar(
+        "SELECT class FROM enode WHERE op = 'reshape' AND rule = 'attention-packed'"
+    )
+    assert packed == eg.db.scalar(
+        "SELECT class FROM enode WHERE op = 'transpose' AND rule IS NULL ORDER BY id DESC LIMIT 1"
+    )
+    assert cls is not None
+
+
+@pytest.mark.parametrize(
+    ("h", "flat", "kind"),
+    [
+        ((1, 8, 2, 8), (8, 16), "equal"),
+        ((1, 8, 4, 4), (8, 16), "equal"),
+        ((2, 4, 2, 8), (8, 16), "equal"),
+    ],
+)
+def test_the_packed_attention_equals_its_spelled_out_form(
+    h: tuple[int, ...], flat: tuple[int, ...], kind: str
+) -> None:
+    [rule] = parse_rules(PACKED)
+    batch, seq = h[:2]
+    shapes = {"x": (batch, seq, 16), "m": (1, 1, seq, seq)}
+    shapes |= {f"w{p}": (16, 16) for p in "qkv"} | {f"b{p}": (16,) for p in "qkv"}
+    values = {"sc": 0.25, "h": h, "_:ints": flat, "_:int": 1}
+    outcome = evaluate_rule(rule, shapes, values=values)
+    assert outcome.kind == kind, outcome.detail
+
+
+def test_a_flatten_of_another_width_does_not_pack() -> None:
+    # x [1, 8, 16] flattened to [16, 8]: projections of half-rows, not of x; mha's shape check
+    # refuses the right-hand side, so nothing is packed
+    [rule] = parse_rules(PACKED)
+    shapes = {"x": (1, 8, 16), "m": (1, 1, 8, 8)}
+    shapes |= {f"w{p}": (8, 16) for p in "qkv"} | {f"b{p}": (16,) for p in "qkv"}
+    values = {"sc": 0.25, "h": (1, 8, 2, 16), "_:ints": (16, 8), "_:int": 1}
+    assert evaluate_rule(rule, shapes, values=values).kind == "rhs-invalid"
+
+
+# --- wildcards and float arithmetic ---------------------------------------------------------
+
+
+def test_a_wildcard_matches_anything_binds_nothing_and_cannot_be_used() -> None:
+    text = "# name: w\n(relu (transpose ?x ?_ ?_)) => (transpose (relu ?x) [2 0 1] 1)\n"
+    [rule] = parse_rules(text)
+    assert [str(s) for s in rule.slots] == ["?x"]
+    assert parse_rules(format_rules([rule])) == parse_rules(text)
+    b = GraphBuilder()
+    x = b.input([2, 3, 4], name="x")
+    y = b.add(b.relu(b.transpose(x, [2, 0, 1])), b.relu(b.transpose(x, [2, 0, 1], shuffle=False)))
+    eg = _explore(y, b, [rule])
+    # both relus (shuffle 1 and 0) matched: one class now, with the one transpose(relu x)
+    relus = eg.db.execute(
+        "SELECT DISTINCT e.class FROM enode e JOIN enode t ON t.class = e.c0 WHERE e.op = 'relu' AND t.op = 'transpose'"
+    )
+    assert len(relus) == 1
+    with pytest.raises(RuleError, match="is a wildcard"):
+        parse_rules("# name: w\n(transpose ?x ?_ ?_) => (transpose ?x ?_ 0)\n")
+
+
+def test_a_right_hand_side_computes_a_float_parameter_in_float32() -> None:
+    [rule] = parse_rules(
+        "# name: fold\n(ewmul (ewmul ?x (scalar ?a:float)) (scalar ?b:float)) => (ewmul ?x (scalar (* ?a ?b)))\nordered\n"
+    )
+    assert check_rule(rule).ok
+    b = GraphBuilder()
+    x = b.input([4], name="x")
+    eg = _explore(b.mul(b.mul(x, b.scalar(0.35355338)), b.scalar(0.35355338)), b, [rule])
+    bits = eg.db.scalar("SELECT p0 FROM enode WHERE op = 'scalar' AND rule = 'fold'")
+    assert bits == f32_bits(float(np.float32(0.35355338)) * float(np.float32(0.35355338)))

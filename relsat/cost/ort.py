@@ -133,6 +133,7 @@ CONSTANT_INPUTS: dict[str, frozenset[int]] = {
     "skiplayernorm": frozenset({2}),  # packed scale and bias
     "biasgelu": frozenset({1}),
     "attention": frozenset({3}),  # a constant bias (a scalar 0: no mask) is left out on export
+    "mha": frozenset({1, 2, 3}),  # packed weights and biases (prepacked), a constant mask
     "gqa": frozenset({3}),
     "rmsnorm": frozenset({1}),  # the scale
     "rotary": frozenset({1, 2}),  # cos and sin tables: written as the fused kernel's caches

@@ -101,6 +101,8 @@ def rule_sql(rule: Rule) -> str:
         ints, tensors = _split_args(p)
         conds = [f"{alias}.op = '{p.op}'"]
         for i, v in enumerate(ints):
+            if isinstance(v, Param) and v.wild:
+                continue
             if isinstance(v, Param):
                 if v.name in binding:
                     conds.append(f"{alias}.p{i} = {binding[v.name]}")
@@ -109,7 +111,9 @@ def rule_sql(rule: Rule) -> str:
             else:
                 conds.append(f"{alias}.p{i} = {v}")
         items = _list_arg(p)
-        if isinstance(items, Param):  # a list variable binds the list's key
+        if isinstance(items, Param) and items.wild:
+            pass
+        elif isinstance(items, Param):  # a list variable binds the list's key
             key = f"skey({alias}.s)"
             if items.name in binding:
                 conds.append(f"{key} = {binding[items.name]}")
@@ -215,9 +219,7 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
                 _list_text(e, slots) if expr_type(e) == "ints" else "CAST(NULL AS VARCHAR)"
                 for e in derived
             )
-            whole = [
-                _value_sql(Expr("defined", (e,)), slots) for e in derived if expr_type(e) == "ints"
-            ]
+            whole = [w for w in (_whole_sql(e, slots) for e in derived) if w is not None]
             derives.append((rid, f"[{values}]", f"[{texts}]", " AND ".join(whole) or "true"))
             for have, new in zip(derive_reads, _read_slots(derived, slots), strict=True):
                 have.update(new)
@@ -353,10 +355,26 @@ def _value_sql(term: object, slots: dict[str, int]) -> str:
 
 
 def _derived_sql(e: Expr, slots: dict[str, int]) -> str:
-    """A right-hand side's value as a slot: a number, or a list's key."""
-    if expr_type(e) == "ints":
+    """A right-hand side's value as a slot: an integer, a float's float32 bits (macro
+    ``f32bits``), or a list's key."""
+    kind = expr_type(e)
+    if kind == "ints":
         return f"skey({_list_text(e, slots)})"
+    if kind == "float":
+        return f"CAST(f32bits({_value_sql(e, slots)}) AS BIGINT)"
     return f"CAST({_value_sql(e, slots)} AS BIGINT)"
+
+
+def _whole_sql(e: Expr, slots: dict[str, int]) -> str | None:
+    """What a computed value needs to be a parameter, checked as it is derived: a list every
+    item (``compose`` past the end of a permutation has not), a float a float32 value (not NaN,
+    infinite or past float32's range); None for an integer (see :func:`_implicit`)."""
+    kind = expr_type(e)
+    if kind == "ints":
+        return _value_sql(Expr("defined", (e,)), slots)
+    if kind == "float":
+        return f"({_derived_sql(e, slots)} IS NOT NULL)"
+    return None
 
 
 def _list_text(e: Expr, slots: dict[str, int]) -> str:
@@ -398,7 +416,7 @@ def _implicit(derived: dict[Expr, int]) -> list[Expr]:
     refuses the match.)"""
     out: list[Expr] = []
     for e in derived:
-        if expr_type(e) == "ints":  # a list with every item: checked as it is derived
+        if expr_type(e) in ("ints", "float"):  # checked as it is derived: _whole_sql
             continue
         stack: list[object] = [e]
         while stack:
@@ -488,6 +506,19 @@ def _list_arg(p: Pattern) -> tuple[int, ...] | Param | Expr | None:
     return None
 
 
+#: The slot a wildcard parameter (``?_``) is given: none of the match's, so that the literal is
+#: not tested and nothing is bound.
+WILD = 99
+
+
+def _slot_of(term: object, slots: dict[str, int]) -> int:
+    """The slot a left-hand side's parameter binds: its variable's, :data:`WILD` for a
+    wildcard, -1 for a literal."""
+    if isinstance(term, Param):
+        return WILD if term.wild else slots[term.name]
+    return -1
+
+
 def _text(items: tuple[int, ...]) -> str:
     """A list literal as the e-node column ``s`` holds it: ``0_2_1_3``."""
     return "_".join(map(str, items))
@@ -518,13 +549,13 @@ def _add_pattern(
     dpos, dpid = subs[deep] if subs else (-1, -1)
     others = [s for i, s in enumerate(subs) if i != deep] + [(-1, -1), (-1, -1)]
     (spos, spid), (tpos, tpid) = others[0], others[1]
-    names = [a.name for a in ints if isinstance(a, Param)]
+    names = [a.name for a in ints if isinstance(a, Param) and not a.wild]
     if len(set(names)) < len(names):
         raise RuleError(
             f"a parameter variable twice in one {p.op}: bind another and say 'where ?a == ?b'",
             rule=rule.name,
         )
-    ys = [slots[a.name] if isinstance(a, Param) else -1 for a in ints] + [-1] * MAX_LHS_INTS
+    ys = [_slot_of(a, slots) for a in ints] + [-1] * MAX_LHS_INTS
     items = _list_arg(p)
     lits = [a if isinstance(a, int) else -1 for a in ints] + [-1] * MAX_LHS_INTS
     row = {
@@ -554,7 +585,7 @@ def _add_pattern(
         **{f"y{i}": ys[i] for i in range(MAX_LHS_INTS)},
         "comm": p.op in COMMUTATIVE and not rule.ordered,
         "ls": _text(items) if isinstance(items, tuple) else None,
-        "ys": slots[items.name] if isinstance(items, Param) else -1,
+        "ys": _slot_of(items, slots),
     }
     rows.append(row)
     return len(rows) - 1

@@ -65,10 +65,16 @@ LOGIC = ("and", "or", "not")
 
 @dataclass(frozen=True)
 class Param:
-    """A parameter variable, ``?name:type`` (type ``int`` or ``float``)."""
+    """A parameter variable, ``?name:type`` (type ``int``, ``float`` or ``ints``). A name that
+    starts with ``_`` (``?_``, ``?_shuffle``) is a wildcard: it matches any value and binds
+    nothing, so that a pattern says "any" without spending a slot."""
 
     name: str
     type: str
+
+    @property
+    def wild(self) -> bool:
+        return self.name.startswith("_")
 
     def __post_init__(self) -> None:
         if self.type not in PARAM_TYPES:

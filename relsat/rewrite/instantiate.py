@@ -205,6 +205,7 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value
     "gqa": lambda b, i, xs: b.gqa(xs[0], xs[1], xs[2], xs[3], from_f32_bits(i[0])),
     "repeatkv": lambda b, i, xs: b.repeatkv(xs[0], i[0]),
     "transpose": lambda b, i, xs: b.transpose(xs[0], i[0], shuffle=bool(i[1])),
+    "mha": lambda b, i, xs: b.mha(xs[0], xs[1], xs[2], xs[3], i[0], from_f32_bits(i[1])),
     "reshape": lambda b, i, xs: b.reshape(xs[0], i[0]),
 }
 

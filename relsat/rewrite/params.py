@@ -69,7 +69,7 @@ def _domain(rule: Rule, param: Param) -> tuple[Any, ...] | None:
         p = stack.pop()
         if isinstance(p, Pattern):
             for arg, (name, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
-                if isinstance(arg, Param) and arg.name == param.name:
+                if isinstance(arg, Param) and arg == param:
                     if kind == "ints":
                         return LIST_DOMAINS.get(name)
                     if kind == "int":
@@ -126,10 +126,10 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num]:
             pool = _domain(rule, p) or LIST_DOMAINS["perm"]
             if pool is LIST_DOMAINS["perm"]:
                 pool = tuple(q for q in pool if len(q) == rank)
-            values[p.name] = tuple(choose(pool))
+            values[_key(p)] = tuple(choose(pool))
             continue
         v = choose(_domain(rule, p) or _pool(p, conds))
-        values[p.name] = from_f32_bits(f32_bits(float(v))) if p.type == "float" else int(v)
+        values[_key(p)] = from_f32_bits(f32_bits(float(v))) if p.type == "float" else int(v)
     for _ in range(2):  # ?a == <expr of the others>: set ?a (twice: chains of equalities)
         for c in (c for e in conds for c in _conjuncts(e)):
             if c.op != "==":
@@ -147,13 +147,19 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num]:
     return values
 
 
+def _key(p: Param) -> str:
+    """Where a parameter's value is kept: its name; a wildcard's with its type (``?_`` may sit
+    at an integer and at a list place of one rule, each drawn on its own)."""
+    return f"{p.name}:{p.type}" if p.wild else p.name
+
+
 def specialize(rule: Rule, values: Mapping[str, Num]) -> tuple[Rule, list[Expr]]:
     """``rule`` at these parameter values: parameters and arithmetic as literals, named guards
     kept; the conditions (to evaluate with shapes and ``values``) returned beside it. Raises
     :class:`Undefined` where a right-hand side's arithmetic has no value."""
 
     def lit(op: str, index: int, term: object) -> Any:
-        v = evaluate(term, values, {})
+        v = values.get(_key(term)) if isinstance(term, Param) else evaluate(term, values, {})
         if v is None or isinstance(v, bool):
             raise Undefined(f"{term} has no value at {dict(values)}")
         if isinstance(v, tuple):  # a list

@@ -236,6 +236,10 @@ class _Line:
         name, _, typ = text[1:].partition(":")
         if not typ:
             return Var(name)
+        if name.startswith("_"):  # a wildcard binds nothing: each one is its own
+            if typ not in PARAM_TYPES:
+                self.semantic(f"unknown type {typ!r} of ?{name} (known: int, float, ints)", col)
+            return Param(name, typ)
         if typ not in PARAM_TYPES:
             self.semantic(f"unknown type {typ!r} of ?{name} (known: int, float, ints)", col)
         if self.types.setdefault(name, typ) != typ:
@@ -249,6 +253,8 @@ class _Line:
             return f32_bits(arg.value)
         if isinstance(arg, Var) and arg.name in self.types:  # declared ?x:type before
             return Param(arg.name, self.types[arg.name])
+        if isinstance(arg, Var) and arg.name.startswith("_"):  # a wildcard: the place's type
+            return Param(arg.name, want)
         return arg
 
     def _value(self, arg: object, col: int) -> object:

@@ -22,7 +22,7 @@ from typing import TypeAlias, TypeVar, overload
 import numpy as np
 
 from relsat.errors import RuleError, RuleSyntaxError
-from relsat.graph.ops import FLOAT_PARAMS, from_f32_bits
+from relsat.graph.ops import FLOAT_PARAMS, MIXED_PARAMS, from_f32_bits
 from relsat.rewrite.exprs import Cond, Expr, Param, expr_type, params_of, sexpr, tensors_of
 
 __all__ = [
@@ -114,6 +114,8 @@ OPERATORS: dict[str, OpSignature] = {
     "nanzero": _sig("x"),
     "finite": _sig("x"),
     "attention": _sig("scale:int q kt v bias"),
+    # attention with its q, k, v projections packed (com.microsoft Attention)
+    "mha": _sig("heads:int scale:int x w b bias"),
     # LLM decoder operators: RMS normalization, rotary embedding and their spelled-out pieces.
     "reciprocal": _sig("x"),
     "neg": _sig("x"),
@@ -157,6 +159,8 @@ def param_type(op: str, index: int) -> str:
     """The type of ``op``'s ``index``-th integer argument: ``float`` for a float parameter (stored
     as float32 bits, :data:`relsat.graph.ops.FLOAT_PARAMS`), else ``int``."""
     if op in FLOAT_PARAMS and index == 0:
+        return "float"
+    if op in MIXED_PARAMS and index == 1:  # mha: heads, then its scale
         return "float"
     return "int"
 
@@ -365,7 +369,7 @@ class Rule:
         stack: list[Term] = list(reversed(self.lhs))
         while stack:  # the order of Pattern.vars(), parameters in their places
             term = stack.pop()
-            if isinstance(term, Var | Param):
+            if isinstance(term, Var) or (isinstance(term, Param) and not term.wild):
                 out.setdefault(term)
             elif isinstance(term, Pattern):
                 stack.extend(reversed(term.args))
@@ -405,7 +409,7 @@ def _check_rule(rule: Rule) -> None:
             if v not in bound:
                 fail(f"right-hand side uses {v}, which no left-hand side binds", ("eq", i))
     _check_params(rule, fail)
-    params = {p.name for p in rule.params}
+    params = {p.name for p in rule.params if not p.wild}
     for i, guard in enumerate(rule.guards):
         if isinstance(guard, Cond):
             try:
@@ -447,6 +451,8 @@ def _check_params(rule: Rule, fail: object) -> None:
                             part,
                         )
                     for v in params_of(arg):
+                        if v.wild:
+                            continue
                         if v.name in tensors:
                             fail(f"?{v.name} is used as a tensor and as a {v.type}", part)  # type: ignore[operator]
                         if types.setdefault(v.name, v.type) != v.type:
@@ -466,15 +472,11 @@ def _check_params(rule: Rule, fail: object) -> None:
                                 f"{node.op}'s parameter {j + 1} is {want}, {sexpr(arg)} is {got}",
                                 part,
                             )
-                        if got == "float":
-                            fail(  # type: ignore[operator]
-                                f"float arithmetic {sexpr(arg)} on a right-hand side is not "
-                                "supported: bind the value on the left",
-                                part,
-                            )
-    bound = {p.name for p in rule.params}
+    bound = {p.name for p in rule.params if not p.wild}
     for i, p in enumerate(rule.rhs):
         for v in p.params():
+            if v.wild:
+                fail(f"{v} is a wildcard: it matches anything and binds nothing", ("eq", i))  # type: ignore[operator]
             if v.name not in bound:
                 fail(f"right-hand side uses {v}, which no left-hand side binds", ("eq", i))  # type: ignore[operator]
 
@@ -568,7 +570,8 @@ def canonical(item: _T) -> _T:
     pnames: dict[str, str] = {}
     for p in patterns:
         for q in p.params():
-            pnames.setdefault(q.name, f"p{len(pnames)}")
+            if not q.wild:  # a wildcard stays one: it binds nothing to rename
+                pnames.setdefault(q.name, f"p{len(pnames)}")
 
     def ren(term: Term) -> Term:
         if isinstance(term, Var):
@@ -608,7 +611,7 @@ def _format_rule(rule: Rule) -> str:
         out.append(f"# from: {', '.join(rule.sources)}")
     out += [f"# {line}".rstrip() for line in rule.doc.splitlines()]
     body = "\n".join(f"{lhs} => {rhs}" for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True))
-    for p in rule.params:  # each parameter variable's type, where it first appears
+    for p in (p for p in rule.params if not p.wild):  # each one's type where it first appears
         body = re.sub(rf"\?{p.name}(?![A-Za-z0-9_:])", f"?{p.name}:{p.type}", body, count=1)
     out.append(body)
     if rule.symmetric:

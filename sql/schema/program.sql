@@ -112,3 +112,20 @@ CREATE OR REPLACE MACRO f32(bits) AS CASE
     ELSE (1 - 2 * ((bits >> 31) & 1)) * (1 + (bits & 8388607) / 8388608.0)
          * pow(2.0, ((bits >> 23) & 255) - 127)
 END;
+
+-- ...and back: the float32 bits of a DOUBLE (rounded to float32 as a CAST rounds, to nearest
+-- even), for a right-hand side that computes a float parameter (`(* ?a ?b)`); NaN, infinity
+-- and values past float32's range give NULL. f32exp: the binary exponent of a > 0, exact.
+CREATE OR REPLACE MACRO f32exp(a) AS CAST(floor(log2(a)) AS BIGINT)
+    - CASE WHEN pow(2.0, floor(log2(a))) > a THEN 1 ELSE 0 END
+    + CASE WHEN pow(2.0, floor(log2(a)) + 1) <= a THEN 1 ELSE 0 END;
+CREATE OR REPLACE MACRO f32bits_of(v, e) AS CASE
+    WHEN e < -126 THEN CAST(round(abs(v) * pow(2.0, 149)) AS BIGINT)
+    WHEN e > 127 THEN NULL
+    ELSE CAST((e + 127) * 8388608 + round((abs(v) * pow(2.0, -e) - 1) * 8388608) AS BIGINT)
+END + CASE WHEN v < 0 THEN -2147483648 ELSE 0 END;
+CREATE OR REPLACE MACRO f32bits(x) AS CASE
+    WHEN x IS NULL OR isnan(x) OR isinf(x) OR isinf(CAST(x AS FLOAT)) THEN NULL
+    WHEN CAST(x AS FLOAT) = 0 THEN 0
+    ELSE f32bits_of(CAST(CAST(x AS FLOAT) AS DOUBLE), f32exp(abs(CAST(CAST(x AS FLOAT) AS DOUBLE))))
+END;
