@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """A corpus of exporter spellings (issue 39), built with onnx.helper: one small ONNX model per
 (fusion, spelling) and per near miss, and the judge that says whether a model came out fused.
 
@@ -189,8 +188,7 @@ def layernorm(
         inputs["eps"] = []
     else:
         consts["eps"] = eps
-    out = shape if keepdims else shape
-    return _model(nodes, inputs, out, consts, opset)
+    return _model(nodes, inputs, shape, consts, opset)
 
 
 # --- RMSNorm --------------------------------------------------------------------------------
