@@ -247,19 +247,20 @@ def test_layernorm_fuses_at_any_epsilon_and_operand_order(eps: float, order: str
 
 
 def test_a_user_adds_a_fusion_with_a_rule_file_and_no_python(tmp_path: Path) -> None:
-    """A LayerNorm whose square is spelled d * d (no shipped rule has it), fused by a rule
-    written in a file of the user's own."""
+    """A LayerNorm whose root is spelled as a power, (var + eps) ^ 0.5 (no shipped rule has
+    it), fused by a rule written in a file of the user's own."""
     f = tmp_path / "mine.rules"
     f.write_text(
-        "# name: layernorm-square-as-product\n"
-        "(ewadd (ewmul (ewdiv (ewsub ?x (reducemean ?x)) (sqrt (ewadd (reducemean (ewmul "
-        "(ewsub ?x (reducemean ?x)) (ewsub ?x (reducemean ?x)))) (scalar ?eps:float)))) ?g) ?b)"
+        "# name: layernorm-root-as-power\n"
+        "(ewadd (ewmul (ewdiv (ewsub ?x (reducemean ?x)) (ewpow (ewadd (reducemean (ewpow "
+        "(ewsub ?x (reducemean ?x)) (scalar 2.0))) (scalar ?eps:float)) (scalar 0.5))) ?g) ?b)"
         " => (layernorm ?eps ?x ?g ?b)\nwhere 0 < ?eps < 0.01 and rank(?g) == 1 and rank(?b) == 1\n"
     )
     b = GraphBuilder()
     x = b.input([2, 8, 32], name="x")
     d = b.sub(x, b.reducemean(x))
-    n = b.div(d, b.sqrt(b.add(b.reducemean(b.mul(d, d)), b.scalar(2e-6))))
+    var = b.reducemean(b.pow(d, b.scalar(2.0)))
+    n = b.div(d, b.pow(b.add(var, b.scalar(2e-6)), b.scalar(0.5)))
     graph = b.build(b.add(b.mul(n, b.weight([32])), b.weight([32])))
     assert "layernorm" not in optimize(graph, Options(rules=TRANSFORMER)).graph.op_counts()
     result = optimize(graph, Options(rules=load_rules(f)))

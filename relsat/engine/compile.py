@@ -324,7 +324,7 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
     if op == "rank":
         return f"len({shape(args[0])})"
     if op == "size":
-        return f"list_aggregate({shape(args[0])}, 'product')"
+        return f"coalesce(list_aggregate({shape(args[0])}, 'product'), 1)"  # a scalar: 1
     if op == "weights":
         return weights(args[0])
     if op == "dim":
