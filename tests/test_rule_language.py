@@ -221,7 +221,8 @@ def test_grouped_attention_fuses_at_any_group_size(heads: int, kv: int) -> None:
     b = GraphBuilder()
     q = b.input([1, heads, 4, 8], name="q")
     kt, v = b.input([1, kv, 8, 4], name="kt"), b.input([1, kv, 4, 8], name="v")
-    result = optimize(b.build(_attention(b, q, kt, v, heads // kv)), Options(rules=DECODER))
+    rules = [*DECODER, *TRANSFORMER]  # the attention rules fuse first, then gqa-fuse
+    result = optimize(b.build(_attention(b, q, kt, v, heads // kv)), Options(rules=rules))
     assert result.graph.op_counts().get("gqa") == 1 and result.verified
 
 
