@@ -12,13 +12,12 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
 from relsat import Options, optimize
 from relsat.engine.compile import compile_rules
-from relsat.engine.db import sql_text
+from relsat.engine.db import Database, sql_text
 from relsat.errors import RuleError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.ops import f32_bits
@@ -134,12 +133,20 @@ def test_the_view_of_turned_enodes_knows_the_commutative_operators() -> None:
 
 
 @pytest.mark.parametrize("value", [1e-5, 1e-6, 3e-6, 1e-12, -2.5, 0.0, 1e-40, 7.0, 65504.0])
-def test_the_f32_macro_reads_float_bits(value: float) -> None:
-    con = duckdb.connect()
-    macro = sql_text("schema/program").split("CREATE OR REPLACE MACRO f32", 1)[1]
-    con.execute("CREATE OR REPLACE MACRO f32" + macro)
-    (got,) = con.execute("SELECT f32($b)", {"b": f32_bits(value)}).fetchone()
+def test_the_f32_functions_read_and_write_float_bits(value: float) -> None:
+    db = Database()
+    got = db.scalar("SELECT f32($b)", {"b": f32_bits(value)})
     assert got == pytest.approx(float(np.float32(value)), rel=1e-12, abs=0.0)
+    assert db.scalar("SELECT f32bits($v)", {"v": value}) == f32_bits(value)
+    assert db.scalar("SELECT f32bits(f32($b))", {"b": f32_bits(value)}) == f32_bits(value)
+
+
+def test_f32bits_refuses_what_float32_cannot_hold() -> None:
+    db = Database()
+    assert db.execute("SELECT f32bits(1e39), f32bits('nan'::DOUBLE), f32bits(NULL)") == [
+        (None, None, None)
+    ]
+    assert db.scalar("SELECT f32(2139095040)") is None  # infinity's bits
 
 
 def test_conditions_and_arithmetic_compile_to_one_statement_each() -> None:

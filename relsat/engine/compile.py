@@ -254,6 +254,8 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
                 "pid0": roots[0],
                 "pid1": roots[1] if len(roots) > 1 else -1,
                 "key": rule_key(rule, guards=guards),
+                "conds": bool(conds),
+                "derives": bool(derived),
             }
         )
     return Program(
@@ -724,6 +726,8 @@ _INFO = pa.schema(
         ("pid0", pa.int32()),
         ("pid1", pa.int32()),
         ("key", pa.string()),
+        ("conds", pa.bool_()),
+        ("derives", pa.bool_()),
     ]
 )
 _PNODE = pa.schema(

@@ -212,7 +212,7 @@ class Phases:
         self.search(multi=multi, since=since, until=until, iteration=iteration)
         banned = self._schedule(iteration, since, multi=multi)
         t1 = time.perf_counter()
-        ((pending, guarded),) = db.run("apply/pending")
+        ((pending, guarded, conditioned, deriving),) = db.run("apply/pending")
         cycle_s = 0.0
         if pending:
             if multi and self.cycle_filter != "off":
@@ -220,9 +220,9 @@ class Phases:
                 cycle_s = time.perf_counter() - t1
             if guarded:
                 db.run("apply/check_guards")
-            if self.program.cond_sql is not None:  # the rules' 'where' conditions
+            if conditioned and self.program.cond_sql is not None:  # 'where' conditions
                 db.execute(self.program.cond_sql)
-            if self.program.derive_sql is not None:  # values the right-hand sides compute
+            if deriving and self.program.derive_sql is not None:  # values right-hand sides compute
                 db.execute(self.program.derive_sql)
             cycle_s += self._apply(pending, multi=multi, budget=budget)
         t2 = time.perf_counter()

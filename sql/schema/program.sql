@@ -8,7 +8,9 @@ CREATE TABLE IF NOT EXISTS rule_info (
     symmetric_pairs BOOLEAN NOT NULL,  -- multi: sources equal up to renaming, pairs tried once
     pid0      INTEGER NOT NULL,  -- root pattern node of the first left-hand side
     pid1      INTEGER NOT NULL,  -- multi: root pattern node of the second, else -1
-    key       VARCHAR NOT NULL   -- what the rule does (relsat.compile.rule_key)
+    key       VARCHAR NOT NULL,  -- what the rule does (relsat.compile.rule_key)
+    conds     BOOLEAN NOT NULL DEFAULT false,  -- has 'where' conditions (Program.cond_sql)
+    derives   BOOLEAN NOT NULL DEFAULT false   -- computes values (Program.derive_sql)
 );
 
 -- Left-hand-side pattern nodes. A node matches an e-node with the same op, literals and arity;
@@ -101,31 +103,3 @@ CREATE OR REPLACE MACRO ilist(key) AS (
     SELECT list_transform(string_split(s, '_'), lambda x: CAST(x AS BIGINT))
     FROM strs WHERE h = key LIMIT 1
 );
-
--- A float parameter's value from its float32 bits (an e-node stores a float parameter as the
--- bits of a signed 32-bit integer, relsat.graph.ops.f32_bits), for rules' conditions: zero,
--- subnormal and normal numbers; NaN and infinity (exponent 255) read as NULL.
-CREATE OR REPLACE MACRO f32(bits) AS CASE
-    WHEN ((bits >> 23) & 255) = 255 THEN NULL
-    WHEN ((bits >> 23) & 255) = 0
-        THEN (1 - 2 * ((bits >> 31) & 1)) * (bits & 8388607) * pow(2.0, -149)
-    ELSE (1 - 2 * ((bits >> 31) & 1)) * (1 + (bits & 8388607) / 8388608.0)
-         * pow(2.0, ((bits >> 23) & 255) - 127)
-END;
-
--- ...and back: the float32 bits of a DOUBLE (rounded to float32 as a CAST rounds, to nearest
--- even), for a right-hand side that computes a float parameter (`(* ?a ?b)`); NaN, infinity
--- and values past float32's range give NULL. f32exp: the binary exponent of a > 0, exact.
-CREATE OR REPLACE MACRO f32exp(a) AS CAST(floor(log2(a)) AS BIGINT)
-    - CASE WHEN pow(2.0, floor(log2(a))) > a THEN 1 ELSE 0 END
-    + CASE WHEN pow(2.0, floor(log2(a)) + 1) <= a THEN 1 ELSE 0 END;
-CREATE OR REPLACE MACRO f32bits_of(v, e) AS CASE
-    WHEN e < -126 THEN CAST(round(abs(v) * pow(2.0, 149)) AS BIGINT)
-    WHEN e > 127 THEN NULL
-    ELSE CAST((e + 127) * 8388608 + round((abs(v) * pow(2.0, -e) - 1) * 8388608) AS BIGINT)
-END + CASE WHEN v < 0 THEN -2147483648 ELSE 0 END;
-CREATE OR REPLACE MACRO f32bits(x) AS CASE
-    WHEN x IS NULL OR isnan(x) OR isinf(x) OR isinf(CAST(x AS FLOAT)) THEN NULL
-    WHEN CAST(x AS FLOAT) = 0 THEN 0
-    ELSE f32bits_of(CAST(CAST(x AS FLOAT) AS DOUBLE), f32exp(abs(CAST(CAST(x AS FLOAT) AS DOUBLE))))
-END;
