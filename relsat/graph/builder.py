@@ -477,6 +477,11 @@ class GraphBuilder:
         """``gelu(x + bias)`` as one fused op; ``bias`` is ``[N]``."""
         return self._one("biasgelu", [x, bias], name)
 
+    def quickgelu(self, x: Tensor, alpha: float = 1.702, name: str | None = None) -> Tensor:
+        """``x * sigmoid(alpha * x)`` as one fused op (CLIP's quick_gelu; SiLU at ``alpha=1``);
+        ``alpha`` is rounded to float32."""
+        return self._one("quickgelu", [x], name, alpha=f32(alpha))
+
     def nanzero(self, x: Tensor, name: str | None = None) -> Tensor:
         """``x`` with NaN replaced by 0 (ONNX ``Where(IsNaN(x), 0, x)``)."""
         return self._one("nanzero", [x], name)

@@ -484,6 +484,11 @@ def _bias_gelu(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType
     return (TensorType(x.shape),)
 
 
+def _quick_gelu(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "alpha")
+    return (inputs[0],)
+
+
 def _scores_bias(op: str, bias: TensorType, scores: Shape) -> None:
     """An attention's additive mask must broadcast to its scores ``[B, H, S, T]``: a bias that
     would broadcast the scores up (or not at all) is another computation."""
@@ -756,6 +761,14 @@ OPS: dict[str, OpSpec] = {
             "gelu(x + bias[N]) (com.microsoft BiasGelu): one fused kernel",
         ),
         _spec(
+            "quickgelu",
+            1,
+            "alpha",
+            _quick_gelu,
+            "x * sigmoid(alpha * x) (com.microsoft QuickGelu): CLIP's quick_gelu at alpha 1.702, "
+            "SiLU (swish) at alpha 1",
+        ),
+        _spec(
             "nanzero",
             1,
             "",
@@ -887,6 +900,7 @@ FLOAT_PARAMS = {
     "attention": "scale",
     "gqa": "scale",
     "rmsnorm": "epsilon",
+    "quickgelu": "alpha",
 }
 
 #: Integer parameters that an e-node stores in ``p0``, ``p1``, … in this order (rules spell them

@@ -195,6 +195,13 @@ def _bias_gelu(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dic
     return {node.output[0]: imp.g.biasgelu(x, bias, name=node.output[0])}
 
 
+def _quick_gelu(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """com.microsoft QuickGelu: ``x * sigmoid(alpha * x)`` (alpha 1.702 unless given)."""
+    x = imp.tensor(node.input[0])
+    alpha = float(a.get("alpha", 1.702))
+    return {node.output[0]: imp.g.quickgelu(x, alpha, name=node.output[0])}
+
+
 def _skip_layernorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """SkipLayerNormalization: ``layernorm(x + skip [+ bias])`` as one fused op; when its fourth
     output (the sum, which onnxruntime's optimizer emits for a pre-norm model's next residual) is
@@ -278,6 +285,7 @@ CONTRIB_HANDLERS: dict[str, Handler] = {
     "Gelu": _gelu,
     "FastGelu": _fast_gelu,
     "BiasGelu": _bias_gelu,
+    "QuickGelu": _quick_gelu,
     "SkipLayerNormalization": _skip_layernorm,
 }
 
@@ -290,6 +298,7 @@ _CONTRIB_OPS = {"gelu": "Gelu", "gelu_tanh": "FastGelu", "biasgelu": "BiasGelu"}
 #: The relsat ops :func:`emit` writes.
 EXPORTED = frozenset({*_SIMPLE, *_CONTRIB_OPS, "reducemean", "softmax", "layernorm"}) | {
     "skiplayernorm",
+    "quickgelu",
     "nanzero",
     "attention",
     "gqa",
@@ -319,6 +328,8 @@ def emit(
     elif op == "skiplayernorm":
         attrs = {"epsilon": float(params["epsilon"])}
         _contrib(ex, "SkipLayerNormalization", [*ins[:2], *_unpacked(ex, node)], outs, **attrs)
+    elif op == "quickgelu":
+        _contrib(ex, "QuickGelu", ins, outs, alpha=float(params["alpha"]))
     elif op == "nanzero":
         _nanzero(ex, ins[0], outs[0])
     elif op in ("attention", "gqa"):

@@ -58,6 +58,7 @@ OP_NAMES = {
     "neg": "Neg",
     "poolavg": "AveragePool",
     "poolmax": "MaxPool",
+    "quickgelu": "QuickGelu",
     "reciprocal": "Reciprocal",
     "reducemean": "ReduceMean",
     "relu": "Relu",

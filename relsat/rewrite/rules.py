@@ -111,6 +111,7 @@ OPERATORS: dict[str, OpSignature] = {
     "gelu": _sig("x"),
     "gelu_tanh": _sig("x"),
     "biasgelu": _sig("x bias"),
+    "quickgelu": _sig("alpha:int x"),
     "nanzero": _sig("x"),
     "finite": _sig("x"),
     "attention": _sig("scale:int q kt v bias"),

@@ -129,7 +129,7 @@ _UNARY = (
     "cos",
     "sin",
 )
-_ELEMENTWISE = (*_UNARY, "gelu_tanh", "ewadd", "ewmul", "ewsub", "ewdiv", "ewpow")
+_ELEMENTWISE = (*_UNARY, "gelu_tanh", "quickgelu", "ewadd", "ewmul", "ewsub", "ewdiv", "ewpow")
 
 
 def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
@@ -346,7 +346,7 @@ class _Solver:
                 for h, s in ((x[2], sh), (x[3], sw))
             ]
             return [x[0], w[0], *spatial]
-        if op in (*_UNARY, "gelu_tanh"):
+        if op in (*_UNARY, "gelu_tanh", "quickgelu"):  # quickgelu: x, alpha an integer
             return kids[0]
         if op == "scalar":
             return []
