@@ -200,7 +200,8 @@ def fused_graph() -> tuple[relsat.Graph, dict[str, np.ndarray]]:
     convs = [b.conv2d_bias(img, w3, cb, 1, "SAME", act) for act in ("RELU", "NONE", "TANH")]
     convs.append(b.conv2d_bias(img, w3, cb, 2, "VALID", "SIGMOID"))
     pairs = b.ewmul(b.turnpairs(q), b.repeat2(cos))  # GPT-J's interleaved rotary pieces
-    graph = b.build(att, ln, sk3, rms, soft, a1, a2, a3, cut, *convs, pairs)
+    quick = b.quickgelu(rms, 1.702)  # CLIP's quick_gelu (alpha 1: SiLU)
+    graph = b.build(att, ln, sk3, rms, soft, a1, a2, a3, cut, *convs, pairs, quick)
     masked = np.zeros((2, 1, 1, 8), np.float32)
     masked[0, ..., 5:] = -np.inf
     masked[1] = -np.inf
