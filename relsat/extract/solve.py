@@ -21,10 +21,16 @@ __all__ = ["IlpOptions", "ilp"]
 
 #: Share of the time limit greedy-DAG may take (it is quadratic on deep e-graphs).
 GREEDY_DAG_SHARE = 0.25
-#: Branch-and-bound nodes without a better solution after which a search round ends.
-SEARCH_STALL_NODES = 200
-#: ... or seconds without a better solution (nodes can take seconds each on a large e-graph).
+#: Seconds without a better solution after which a search round ends, at the least (see
+#: :class:`~relsat.extract.highs.SolverLimits`). No limit of branch-and-bound nodes: on BERT's
+#: e-graph the best answer of the first round came 500 nodes after the one before it.
 SEARCH_STALL_SECONDS = 2.0
+#: After the order search, the full model of a cyclic e-graph runs only with at least this many
+#: seconds per node left: its presolve and root LP alone take about that long (extraction-gym's
+#: NasRNN e-graph, 57,710 nodes: root bound at 6.2 s on an idle 2-core machine, at 37.6 s in a
+#: run with the other core busy). Started with 12 s left, the NasNet-A e-graph's full model ran
+#: past the 60 s limit (abandoned at 62.0 s) without a bound.
+FULL_MODEL_SECONDS_PER_NODE = 5e-4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +59,7 @@ class IlpOptions:
     warm_start: bool = True
     threads: int | None = None
     cycle_len: int = 6
-    search: float = 0.5
+    search: float = 0.8
     seed: int = 0
     log: bool = False
     rounds: int | None = None
@@ -144,11 +150,11 @@ def ilp(
     limits = SolverLimits(
         deadline, runs=o.runs, nodes=o.node_limit, mip_gap=mip_gap, threads=o.threads, log=o.log
     )
-    if order is None and cyclic and search > 0:
+    searched = order is None and cyclic and search > 0
+    if searched:
         inner = SolverLimits(
             min(deadline, t0 + search * time_limit),
             nodes=o.node_limit,
-            stall_nodes=SEARCH_STALL_NODES,
             stall_seconds=max(SEARCH_STALL_SECONDS, 0.5 * search * time_limit),
             mip_gap=mip_gap,
             threads=o.threads,
@@ -162,6 +168,8 @@ def ilp(
         best.offer(frame.lift(only), "reduction")
         status = "optimal"
         stats["solver"] = "none: one extraction left after reduction"
+    elif searched and deadline - time.perf_counter() < FULL_MODEL_SECONDS_PER_NODE * p.n_nodes:
+        stats["solver"] = "none: too little time left for the full model after the search"
     elif deadline > time.perf_counter():
         run = run_model(
             p,
