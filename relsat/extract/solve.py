@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from relsat.errors import ExtractionError, SettingsError, check_choice, check_int, check_number
 from relsat.extract.budget import time_budget
 from relsat.extract.greedy import OutOfTime, greedy_dag, greedy_tree
-from relsat.extract.highs import SolverLimits, run_model
+from relsat.extract.highs import ABANDON_AFTER, SolverLimits, run_model
 from relsat.extract.incumbent import Frame, Incumbent
 from relsat.extract.model import Order
 from relsat.extract.problem import Extraction, Problem, Status
@@ -26,11 +26,11 @@ GREEDY_DAG_SHARE = 0.25
 #: e-graph the best answer of the first round came 500 nodes after the one before it.
 SEARCH_STALL_SECONDS = 2.0
 #: After the order search, the full model of a cyclic e-graph runs only with at least this many
-#: seconds per node left: its presolve and root LP alone take about that long (extraction-gym's
-#: NasRNN e-graph, 57,710 nodes: root bound at 6.2 s on an idle 2-core machine, at 37.6 s in a
-#: run with the other core busy). Started with 12 s left, the NasNet-A e-graph's full model ran
-#: past the 60 s limit (abandoned at 62.0 s) without a bound.
-FULL_MODEL_SECONDS_PER_NODE = 5e-4
+#: seconds per node left: its presolve and root LP alone take a good part of that (extraction-
+#: gym's NasRNN e-graph, 57,710 nodes: root bound at 6.2 s on an idle 2-core machine, at 15 s to
+#: 38 s on a loaded one, where its root node then ran past a 60 s limit and was abandoned; the
+#: NasNet-A one, 43,060 nodes, proved its optimum with the time the search left, 25.5 s in all).
+FULL_MODEL_SECONDS_PER_NODE = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,8 +147,16 @@ def ilp(
     p = frame.problem
     cyclic = is_cyclic(p)
     fallback = frame.lower(tree)  # warm start when the incumbent uses nodes reduced away
+    # A HiGHS run that ignores every interrupt is abandoned ABANDON_AFTER seconds past its
+    # deadline: the full model's deadline comes that much earlier, so the answer is in time.
+    margin = min(ABANDON_AFTER, 0.05 * time_limit)
     limits = SolverLimits(
-        deadline, runs=o.runs, nodes=o.node_limit, mip_gap=mip_gap, threads=o.threads, log=o.log
+        deadline - margin,
+        runs=o.runs,
+        nodes=o.node_limit,
+        mip_gap=mip_gap,
+        threads=o.threads,
+        log=o.log,
     )
     searched = order is None and cyclic and search > 0
     if searched:
@@ -168,9 +176,11 @@ def ilp(
         best.offer(frame.lift(only), "reduction")
         status = "optimal"
         stats["solver"] = "none: one extraction left after reduction"
-    elif searched and deadline - time.perf_counter() < FULL_MODEL_SECONDS_PER_NODE * p.n_nodes:
+    elif (
+        searched and limits.deadline - time.perf_counter() < FULL_MODEL_SECONDS_PER_NODE * p.n_nodes
+    ):
         stats["solver"] = "none: too little time left for the full model after the search"
-    elif deadline > time.perf_counter():
+    elif limits.deadline > time.perf_counter():
         run = run_model(
             p,
             limits,
