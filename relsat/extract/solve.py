@@ -101,7 +101,11 @@ def ilp(
     makes an acyclic sub-e-graph holding the incumbent, whose ILP has no cycles to cut and
     solves fast. The LP relaxation of the full model is very weak on cyclic e-graphs (on vgg.json
     0.22 against 4.85: zero-cost split/concat cycles stand in for every conv), so this is where
-    better answers come from; the full model then runs with what time is left, for the bound.
+    better answers come from; the full model then runs with what time is left, for the bound,
+    if that is at least :data:`FULL_MODEL_SECONDS_PER_NODE` a node (else ``stats["solver"]``
+    says so and the search's answer stands, status ``time_limit``). The full model's deadline
+    is a little before the limit (``ABANDON_AFTER``, at most 5 % of it): a HiGHS run that
+    ignores every interrupt is abandoned that long after its deadline, still within the limit.
     ``runs`` caps the HiGHS runs of the full model (1 + rounds of lazy cuts) and ``node_limit``
     the branch-and-bound nodes of each HiGHS run: with them and ``rounds`` the work done no
     longer depends on the machine's speed (status ``work_limit``), which is what tests use.
