@@ -2,6 +2,7 @@
 
     python bench/extraction.py [--reference DIR] [--time-limit 60] [--plain-factor 5]
                                [--corpus tensat more] [--files vgg bert ...] [--threads N]
+                               [--extra FILE ...] [--best STEM=COST ...] [--label TEXT]
 
 For every JSON file of the corpus (``tensat``: ``<reference>/extraction-gym/*.json``, ``more``:
 ``<reference>/extraction-gym/more/*/*.json``; default ``$RELSAT_REFERENCE`` or
@@ -11,7 +12,14 @@ For every JSON file of the corpus (``tensat``: ``<reference>/extraction-gym/*.js
 * relsat's ILP (:func:`relsat.extract.ilp`) with ``--time-limit`` seconds for everything;
 * the yardstick: plain HiGHS on the plain model (TENSAT's ILP with big-M order constraints
   over all e-nodes, no reduction, no search, greedy tree warm start) with ``--plain-factor``
-  times the time limit.
+  times the time limit (0: not run).
+
+``--extra`` adds e-graph files of either format extraction-gym has used: egraph-serialize JSON,
+or the CSV of its early history (one ``class,cost,op,child classes...`` line per e-node, the root
+in a ``## root: N`` comment), in which its NasNet-A and NasRNN e-graphs are kept
+(``git show 714d3cb:data/tensat/nasneta.csv`` in egraphs-good/extraction-gym). ``--best`` gives
+best known costs that RESULTS.md lacks; ``--label`` names the code measured (a commit) in the CSV,
+which also records the 1-minute load average before each file.
 
 Every answer is checked (acyclic, every child class covered) and priced as a DAG. Prints one
 Markdown row per file and appends it to bench/results/extraction_anytime.csv; the best known
@@ -149,6 +157,29 @@ def plain_highs(p: Problem, seconds: float, threads: int | None) -> tuple[float,
     return dag_cost(p, choice), status, took, float(info.mip_gap)
 
 
+def load_egraph(path: Path) -> Problem:
+    """An e-graph file: egraph-serialize JSON, or extraction-gym's early CSV (see the module
+    docstring), whose labels become the class and node labels."""
+    if path.suffix != ".csv":
+        return egraph_json.load(path)
+    root, rows = None, []
+    for line in path.read_text().splitlines():
+        if line.startswith("## root:"):
+            root = line.split(":", 1)[1].strip()
+        elif line and not line.startswith("#"):
+            cls, cost, _op, *kids = line.split(",")
+            rows.append((cls, float(cost), kids))
+    if root is None:
+        raise ExtractionError(f"{path}: no '## root:' line")
+    labels = sorted(
+        {c for c, _, _ in rows} | {k for _, _, ks in rows for k in ks} | {root}, key=int
+    )
+    index = {c: i for i, c in enumerate(labels)}
+    return Problem.from_lists(
+        [(index[c], w, [index[k] for k in ks]) for c, w, ks in rows], [index[root]]
+    )
+
+
 def pct(a: float, b: float) -> str:
     return "" if not (np.isfinite(a) and np.isfinite(b)) or b == 0 else f"{100 * (a - b) / b:+.2f}"
 
@@ -162,6 +193,9 @@ def main() -> None:
     ap.add_argument("--corpus", nargs="*", default=["tensat", "more"], choices=["tensat", "more"])
     ap.add_argument("--files", nargs="*", help="file stems (default: every JSON file)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--extra", nargs="*", default=[], help="more e-graph files (JSON or CSV)")
+    ap.add_argument("--best", nargs="*", default=[], help="best known costs, STEM=COST")
+    ap.add_argument("--label", default="", help="the code measured, e.g. a commit")
     args = ap.parse_args()
     gym = Path(args.reference) / "extraction-gym"
     best = best_known(gym / "RESULTS.md")
@@ -172,6 +206,8 @@ def main() -> None:
     ]
     if args.files:
         files = [(c, f) for c, f in files if f.stem in args.files]
+    files += [("extra", Path(f)) for f in args.extra]
+    best.update({k: float(v) for k, v in (b.split("=", 1) for b in args.best)})
     headers = [
         "corpus",
         "file",
@@ -184,27 +220,35 @@ def main() -> None:
         "total s",
         "status",
         "gap %",
-        f"plain HiGHS {args.plain_factor:g}x",
+        "plain HiGHS",
         "plain s",
         "plain status",
         "best known",
         "relsat vs greedy-DAG %",
         "relsat vs plain %",
         "relsat vs best %",
+        "plain factor",
+        "code",
+        "load avg 1 min",
     ]
     rows = []
     for corpus, path in files:
-        p = egraph_json.load(path)
+        load = os.getloadavg()[0]
+        p = load_egraph(path)
         g, d = greedy_tree(p), greedy_dag(p)
         t0 = time.perf_counter()
         e = ilp(p, IlpOptions(time_limit=args.time_limit, threads=args.threads))
         total = time.perf_counter() - t0
         check(p, e.choice)
-        plain, plain_status, plain_s, _ = plain_highs(
-            p, args.plain_factor * args.time_limit, args.threads
-        )
+        plain, plain_status, plain_s = float("nan"), "not run", 0.0
+        if args.plain_factor > 0:
+            plain, plain_status, plain_s, _ = plain_highs(
+                p, args.plain_factor * args.time_limit, args.threads
+            )
         ref = best.get(path.stem, float("nan"))
-        name = path.stem if corpus == "tensat" else f"{path.parent.name}/{path.stem[:28]}"
+        name = (
+            path.stem if corpus in ("tensat", "extra") else f"{path.parent.name}/{path.stem[:28]}"
+        )
         rows.append(
             [
                 corpus,
@@ -225,6 +269,9 @@ def main() -> None:
                 pct(e.cost, d.cost),
                 pct(e.cost, plain),
                 pct(e.cost, ref),
+                f"{args.plain_factor:g}",
+                args.label,
+                f"{load:.2f}",
             ]
         )
         print(" | ".join(str(v) for v in rows[-1]), file=sys.stderr, flush=True)

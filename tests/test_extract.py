@@ -279,6 +279,17 @@ def test_cyclic_ilp_matches_brute_force(p: Problem) -> None:
         assert e.cost == pytest.approx(best)
 
 
+def test_every_run_of_the_full_model_gets_its_turn(reference: Path) -> None:
+    # HiGHS keeps an interrupt flag set by a callback into the next run: the run after the first
+    # round of cycle cuts stopped at once, with no bound, reported as a work limit (2 runs, bound
+    # 0). Three runs allowed, three runs made, and the cuts give a bound.
+    p = egraph_json.load(reference / "extraction-gym" / "resnet50.json")
+    e = ilp(p, IlpOptions(time_limit=600, search=0, runs=3, threads=1))
+    valid(p, e)
+    assert e.status == "work_limit" and e.iterations == 3 and e.cuts > 0
+    assert 4.0 < e.bound <= e.cost
+
+
 def test_order_search_reaches_resnet50_optimum(reference: Path) -> None:
     # The full model alone stays at the greedy 4.396867 for minutes (weak LP on cycles); the
     # order-restricted sub-e-graphs reach the proven optimum within a fraction of a second.
@@ -295,16 +306,49 @@ def test_order_search_reaches_resnet50_optimum(reference: Path) -> None:
     assert e.stats["history"][0][2] in ("greedy", "greedy-dag")
 
 
-def test_blocked_order_keeps_the_incumbent(reference: Path) -> None:
+@pytest.mark.parametrize("mode", ["blocked", "guarded"])
+def test_blocked_and_guarded_orders_keep_the_incumbent(reference: Path, mode: str) -> None:
     from relsat.extract import _dfs_order, _order_restriction
 
     p = egraph_json.load(reference / "extraction-gym" / "vgg.json")
     inc = greedy_dag(p).choice
     rng = np.random.default_rng(1)
     for _ in range(5):
-        q = _order_restriction(p, _dfs_order(p, inc, rng, block=True))
+        q = _order_restriction(p, _dfs_order(p, inc, rng, mode=mode))
         assert not any(q.forbidden[i] for i in inc.values())
         assert find_cycle(q, greedy_tree(q).choice) is None
+
+
+def test_guarded_order_refuses_only_the_entries_that_turn_an_incumbent_edge() -> None:
+    """Root 4 reads B (2), then A (1) and C (3) by its incumbent node 6. B's alternatives read A
+    (node 3) and C (node 4). Entering A from B's alternative would put A's incumbent edge to B
+    (on the stack) backwards; entering C from it is safe, since C's incumbent reads only class 0.
+    ``free`` loses A's incumbent node, ``blocked`` also cuts node 4, ``guarded`` cuts node 3
+    alone."""
+    from relsat.extract import _dfs_order, _order_restriction
+
+    p = P(
+        [
+            (0, 1.0, []),
+            (1, 1.0, [2]),
+            (2, 1.0, [0]),
+            (2, 0.0, [1]),
+            (2, 0.0, [3]),
+            (3, 1.0, [0]),
+            (4, 0.0, [2, 1, 3]),
+        ],
+        roots=[4],
+    )
+    inc = {4: 6, 2: 2, 1: 1, 3: 5, 0: 0}
+    for seed in range(5):
+        cut = {
+            mode: set(np.flatnonzero(_order_restriction(p, pos).forbidden).tolist())
+            for mode in ("free", "guarded", "blocked")
+            for pos in [_dfs_order(p, inc, np.random.default_rng(seed), mode=mode)]
+        }
+        assert 1 in cut["free"]
+        assert cut["guarded"] == {3}
+        assert cut["blocked"] == {3, 4}
 
 
 def test_an_order_that_strands_the_root_is_skipped() -> None:

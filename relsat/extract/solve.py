@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from relsat.errors import ExtractionError, SettingsError, check_choice, check_int, check_number
 from relsat.extract.budget import time_budget
 from relsat.extract.greedy import OutOfTime, greedy_dag, greedy_tree
-from relsat.extract.highs import SolverLimits, run_model
+from relsat.extract.highs import ABANDON_AFTER, SolverLimits, run_model
 from relsat.extract.incumbent import Frame, Incumbent
 from relsat.extract.model import Order
 from relsat.extract.problem import Extraction, Problem, Status
@@ -21,10 +21,16 @@ __all__ = ["IlpOptions", "ilp"]
 
 #: Share of the time limit greedy-DAG may take (it is quadratic on deep e-graphs).
 GREEDY_DAG_SHARE = 0.25
-#: Branch-and-bound nodes without a better solution after which a search round ends.
-SEARCH_STALL_NODES = 200
-#: ... or seconds without a better solution (nodes can take seconds each on a large e-graph).
+#: Seconds without a better solution after which a search round ends, at the least (see
+#: :class:`~relsat.extract.highs.SolverLimits`). No limit of branch-and-bound nodes: on BERT's
+#: e-graph the best answer of the first round came 500 nodes after the one before it.
 SEARCH_STALL_SECONDS = 2.0
+#: After the order search, the full model of a cyclic e-graph runs only with at least this many
+#: seconds per node left: its presolve and root LP alone take a good part of that (extraction-
+#: gym's NasRNN e-graph, 57,710 nodes: root bound at 6.2 s on an idle 2-core machine, at 15 s to
+#: 38 s on a loaded one, where its root node then ran past a 60 s limit and was abandoned; the
+#: NasNet-A one, 43,060 nodes, proved its optimum with the time the search left, 25.5 s in all).
+FULL_MODEL_SECONDS_PER_NODE = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +59,7 @@ class IlpOptions:
     warm_start: bool = True
     threads: int | None = None
     cycle_len: int = 6
-    search: float = 0.5
+    search: float = 0.8
     seed: int = 0
     log: bool = False
     rounds: int | None = None
@@ -95,7 +101,11 @@ def ilp(
     makes an acyclic sub-e-graph holding the incumbent, whose ILP has no cycles to cut and
     solves fast. The LP relaxation of the full model is very weak on cyclic e-graphs (on vgg.json
     0.22 against 4.85: zero-cost split/concat cycles stand in for every conv), so this is where
-    better answers come from; the full model then runs with what time is left, for the bound.
+    better answers come from; the full model then runs with what time is left, for the bound,
+    if that is at least :data:`FULL_MODEL_SECONDS_PER_NODE` a node (else ``stats["solver"]``
+    says so and the search's answer stands, status ``time_limit``). The full model's deadline
+    is a little before the limit (``ABANDON_AFTER``, at most 5 % of it): a HiGHS run that
+    ignores every interrupt is abandoned that long after its deadline, still within the limit.
     ``runs`` caps the HiGHS runs of the full model (1 + rounds of lazy cuts) and ``node_limit``
     the branch-and-bound nodes of each HiGHS run: with them and ``rounds`` the work done no
     longer depends on the machine's speed (status ``work_limit``), which is what tests use.
@@ -141,14 +151,22 @@ def ilp(
     p = frame.problem
     cyclic = is_cyclic(p)
     fallback = frame.lower(tree)  # warm start when the incumbent uses nodes reduced away
+    # A HiGHS run that ignores every interrupt is abandoned ABANDON_AFTER seconds past its
+    # deadline: the full model's deadline comes that much earlier, so the answer is in time.
+    margin = min(ABANDON_AFTER, 0.05 * time_limit)
     limits = SolverLimits(
-        deadline, runs=o.runs, nodes=o.node_limit, mip_gap=mip_gap, threads=o.threads, log=o.log
+        deadline - margin,
+        runs=o.runs,
+        nodes=o.node_limit,
+        mip_gap=mip_gap,
+        threads=o.threads,
+        log=o.log,
     )
-    if order is None and cyclic and search > 0:
+    searched = order is None and cyclic and search > 0
+    if searched:
         inner = SolverLimits(
             min(deadline, t0 + search * time_limit),
             nodes=o.node_limit,
-            stall_nodes=SEARCH_STALL_NODES,
             stall_seconds=max(SEARCH_STALL_SECONDS, 0.5 * search * time_limit),
             mip_gap=mip_gap,
             threads=o.threads,
@@ -162,7 +180,11 @@ def ilp(
         best.offer(frame.lift(only), "reduction")
         status = "optimal"
         stats["solver"] = "none: one extraction left after reduction"
-    elif deadline > time.perf_counter():
+    elif (
+        searched and limits.deadline - time.perf_counter() < FULL_MODEL_SECONDS_PER_NODE * p.n_nodes
+    ):
+        stats["solver"] = "none: too little time left for the full model after the search"
+    elif limits.deadline > time.perf_counter():
         run = run_model(
             p,
             limits,
