@@ -316,8 +316,7 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
     if op == "iota":
         return f"range(0, {sub[0]})"
     if op == "at":
-        i = f"({sub[1]})"
-        return f"{sub[0]}[CASE WHEN {i} < 0 THEN len({sub[0]}) + {i} ELSE {i} END + 1]"
+        return _item_sql(sub[0], sub[1])
     if op == "compose":  # compose(p, q)[i] = p[q[i]]; NULL items where q points past p
         return (  # (no subquery inside a lambda: list_select; index 0 reads as NULL)
             f"list_select({sub[0]}, "
@@ -330,8 +329,7 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
     if op == "weights":
         return weights(args[0])
     if op == "dim":
-        sh = shape(args[0])
-        return f"{sh}[CASE WHEN ({sub[1]}) < 0 THEN len({sh}) + ({sub[1]}) ELSE ({sub[1]}) END + 1]"
+        return _item_sql(shape(args[0]), sub[1])
     if op == "chain":
         return f"({sub[0]} AND {sub[1]})"
     if op == "not":
@@ -343,6 +341,12 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
     if op == "/":
         return f"(CAST({sub[0]} AS DOUBLE) / {sub[1]})"
     return f"({sub[0]} {_SQL_OPS.get(op, op)} {sub[1]})"
+
+
+def _item_sql(items: str, index: str) -> str:
+    """Item ``index`` of the list ``items`` (0-based; a negative index counts from the last)."""
+    i = f"({index})"
+    return f"{items}[CASE WHEN {i} < 0 THEN len({items}) + {i} ELSE {i} END + 1]"
 
 
 def _value_sql(term: object, slots: dict[str, int]) -> str:

@@ -593,6 +593,16 @@ class _CondParser:
             return -value if isinstance(value, int | float) else Expr("neg", (value,))
         return self.atom()
 
+    def arguments(self) -> list[object]:
+        """``(a, b, …)`` after a function's or a fact's name."""
+        self.take("(")
+        args = [self.disjunction()]
+        while (tok := self.peek()) is not None and tok[1] == ",":
+            self.i += 1
+            args.append(self.disjunction())
+        self.take(")")
+        return args
+
     def atom(self) -> object:
         kind, text, col = self.take()
         if kind == "num":
@@ -623,13 +633,7 @@ class _CondParser:
             self.take("]")
             return tuple(items)
         if kind == "name" and text in FUNCS:
-            self.take("(")
-            args = [self.disjunction()]
-            while (tok := self.peek()) is not None and tok[1] == ",":
-                self.i += 1
-                args.append(self.disjunction())
-            self.take(")")
-            return Expr(text, tuple(args))
+            return Expr(text, tuple(self.arguments()))
         if kind == "name":
             if text not in FACTS:
                 self.fail(
@@ -638,12 +642,7 @@ class _CondParser:
                     col,
                     syntax=False,
                 )
-            self.take("(")
-            args = [self.disjunction()]
-            while (tok := self.peek()) is not None and tok[1] == ",":
-                self.i += 1
-                args.append(self.disjunction())
-            self.take(")")
+            args = self.arguments()
             fact = FACTS[text]
             if len(args) != len(fact.params):
                 self.fail(f"{text} takes {len(fact.params)} arguments", col, syntax=False)
