@@ -119,7 +119,7 @@ def rule_sql(rule: Rule) -> str:
                 conds.append(f"{key} = {binding[items.name]}")
             else:
                 binding[items.name] = key
-        elif items is not None:
+        elif isinstance(items, tuple):
             conds.append(f"{alias}.s = '{_text(items)}'")
         conds.append(f"{alias}.arity = {len(tensors)}")
         conds.append(f"NOT {alias}.filtered")
@@ -497,7 +497,7 @@ def _split_args(p: Pattern) -> tuple[list[Any], list[Pattern | Var]]:
     tensors: list[Pattern | Var] = []
     for arg, (_, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
         if kind == "int":
-            ints.append(arg)  # type: ignore[arg-type]  (a literal, a Param or an Expr)
+            ints.append(arg)  # type: ignore[arg-type]  # a literal, a Param or an Expr
         elif isinstance(arg, Pattern | Var):
             tensors.append(arg)
     return ints, tensors

@@ -23,6 +23,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb import func, sqltypes
 
 from relsat.errors import DatabaseError
 from relsat.paths import data_dir
@@ -123,10 +124,10 @@ def _register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Functions the generated statements call (relsat.engine.compile) and queries may use:
     ``f32(bits)``, a float parameter's value, and ``f32bits(value)``, its bits."""
     for name, fn, arg, out in (
-        ("f32", _f32, "BIGINT", "DOUBLE"),
-        ("f32bits", _f32bits, "DOUBLE", "INTEGER"),
+        ("f32", _f32, sqltypes.BIGINT, sqltypes.DOUBLE),
+        ("f32bits", _f32bits, sqltypes.DOUBLE, sqltypes.INTEGER),
     ):
-        con.create_function(name, fn, [arg], out, type="arrow", null_handling="special")
+        con.create_function(name, fn, [arg], out, type=func.ARROW, null_handling=func.SPECIAL)
 
 
 class Database:

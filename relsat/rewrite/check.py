@@ -79,7 +79,7 @@ _TYPE_CYCLE = ("lhs", "both", "lhs", "joint")
 Shapes = Mapping[str, tuple[int, ...]]
 
 
-def _shapes_text(shapes: Shapes, values: Mapping[str, Num] | None = None) -> str:
+def _shapes_text(shapes: Shapes, values: Mapping[str, Num | tuple[int, ...]] | None = None) -> str:
     text = ", ".join(f"?{n} {list(s)}" for n, s in shapes.items())
     if values:
         text += ", " + ", ".join(f"?{n} = {_value_text(v)}" for n, v in values.items())
@@ -121,7 +121,8 @@ class Instance:
     kind: str
     detail: str = ""
     grouped: bool = False
-    values: dict[str, Num] = field(default_factory=dict)  # the parameter variables' values
+    # the parameter variables' values
+    values: dict[str, Num | tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -156,7 +157,7 @@ def evaluate(
     *,
     guards: Sequence[Guard | Cond] | None = None,
     numeric: bool = True,
-    values: Mapping[str, Num] | None = None,
+    values: Mapping[str, Num | tuple[int, ...]] | None = None,
 ) -> Instance:
     """``rule`` at these variable shapes (and, for a rule with parameter variables, these
     parameter ``values``): build both sides, compare types, then (``numeric``) values.
@@ -180,7 +181,7 @@ def _evaluate(
     shapes: dict[str, tuple[int, ...]],
     guards: Sequence[Guard],
     conds: Sequence[Expr],
-    values: Mapping[str, Num],
+    values: Mapping[str, Num | tuple[int, ...]],
     numeric: bool,
 ) -> Instance:
     if any(math.prod(s) > MAX_SIZE for s in shapes.values()):

@@ -49,6 +49,7 @@ __all__ = [
     "Fact",
     "Num",
     "Param",
+    "Value",
     "evaluate",
     "expr_type",
     "params_of",
@@ -115,6 +116,8 @@ FUNCS: dict[str, Fact] = {
 
 
 Num: TypeAlias = "int | float"
+#: A value a rule computes: a number, a condition's truth, a list; None where undefined.
+Value: TypeAlias = "int | float | bool | tuple[int, ...] | None"
 
 
 @dataclass(frozen=True)
@@ -276,8 +279,8 @@ def expr_type(term: object) -> str:
 
 
 def evaluate(
-    term: object, values: Mapping[str, Num], shapes: Mapping[str, Sequence[int]]
-) -> Num | bool | None:
+    term: object, values: Mapping[str, Num | tuple[int, ...]], shapes: Mapping[str, Sequence[int]]
+) -> Value:
     """``term``'s value with parameters from ``values`` and tensor shapes from ``shapes``; None
     where it is undefined (an integer division that leaves a remainder, a dim past the rank, a
     division by zero). Floats are computed in float64, parameters as given."""
@@ -347,7 +350,7 @@ def evaluate(
     return a / b  # type: ignore[operator]
 
 
-def _function(op: str, vals: list[object]) -> object:
+def _function(op: str, vals: Sequence[object]) -> Value:
     """A list function (:data:`FUNCS`) of evaluated arguments; None where undefined."""
     if op == "len":
         return len(vals[0])  # type: ignore[arg-type]

@@ -150,7 +150,8 @@ def _split(b: GraphBuilder, ints: tuple[int, ...], xs: list[Tensor]) -> tuple[Te
 
 
 #: op → builder call from the op's integer literals (in order) and tensor arguments (in order).
-_MAKERS: dict[str, Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Value]] = {
+#: (A shape operator's list parameter is one item of the literals: ``(perm, shuffle)``.)
+_MAKERS: dict[str, Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value]] = {
     "ewadd": lambda b, i, xs: b.add(xs[0], xs[1]),
     "ewmul": lambda b, i, xs: b.mul(xs[0], xs[1]),
     "matmul": lambda b, i, xs: b.matmul(xs[0], xs[1], activation=i[0]),

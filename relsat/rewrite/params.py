@@ -114,11 +114,11 @@ def _conjuncts(e: Expr) -> list[Expr]:
     return [e]
 
 
-def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num]:
+def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num | tuple[int, ...]]:
     """A value for each of ``rule``'s parameter variables (floats rounded to float32, as an
     e-node stores them)."""
     conds = [g.expr for g in rule.guards if isinstance(g, Cond)]
-    values: dict[str, Num] = {}
+    values: dict[str, Num | tuple[int, ...]] = {}
     lists = any(p.type == "ints" for p in rule.params)
     rank = choose((2, 3, 4)) if lists else 0  # one rank for a draw's permutations: they compose
     for p in rule.params:
@@ -153,7 +153,7 @@ def _key(p: Param) -> str:
     return f"{p.name}:{p.type}" if p.wild else p.name
 
 
-def specialize(rule: Rule, values: Mapping[str, Num]) -> tuple[Rule, list[Expr]]:
+def specialize(rule: Rule, values: Mapping[str, Num | tuple[int, ...]]) -> tuple[Rule, list[Expr]]:
     """``rule`` at these parameter values: parameters and arithmetic as literals, named guards
     kept; the conditions (to evaluate with shapes and ``values``) returned beside it. Raises
     :class:`Undefined` where a right-hand side's arithmetic has no value."""

@@ -282,18 +282,18 @@ class _Line:
                     f"{frame.op} takes {len(fn.params)} arguments, got {len(frame.args)}",
                     frame.col,
                 )
-            args = tuple(
+            values = tuple(
                 a if kind == "tensor" and isinstance(a, Var) else self._value(a, c)
                 for kind, (a, c) in zip(fn.params, frame.args, strict=True)
             )
-            return Expr(frame.op, args)
+            return Expr(frame.op, values)
         if frame.op in ARITH:
-            args = tuple(self._value(a, c) for a, c in frame.args)
-            if frame.op == "-" and len(args) == 1:
-                return Expr("neg", args)
-            if len(args) != 2:
-                self.semantic(f"'{frame.op}' takes 2 arguments, got {len(args)}", frame.col)
-            return Expr(frame.op, args)
+            nums = tuple(self._value(a, c) for a, c in frame.args)
+            if frame.op == "-" and len(nums) == 1:
+                return Expr("neg", nums)
+            if len(nums) != 2:
+                self.semantic(f"'{frame.op}' takes 2 arguments, got {len(nums)}", frame.col)
+            return Expr(frame.op, nums)
         sig = OPERATORS[frame.op]
         if len(frame.args) != sig.arity:
             self.semantic(

@@ -205,7 +205,7 @@ class Var:
         return f"?{self.name}"
 
 
-Term: TypeAlias = "Pattern | Var | int | Param | Expr"
+Term: TypeAlias = "Pattern | Var | int | Param | Expr | tuple[int, ...]"
 
 
 @dataclass(frozen=True)
@@ -421,9 +421,9 @@ def _check_rule(rule: Rule) -> None:
             for t in tensors_of(guard.expr):
                 if not isinstance(t, Var) or t not in bound:
                     fail(f"condition uses {t}, which no left-hand side binds", ("guard", i))
-            for p in params_of(guard.expr):
-                if p.name not in params:
-                    fail(f"condition uses {p}, which no left-hand side binds", ("guard", i))
+            for q in params_of(guard.expr):
+                if q.name not in params:
+                    fail(f"condition uses {q}, which no left-hand side binds", ("guard", i))
             continue
         for v in guard.args:
             if v not in bound:
