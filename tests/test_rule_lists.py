@@ -14,6 +14,8 @@ import re
 import numpy as np
 import pytest
 
+from relsat.engine.compile import MAX_VARS, expr_sql
+from relsat.engine.db import sql_text
 from relsat.engine.egraph import EGraph
 from relsat.engine.explore import explore
 from relsat.errors import RuleError
@@ -97,8 +99,19 @@ def test_list_functions_evaluate_as_the_engine_computes_them() -> None:
         "where compose(?p, [2 1 0]) == [1 0 2] and at(?p, -1) == 1 and len(iota(3)) == 3\n"
     )
     (cond,) = rule.guards
-    assert evaluate(cond.expr, {"p": (2, 0, 1)}, {}) is True  # type: ignore[union-attr]
-    assert evaluate(cond.expr, {"p": (0, 2, 1)}, {}) is False  # type: ignore[union-attr]
+    db = EGraph().db  # the engine's SQL for the same condition, the list given as a literal
+    # (1 0): the composition points past the list, undefined in both (a refused match)
+    for p, want in (((2, 0, 1), True), ((0, 2, 1), False), ((1, 0), False)):
+        literal = expr_sql(p, str, str, str)
+        sql = expr_sql(cond.expr, lambda _, lit=literal: lit, str, str)  # type: ignore[union-attr]
+        assert bool(evaluate(cond.expr, {"p": p}, {})) is want  # type: ignore[union-attr]
+        assert bool(db.scalar(f"SELECT coalesce({sql}, false)")) is want
+
+
+def test_the_apply_sql_reads_computed_lists_past_the_variable_slots() -> None:
+    # instantiate.sql reads a computed list's text at slot qs >= MAX_VARS (match.sv[qs - 9])
+    text = sql_text("apply/instantiate")
+    assert f"t.qs >= {MAX_VARS} THEN m.sv[t.qs - {MAX_VARS - 1}]" in text
 
 
 # --- the engine -----------------------------------------------------------------------------
