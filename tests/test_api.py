@@ -143,7 +143,7 @@ RESULT_ATTRIBUTES = {
     "cost_model": str,
     "cost_fallbacks": (int, type(None)),
     "blocks": str,
-    "packing": str,
+    "tidying": str,
     "kept": str,
     "why": str,
     "latency": object,

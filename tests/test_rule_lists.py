@@ -9,6 +9,7 @@ the list's key (a hash) in a match slot, conditions and right-hand sides read th
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -85,6 +86,15 @@ where shape(?x) == [1, 2, 2, 3] or iota(4) == [0 1 2 3]
             "uses ?y, which no left-hand side binds",
         ),
         ("(reshape ?x ?s:ints) => (reshape ?x (+ ?s 1))", "argument 'shape' must be a list"),
+        (
+            "(reshape ?x ?s:ints) => (reshape ?x ?s)\nwhere ?s == [dim(?x, 0), 1.5]",
+            "a list holds integers, got [dim(?x, 0), 1.5]",
+        ),
+        ("(reshape ?x ?s:ints) => (reshape ?x ?s)\nwhere prod(3) == 3", "prod takes ints"),
+        (
+            "(reshape ?x ?s:ints) => (reshape ?x ?s)\nwhere take(?s, ?s) == ?s",
+            "take takes ints, int",
+        ),
     ],
 )
 def test_bad_list_rules_are_refused_with_the_place(body: str, message: str) -> None:
@@ -108,8 +118,43 @@ def test_list_functions_evaluate_as_the_engine_computes_them() -> None:
         assert bool(db.scalar(f"SELECT coalesce({sql}, false)")) is want
 
 
+@pytest.mark.parametrize(
+    ("shape", "want"),
+    [
+        ((2, 3, 4), True),
+        ((6, 4), True),
+        ((2, 3, 5), False),
+        ((1, 1, 1, 4), True),
+        ((4,), True),
+        ((), False),
+    ],
+)
+def test_computed_lists_and_take_append_prod_agree_with_the_engine(
+    shape: tuple[int, ...], want: bool
+) -> None:
+    """A flatten of the leading dims, written with a computed list and with the list functions:
+    Python's evaluator and the engine's SQL give the same verdict (a take past the list is
+    undefined in both)."""
+    [rule] = parse_rules(
+        "# name: r\n(reshape ?x ?f:ints) => (reshape ?x ?f)\n"
+        "where ?f == [prod(take(shape(?x), -1)), dim(?x, -1)] and "
+        "append(take(?f, -1), 4) == [prod(take(shape(?x), -1)), 4] and len(take(?f, -2)) == 0\n"
+    )
+    (cond,) = rule.guards
+    db = EGraph().db
+    f = (math.prod(shape[:-1]), 4)
+    sql = expr_sql(
+        cond.expr,  # type: ignore[union-attr]
+        lambda _: expr_sql(f, str, str, str),
+        lambda _: expr_sql(shape, str, str, str),
+        str,
+    )
+    assert bool(evaluate(cond.expr, {"f": f}, {"x": shape})) is want  # type: ignore[union-attr]
+    assert bool(db.scalar(f"SELECT coalesce({sql}, false)")) is want
+
+
 def test_the_apply_sql_reads_computed_lists_past_the_variable_slots() -> None:
-    # instantiate.sql reads a computed list's text at slot qs >= MAX_VARS (match.sv[qs - 9])
+    # instantiate.sql reads a computed list's text at slot qs >= MAX_VARS (match.sv[qs - 11])
     text = sql_text("apply/instantiate")
     assert f"t.qs >= {MAX_VARS} THEN m.sv[t.qs - {MAX_VARS - 1}]" in text
 
@@ -185,23 +230,32 @@ def test_the_checker_draws_lists_and_names_them_in_a_counterexample() -> None:
     assert "?q = [" in verdicts["wrong"].line() and "?p = [" in verdicts["lost"].line()
 
 
-# --- attention packed by a rule -------------------------------------------------------------
+# --- projections and attention packed by rules (what the pack stage did after extraction) -----
 
-PACKED = """\
-# name: attention-packed
-(transpose (attention ?sc:float (transpose (reshape (matmul_bias 0 (reshape ?x ?_) ?wq ?bq) ?h:ints) [0 2 1 3] ?_) (transpose (reshape (matmul_bias 0 (reshape ?x ?_) ?wk ?bk) ?h) [0 2 3 1] ?_) (transpose (reshape (matmul_bias 0 (reshape ?x ?_) ?wv ?bv) ?h) [0 2 1 3] ?_) ?m) [0 2 1 3] ?_) => (reshape (mha (at ?h 2) ?sc ?x (concat 1 2 ?wq (concat 1 2 ?wk ?wv)) (concat 0 1 ?bq (concat 0 1 ?bk ?bv)) ?m) ?h)
-where ?sc > 0 and rank(?x) == 3 and len(?h) == 4 and at(?h, 0) == dim(?x, 0) and at(?h, 1) == dim(?x, 1)
-"""
+SHIPPED = {r.name: r for r in load_rules()}
+PACKED = SHIPPED["attention-packed"]
+
+
+def _projections(b: GraphBuilder, x: object, perms: dict[str, list[int]], heads: int) -> list:
+    """q, k, v of ``x [B, S, 16]`` as relsat reads them: a flatten, a 2-D Gemm with its bias,
+    an unflatten into ``heads`` heads, a transpose."""
+    batch, seq, width = x.shape  # type: ignore[attr-defined]
+    out = []
+    for name, perm in perms.items():
+        w, bias = b.weight([width, width], name=f"w{name}"), b.weight([width], name=f"b{name}")
+        y = b.matmul_bias(b.reshape(x, [batch * seq, width]), w, bias)  # type: ignore[arg-type]
+        out.append(b.transpose(b.reshape(y, [batch, seq, heads, width // heads]), perm))
+    return out
 
 
 def test_a_rule_packs_attention_with_its_projections() -> None:
-    """What the pack stage does after extraction, said as one rule: three sub-patterns (q, kt, v),
-    list variables (the head split ?h, wildcards for the flatten and the shuffle flags), a
+    """One rule for the packed attention: three sub-patterns (q, kt, v), list variables (the
+    flatten ?f, the head split ?h, wildcards for the shuffle flags) pinned by conditions, a
     parameter computed from a list ((at ?h 2): the heads) and the fused kernel on the right."""
-    [rule] = parse_rules(PACKED)
-    assert [str(s) for s in rule.slots] == [
+    assert [str(s) for s in PACKED.slots] == [
         "?sc",
         "?x",
+        "?f",
         "?wq",
         "?bq",
         "?h",
@@ -213,15 +267,10 @@ def test_a_rule_packs_attention_with_its_projections() -> None:
     ]
     b = GraphBuilder()
     x, mask = b.input([1, 8, 16], name="x"), b.input([1, 1, 8, 8], name="m")
-
-    def heads(name: str, perm: list[int]) -> object:
-        w, bias = b.weight([16, 16], name=f"w{name}"), b.weight([16], name=f"b{name}")
-        y = b.matmul_bias(b.reshape(x, [8, 16]), w, bias)
-        return b.transpose(b.reshape(y, [1, 8, 2, 8]), perm)
-
-    q, kt, v = heads("q", [0, 2, 1, 3]), heads("k", [0, 2, 3, 1]), heads("v", [0, 2, 1, 3])
-    out = b.transpose(b.attention(q, kt, v, mask, 0.25), [0, 2, 1, 3])  # type: ignore[arg-type]
-    eg = _explore(out, b, [rule])
+    perms = {"q": [0, 2, 1, 3], "k": [0, 2, 3, 1], "v": [0, 2, 1, 3]}
+    q, kt, v = _projections(b, x, perms, heads=2)
+    out = b.transpose(b.attention(q, kt, v, mask, 0.25), [0, 2, 1, 3])
+    eg = _explore(out, b, [PACKED])
     ((heads_, scale, cls),) = eg.db.execute("SELECT p0, p1, class FROM enode WHERE op = 'mha'")
     assert heads_ == 2 and scale == f32_bits(0.25)
     packed = eg.db.scalar(
@@ -234,33 +283,72 @@ def test_a_rule_packs_attention_with_its_projections() -> None:
 
 
 @pytest.mark.parametrize(
-    ("h", "flat", "kind"),
+    ("perms", "why"),
     [
-        ((1, 8, 2, 8), (8, 16), "equal"),
-        ((1, 8, 4, 4), (8, 16), "equal"),
-        ((2, 4, 2, 8), (8, 16), "equal"),
+        ({"q": [0, 2, 1, 3], "k": [0, 2, 1, 3], "v": [0, 2, 1, 3]}, "k not transposed for q @ kt"),
+        ({"q": [0, 2, 1, 3], "k": [0, 2, 3, 1], "v": [0, 2, 3, 1]}, "v transposed"),
     ],
 )
-def test_the_packed_attention_equals_its_spelled_out_form(
-    h: tuple[int, ...], flat: tuple[int, ...], kind: str
+def test_near_misses_of_the_packed_attention_are_not_packed(
+    perms: dict[str, list[int]], why: str
 ) -> None:
-    [rule] = parse_rules(PACKED)
+    b = GraphBuilder()
+    x = b.input([1, 4, 16], name="x")
+    q, kt, v = _projections(b, x, perms, heads=4)  # [1, 4, 4, 4]: square, so any order types
+    out = b.attention(q, kt, v, b.input([1, 1, 4, 4], name="m"), 0.5)
+    eg = _explore(b.transpose(out, [0, 2, 1, 3]), b, [PACKED])
+    assert eg.db.scalar("SELECT count(*) FROM enode WHERE op = 'mha'") == 0, why
+
+
+@pytest.mark.parametrize(
+    ("h", "kind"),
+    [((1, 8, 2, 8), "equal"), ((1, 8, 4, 4), "equal"), ((2, 4, 2, 8), "equal")],
+)
+def test_the_packed_attention_equals_its_spelled_out_form(h: tuple[int, ...], kind: str) -> None:
     batch, seq = h[:2]
     shapes = {"x": (batch, seq, 16), "m": (1, 1, seq, seq)}
     shapes |= {f"w{p}": (16, 16) for p in "qkv"} | {f"b{p}": (16,) for p in "qkv"}
-    values = {"sc": 0.25, "h": h, "_:ints": flat, "_:int": 1}
-    outcome = evaluate_rule(rule, shapes, values=values)
+    values = {"sc": 0.25, "h": h, "f": (batch * seq, 16), "_:int": 1}
+    outcome = evaluate_rule(PACKED, shapes, values=values)
     assert outcome.kind == kind, outcome.detail
 
 
 def test_a_flatten_of_another_width_does_not_pack() -> None:
-    # x [1, 8, 16] flattened to [16, 8]: projections of half-rows, not of x; mha's shape check
-    # refuses the right-hand side, so nothing is packed
-    [rule] = parse_rules(PACKED)
+    # x [1, 8, 16] flattened to [16, 8]: projections of half-rows, not of x; the condition on
+    # the flatten refuses it (and mha's shape check would refuse the right-hand side)
     shapes = {"x": (1, 8, 16), "m": (1, 1, 8, 8)}
     shapes |= {f"w{p}": (8, 16) for p in "qkv"} | {f"b{p}": (16,) for p in "qkv"}
-    values = {"sc": 0.25, "h": (1, 8, 2, 16), "_:ints": (16, 8), "_:int": 1}
-    assert evaluate_rule(rule, shapes, values=values).kind == "rhs-invalid"
+    values = {"sc": 0.25, "h": (1, 8, 2, 16), "f": (16, 8), "_:int": 1}
+    assert evaluate_rule(PACKED, shapes, values=values).kind == "guards-fail"
+
+
+def test_projections_become_one_matmul_on_their_input_and_fold_their_bias() -> None:
+    """layout.rules' projection-as-linear and transformer.rules' bias-gelu-of-linear and
+    skip-layernorm-of-linear: the 2-D views around a projection dropped, its bias taken by the
+    kernel after it; each sound in the NumPy executor's values."""
+    b = GraphBuilder()
+    x = b.input([2, 3, 8], name="x")
+    flat = b.reshape(x, [6, 8])
+    plain = b.reshape(b.matmul(flat, b.weight([8, 4], name="w1")), [2, 3, 4])
+    gelu = b.gelu(b.reshape(b.matmul_bias(flat, b.weight([8, 8]), b.weight([8])), [2, 3, 8]))
+    residual = b.reshape(b.matmul_bias(flat, b.weight([8, 8]), b.weight([8])), [2, 3, 8])
+    norm = b.layernorm(b.add(residual, gelu), b.weight([8]), b.weight([8]), 1e-5)
+    rules = [SHIPPED[n] for n in ("projection-as-linear", "bias-gelu-of-linear")]
+    rules.append(SHIPPED["skip-layernorm-of-linear"])
+    eg = _explore([plain, norm], b, rules)
+    made = dict(eg.db.execute("SELECT op, count(*) FROM enode WHERE rule IS NOT NULL GROUP BY op"))
+    assert made == {"linear": 3, "biasgelu": 1, "skiplayernorm": 1, "concat": 2}
+    for name in ("projection-as-linear", "bias-gelu-of-linear", "skip-layernorm-of-linear"):
+        assert check_rule(SHIPPED[name]).ok
+
+
+def test_a_projection_unflattened_into_heads_keeps_the_head_split() -> None:
+    b = GraphBuilder()
+    x = b.input([2, 3, 8], name="x")
+    heads = b.reshape(b.matmul(b.reshape(x, [6, 8]), b.weight([8, 8])), [2, 3, 2, 4])
+    eg = _explore(b.relu(heads), b, [SHIPPED["projection-as-linear-heads"]])
+    assert _rows(eg, "reshape") >= {("2_3_2_4", "projection-as-linear-heads")}
+    assert _rows(eg, "linear") == {("", "projection-as-linear-heads")}
 
 
 # --- wildcards and float arithmetic ---------------------------------------------------------

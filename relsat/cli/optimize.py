@@ -144,12 +144,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "ILP extraction seconds; default: 5 s + 1 ms per node of the reduced model, at most 60",
     )
     p.add_argument(
-        "--no-packing",
-        action="store_true",
-        help="never pack an attention with its projections into one com.microsoft Attention "
-        "(by default done where it measures faster, with ort-cpu prices)",
-    )
-    p.add_argument(
         "--blocks",
         nargs="?",
         const="on",
@@ -429,7 +423,6 @@ def options(args: argparse.Namespace) -> Options:
             extractor=args.extractor,
             ilp=IlpOptions(time_limit=args.ilp_time_limit),
             blocks=args.blocks,
-            packing=not args.no_packing,
             verify=not args.no_verify,
             db=getattr(args, "db", None),
             resume=getattr(args, "resume", False),
@@ -561,7 +554,6 @@ DOING = {
     "explore": "exploring rewrites",
     "price": "pricing the operators",
     "extract": "choosing the cheapest graph",
-    "pack": "timing packed kernels in onnxruntime",
     "verify": "checking the outputs in NumPy",
     "check": "checking the outputs in onnxruntime",
     "time": "timing the optimized model against the original",
@@ -645,8 +637,8 @@ def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
     check, timing and choice."""
     if result.blocks != "off":
         out.print(f"blocks: {result.blocks}", soft_wrap=True)
-    if result.packing != "off":
-        out.print(f"packing: {result.packing}", soft_wrap=True)
+    if result.tidying != "off":
+        out.print(f"tidy: {result.tidying}", soft_wrap=True)
     if result.stopped != result.stop.value:  # a limit: the rules that filled the e-graph
         out.print(f"exploration stopped at the {result.stopped}", soft_wrap=True)
     e = result.extraction

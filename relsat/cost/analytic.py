@@ -187,6 +187,12 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return [_activation(_ACT_OPS[op], n_out)]
     if op == "matmul":
         return _matmul(sig, gemm_tile)
+    if op == "linear":  # x [..., K] @ w [K, N]: one GEMM over the flattened rows
+        _arity(sig, 2)
+        x, w = sig.inputs
+        flat = (math.prod(x[:-1]), x[-1])
+        plain = replace(sig, params=(0,), inputs=(flat, w), output=(flat[0], w[-1]))
+        return _matmul(plain, gemm_tile)
     if op == "conv2d":
         return _conv(sig, gemm_tile)
     if op in ("conv2d_bias", "matmul_bias"):

@@ -128,6 +128,7 @@ CONSTANT_INPUTS: dict[str, frozenset[int]] = {
     "conv2d_bias": frozenset({1, 2}),
     "matmul": frozenset({1}),
     "matmul_bias": frozenset({1, 2}),
+    "linear": frozenset({1}),
     "batchnorm": frozenset({1, 2, 3, 4}),
     "layernorm": frozenset({1, 2}),  # scale and bias
     "skiplayernorm": frozenset({2}),  # packed scale and bias

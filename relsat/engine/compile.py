@@ -32,14 +32,15 @@ from typing import Any
 import pyarrow as pa
 
 from relsat.errors import RuleError
-from relsat.rewrite.exprs import FACTS, Cond, Expr, Param, expr_type, params_of
+from relsat.rewrite.exprs import FACTS, LIST, Cond, Expr, Param, expr_type, params_of
 from relsat.rewrite.rules import COMMUTATIVE, OPERATORS, Pattern, Rule, Term, Var, canonical
 
 __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "rule_sql"]
 
-#: Variable slots per rule, tensors and parameters (columns v0…v9 of the match tables; TASO's
-#: rules use at most 4 tensors, the merges of fused convs 5 tensors and 4 parameters).
-MAX_VARS = 10
+#: Variable slots per rule, tensors and parameters (columns v0…v11 of the match tables; TASO's
+#: rules use at most 4 tensors, the merges of fused convs 5 tensors and 4 parameters, the packed
+#: attention 8 tensors and 3 parameters).
+MAX_VARS = 12
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
 #: Tensor children of a node created or matched by a rule (enode columns c0…c3).
@@ -317,6 +318,18 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
         return f"range(0, {sub[0]})"
     if op == "at":
         return _item_sql(sub[0], sub[1])
+    if op == "take":  # the first n items (n < 0: all but the last -n); NULL past the list
+        n, items = sub[1], sub[0]
+        return (
+            f"CASE WHEN abs({n}) <= len({items}) THEN list_slice({items}, 1, "
+            f"CASE WHEN {n} >= 0 THEN {n} ELSE len({items}) + {n} END) END"
+        )
+    if op == "append":
+        return f"list_append({sub[0]}, {sub[1]})"
+    if op == "prod":
+        return f"CAST(coalesce(list_aggregate({sub[0]}, 'product'), 1) AS BIGINT)"
+    if op == LIST:
+        return f"CAST(list_value({', '.join(sub)}) AS BIGINT[])"
     if op == "compose":  # compose(p, q)[i] = p[q[i]]; NULL items where q points past p
         return (  # (no subquery inside a lambda: list_select; index 0 reads as NULL)
             f"list_select({sub[0]}, "

@@ -743,7 +743,7 @@ OPS: dict[str, OpSpec] = {
             _skip_layernorm,
             "layernorm(x + skip) with scale and bias packed as one [2N] tensor (com.microsoft "
             "SkipLayerNormalization): one fused kernel; packed [3N], layernorm(x + skip + b) "
-            "with the input bias b third (made by relsat.graph.projections, never by a rule)",
+            "with the input bias b third (a projection's bias: rules/transformer.rules)",
         ),
         _spec("gelu", 1, "", _unary, "x * (1 + erf(x / sqrt 2)) / 2 (com.microsoft Gelu)"),
         _spec(
@@ -810,17 +810,15 @@ OPS: dict[str, OpSpec] = {
             "multi-head self-attention with its input projections packed: x [B, S, E] @ w "
             "[E, 3 * H * D] + b gives q, k, v, each split into H heads of D, then attention "
             "(scale, bias broadcast to [B, H, S, S]) and the heads merged back, [B, S, H * D] "
-            "(com.microsoft Attention): one kernel; never in the e-graph, made from an extracted "
-            "attention by relsat.graph.packing where it measures cheaper",
+            "(com.microsoft Attention): one kernel (rules/transformer.rules' attention-packed)",
         ),
         _spec(
             "linear",
             2,
             "",
             _linear,
-            "x [..., K] @ w [K, N] over any leading dims (ONNX MatMul with a 2-D weight); "
-            "never in the e-graph, made from a flattened 2-D projection by "
-            "relsat.graph.projections where it measures cheaper",
+            "x [..., K] @ w [K, N] over any leading dims (ONNX MatMul with a 2-D weight; "
+            "rules/layout.rules' projection-as-linear)",
         ),
         _spec(
             "repeatkv",

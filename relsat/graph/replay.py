@@ -1,12 +1,10 @@
-"""Graphs rebuilt node by node: the rewrites made on an extracted graph, outside the e-graph
-(:mod:`relsat.graph.packing`, :mod:`relsat.graph.projections`), and the fragments they are
-timed on.
+"""Graphs rebuilt node by node: what the ``tidy`` stage writes of an extracted graph
+(:mod:`relsat.pipeline.tidy`, :mod:`relsat.graph.residuals`), and fragments of a graph.
 
 :func:`rebuild` replays a graph through :class:`~relsat.graph.builder.GraphBuilder` (so every
 node passes the shape checks again) with some nodes' outputs made by a function instead, folding
 consecutive reshapes and consecutive transposes as it goes, and keeps what the outputs still
-read. :func:`cut` takes the part of a graph that computes one tensor from given tensors, as a
-graph of its own with those as inputs.
+read.
 
 >>> from relsat.graph import GraphBuilder
 >>> b = GraphBuilder()
@@ -23,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph, Ref
 
-__all__ = ["Get", "Make", "cut", "rebuild", "reshape", "transpose"]
+__all__ = ["Get", "Make", "rebuild", "reshape", "transpose"]
 
 #: The rebuilt tensor of a ref of the graph being rebuilt.
 Get = Callable[[Ref], Tensor]
@@ -77,27 +75,3 @@ def transpose(b: GraphBuilder, x: Tensor, perm: Sequence[int], *, shuffle: bool)
     if tuple(perm) == tuple(range(len(perm))):
         return x
     return b.transpose(x, list(perm), shuffle=bool(shuffle))
-
-
-def cut(graph: Graph, out: Ref, inputs: Mapping[Ref, str]) -> Graph:
-    """The part of ``graph`` that computes ``out``, each ref of ``inputs`` an input of the name
-    it maps to, weights (and what only weights compute) kept."""
-    b = GraphBuilder()
-    made: dict[Ref, Tensor] = {}
-
-    def build(ref: Ref) -> Tensor:
-        if ref in made:
-            return made[ref]
-        n = graph.node(ref)
-        if ref in inputs:
-            made[ref] = b.input(graph.shape(ref), name=inputs[ref])
-        elif n.op == "weight":
-            made[ref] = b.weight(n.shape, name=n.name, value=graph.values.get(n.name or ""))
-        elif n.op == "input":
-            raise ValueError(f"{out} reads input {n.name!r}, which is not among the cut's inputs")
-        else:
-            outs = b.add_node(n.op, [build(r) for r in n.inputs], n.params, name=n.name)
-            made.update({Ref(n.id, i): t for i, t in enumerate(outs)})
-        return made[ref]
-
-    return b.build([build(out)])

@@ -11,8 +11,8 @@ against 284 us).
 A site is such a layer norm; :func:`apart` writes it over the 2-D view of its input
 (``reshape(layernorm(reshape(add, [M, N])), [..., N])``), which the fusion does not match, and
 a projection that reads the layer norm then reads its 2-D output directly (the reshapes fold).
-The ``pack`` stage times the whole model with every site so written against none and keeps the
-faster (:mod:`relsat.pipeline.pack`).
+The ``tidy`` stage writes every site so (:mod:`relsat.pipeline.tidy`): where the fused kernel
+was the cheaper, extraction chose ``skiplayernorm`` and there is no site.
 
 >>> from relsat.graph import GraphBuilder
 >>> b = GraphBuilder()
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph, Ref
-from relsat.graph.replay import Get, Make, cut, rebuild
+from relsat.graph.replay import Get, Make, rebuild
 
-__all__ = ["Site", "apart", "fragment", "sites"]
+__all__ = ["Site", "apart", "sites"]
 
 
 @dataclass(frozen=True)
@@ -81,15 +81,3 @@ def _flat_layernorm(graph: Graph, site: Site) -> Make:
         return b.reshape(y, list(n.shape))
 
     return make
-
-
-def fragment(graph: Graph, site: Site) -> tuple[Graph, Site]:
-    """The residual add and its layer norm as a graph of their own (inputs ``x`` and ``skip``
-    unless constant), with the site as found in it."""
-    weights = graph.all_weights()
-    add = graph.node(Ref(site.add, 0))
-    names = ("x", "skip")
-    inputs = {r: name for r, name in zip(add.inputs, names, strict=True) if not weights[r.node]}
-    part = cut(graph, Ref(site.node, 0), inputs)
-    (found,) = sites(part)
-    return part, found

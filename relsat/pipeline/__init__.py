@@ -4,7 +4,7 @@
 record and the :class:`Stage` progress event), then one module per stage, in the order they
 run: ``load`` (a Graph, or an ONNX model read by :func:`relsat.onnx.read`), ``folding`` (fold
 repeated blocks, with ``blocks`` finding them; unfold at the end), ``explore``, ``price``,
-``extract``, ``decode``, ``pack``, ``verify``, ``ort`` (for an ONNX input: export, check in
+``extract``, ``decode``, ``tidy``, ``verify``, ``ort`` (for an ONNX input: export, check in
 onnxruntime, time, choose), ``result`` (the :class:`Result`, a view of the finished run),
 ``save`` (atomic writes) and ``optimize`` (the driver).
 """

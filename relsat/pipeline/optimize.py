@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
-from relsat.pipeline import decode, explore, extract, folding, ort, pack, price, verify
+from relsat.pipeline import decode, explore, extract, folding, ort, price, tidy, verify
 from relsat.pipeline.load import load
 from relsat.pipeline.options import Options
 from relsat.pipeline.result import Result, result
@@ -32,7 +32,7 @@ STAGES: tuple[tuple[str, Callable[[Run], Run]], ...] = (
     ("extract", extract.extract),
     ("decode", decode.decode),
     ("unfold", folding.unfold_blocks),
-    ("pack", pack.pack),
+    ("tidy", tidy.tidy),
     ("verify", verify.verify),
     ("export", ort.export),
     ("check", ort.check),

@@ -91,9 +91,6 @@ class Options:
     budget, rounds, confidence) is how the optimized model is timed against the input (None:
     not timed, the optimized model is kept); ``keep_slower`` keeps the optimized model even
     when it is not measurably faster.
-    ``packing``: with ``ort-cpu`` prices, an extracted attention whose q, k and v are projections
-    of one tensor becomes one com.microsoft Attention where that measures faster
-    (:mod:`relsat.pipeline.pack`).
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -121,7 +118,6 @@ class Options:
     ort: OrtSettings = field(default_factory=OrtSettings)
     timing: Timing | None = field(default_factory=Timing)
     keep_slower: bool = False
-    packing: bool = True
 
     def __post_init__(self) -> None:
         _typed("limits", self.limits, Limits, "a relsat.Limits")
@@ -131,7 +127,7 @@ class Options:
         if self.k_neutral is not None:
             check_int("k_neutral", self.k_neutral, 0)
         backoff_for(self.scheduler)
-        for name in ("guards", "verify", "resume", "keep_slower", "static", "packing"):
+        for name in ("guards", "verify", "resume", "keep_slower", "static"):
             check_choice(name, getattr(self, name), (False, True))
         check_choice("exportable", self.exportable, (None, False, True))
         check_choice("cycle_filter", self.cycle_filter, MODES)

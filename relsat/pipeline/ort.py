@@ -200,10 +200,10 @@ def is_rejected(run: Run) -> bool:
 
 def unchanged(run: Run) -> bool:
     """No rewrite was chosen: every chosen e-node is the input's (duplicates that hash-consing
-    merged aside) and the ``pack`` stage rewrote nothing, or the graphs are the same
+    merged aside) and the ``tidy`` stage changed nothing, or the graphs are the same
     computation."""
     from relsat.pipeline.result import rewrites
 
     assert run.egraph is not None and run.optimized is not None
-    no_rule = not rewrites(run.egraph, run.choice) and not run.packed
+    no_rule = not rewrites(run.egraph, run.choice) and not run.tidied
     return no_rule or same_computation(run.graph, run.optimized)

@@ -102,8 +102,8 @@ class Result:
     (ms, by the ``cost_model`` named; ``cost_fallbacks`` signatures it priced by its fallback,
     None for a model without one), the exploration's ``stop`` reason and per-phase
     ``iterations``, the ``extraction``, whether NumPy verification passed (``verified``;
-    ``verification`` in words), what repeated-block folding did (``blocks``), which attentions
-    were packed with their projections (``packing``, :mod:`relsat.pipeline.pack`), seconds per
+    ``verification`` in words), what repeated-block folding did (``blocks``), what the ``tidy``
+    stage wrote (``tidying``, :mod:`relsat.pipeline.tidy`), seconds per
     stage that worked, the ``options`` it ran with, and the DuckDB ``egraph`` for SQL
     inspection (``choice``: e-class id → chosen e-node id).
 
@@ -147,7 +147,7 @@ class Result:
 
     @property
     def graph(self) -> Graph:
-        """The optimized graph (decoded from the extraction, packed)."""
+        """The optimized graph (decoded from the extraction, tidied)."""
         assert self.run.optimized is not None
         return self.run.optimized
 
@@ -260,7 +260,7 @@ class Result:
         return graph_dot(self.graph, self.original, title="optimized (changed: orange)")
 
     def report(self, *, gains: bool = False) -> str:
-        """A few lines: costs, exploration, extraction, the pack stage, verification, for an ONNX
+        """A few lines: costs, exploration, extraction, the tidy stage, verification, for an ONNX
         input the timing and the model kept, rewrites, op counts, options; with ``gains`` also
         each top rule's marginal priced gain (:meth:`attribution`, re-extracts)."""
         ops_before, ops_after = op_counts(self.original), op_counts(self.graph)
@@ -271,7 +271,7 @@ class Result:
             self._cost_line(),
             self._explore_line(),
             self._extract_line(),
-            *([f"pack     {self.packing}"] if self.packing != "off" else []),
+            *([f"tidy     {self.tidying}"] if self.tidying != "off" else []),
             f"verify   {self.verification}"
             + (f"; onnxruntime {self.ort_check}" if self.ort_check else "")
             + (f" at {' | '.join(self.checked_at)}" if self.checked_at else ""),

@@ -85,9 +85,9 @@ class Run:
     # decode, unfold
     choice: dict[int, int] = field(default_factory=dict, repr=False)  # e-class id -> e-node id
     optimized: Graph | None = None
-    # pack
-    packing: str = "off"  # what packing did, in words
-    packed: int = 0  # the sites it rewrote
+    # tidy
+    tidying: str = "off"  # what the tidy stage wrote, in words
+    tidied: int = 0  # the nodes it changed
     # verify
     verified: bool = False
     verification: str = "skipped"

@@ -40,8 +40,10 @@ from relsat.rewrite.exprs import Cond, Expr, Num
 from relsat.rewrite.exprs import evaluate as value_of
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
 from relsat.rewrite.params import Undefined, draw_params, specialize
+from relsat.rewrite.pins import pins
+from relsat.rewrite.pins import ranks as fixed_ranks
 from relsat.rewrite.rules import Guard, Pattern, Rule, canonical
-from relsat.rewrite.shapes import NEAR_MISSES, Choose, Unsolvable, draw_shapes
+from relsat.rewrite.shapes import NEAR_MISSES, Choose, NoInstance, Unsolvable, draw_shapes
 
 __all__ = [
     "ATOL",
@@ -231,14 +233,27 @@ def draw(
     keyword options are the draw's knobs, each with the default the checks use.)"""
     values = draw_params(rule, choose) if rule.params else {}
     try:
-        concrete = specialize(rule, values)[0] if values else rule
+        concrete = specialize(rule, values)[0] if rule.params else rule
     except Undefined as err:
         return Instance({}, "guards-fail", str(err), values=values)
+    lists: dict[str, tuple[int, ...]] = {}  # lists pinned by conditions: drawn with the shapes
     try:
-        shapes = draw_shapes(concrete, choose, near_misses, sides=sides, even_kernels=even_kernels)
+        shapes = draw_shapes(
+            concrete,
+            choose,
+            near_misses,
+            sides=sides,
+            even_kernels=even_kernels,
+            pinned=pins(rule),
+            params=values,
+            lists=lists,
+            ranks=fixed_ranks(rule),
+        )
     except ZeroDivisionError:  # a parameter no operator takes (a stride of 0): no instance
         return Instance({}, "lhs-invalid", f"no shapes at {values}", values=values)
-    return evaluate(rule, shapes, guards=guards, numeric=numeric, values=values)
+    except NoInstance as err:
+        return Instance({}, "lhs-invalid", str(err), values=values)
+    return evaluate(rule, shapes, guards=guards, numeric=numeric, values=values | lists)
 
 
 def _rng(rule: Rule, seed: int) -> random.Random:

@@ -15,7 +15,9 @@ Types: ``int`` and ``float`` parameters (a float parameter is stored as its floa
 float parameter of an e-node is), and ``ints``, a list of integers: a transpose's permutation, a
 reshape's shape (``(transpose ?x ?p:ints ?s:int)``), written ``[0 2 1 3]`` as a literal and read
 with the list functions of :data:`FUNCS` (``len(?p)``, ``at(?p, -1)``, ``compose(?p, ?q)``,
-``iota(n)``) and the fact ``shape(?x)``; lists compare with ``==`` and ``!=``.
+``iota(n)``, ``take(?p, -1)``, ``append(?p, n)``, ``prod(?p)``) and the fact ``shape(?x)``; a list
+of computed items is written ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]`` (commas between items);
+lists compare with ``==`` and ``!=``.
 Arithmetic on ints gives an int (``/`` must divide exactly: a
 right-hand side that divides adds the condition that it does), on a float a float; comparisons,
 ``and``, ``or`` and ``not`` give a boolean. A fact's first argument is a tensor variable; a negative
@@ -43,6 +45,7 @@ __all__ = [
     "COMPARE",
     "FACTS",
     "FUNCS",
+    "LIST",
     "LOGIC",
     "Cond",
     "Expr",
@@ -112,7 +115,15 @@ FUNCS: dict[str, Fact] = {
         ("ints", "ints"), "ints", "compose(p, q)[i] = p[q[i]]: a transpose by p, then by q"
     ),
     "iota": Fact(("int",), "ints", "[0, 1, …, n - 1]: the identity permutation of n dims"),
+    "take": Fact(
+        ("ints", "int"), "ints", "the first n items of a list (a negative n: all but the last -n)"
+    ),
+    "append": Fact(("ints", "int"), "ints", "the list with one more item at its end"),
+    "prod": Fact(("ints",), "int", "the product of a list's items (1 for an empty list)"),
 }
+#: A list written with computed items, ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``: the
+#: expression ``Expr(LIST, items)`` (a literal's items are plain integers: a tuple).
+LIST = "list"
 
 
 Num: TypeAlias = "int | float"
@@ -167,6 +178,8 @@ def _infix(term: object, outer: int) -> str:
     op, args = term.op, term.args
     if op in FACTS or op in FUNCS:
         return f"{op}({', '.join(_infix(a, 0) for a in args)})"
+    if op == LIST:
+        return f"[{', '.join(_infix(a, 0) for a in args)}]"
     if op == "chain":  # a < b < c: the two comparisons share b, printed once
         first, second = args
         assert isinstance(first, Expr) and isinstance(second, Expr)
@@ -246,6 +259,10 @@ def expr_type(term: object) -> str:
             if kind == "int" and expr_type(a) != "int":
                 raise RuleError(f"{op}'s axis must be an integer, got {a}")
         return fact.type
+    if op == LIST:
+        if any(expr_type(a) != "int" for a in args):
+            raise RuleError(f"a list holds integers, got {_infix(term, 0)}")
+        return "ints"
     if op in FUNCS:
         fn = FUNCS[op]
         if len(args) != len(fn.params):
@@ -315,6 +332,8 @@ def evaluate(
     vals = [evaluate(a, values, shapes) for a in args]
     if any(v is None for v in vals):
         return None
+    if op == LIST:
+        return tuple(vals)  # type: ignore[arg-type]
     if op in FUNCS:
         return _function(op, vals)
     if op == "not":
@@ -362,6 +381,17 @@ def _function(op: str, vals: Sequence[object]) -> Value:
         assert isinstance(items, tuple) and isinstance(i, int)
         i = i + len(items) if i < 0 else i
         return items[i] if 0 <= i < len(items) else None
+    if op == "take":
+        items, n = vals
+        assert isinstance(items, tuple) and isinstance(n, int)
+        return items[:n] if -len(items) <= n <= len(items) else None
+    if op == "append":
+        items, v = vals
+        assert isinstance(items, tuple) and isinstance(v, int)
+        return (*items, v)
+    if op == "prod":
+        assert isinstance(vals[0], tuple)
+        return math.prod(vals[0])
     p, q = vals  # compose
     assert isinstance(p, tuple) and isinstance(q, tuple)
     if any(not 0 <= i < len(p) for i in q):

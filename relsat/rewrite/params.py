@@ -25,6 +25,7 @@ from typing import Any
 
 from relsat.graph.ops import ACTIVATIONS, PADDINGS, f32_bits, from_f32_bits
 from relsat.rewrite.exprs import Cond, Expr, Num, Param, evaluate, params_of
+from relsat.rewrite.pins import pins
 from relsat.rewrite.rules import OPERATORS, Guard, Pattern, Rule, Term, param_type
 from relsat.rewrite.shapes import Choose
 
@@ -119,9 +120,12 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num | tuple[int, .
     e-node stores them)."""
     conds = [g.expr for g in rule.guards if isinstance(g, Cond)]
     values: dict[str, Num | tuple[int, ...]] = {}
+    pinned = pins(rule)  # drawn with the shapes (relsat.rewrite.pins)
     lists = any(p.type == "ints" for p in rule.params)
     rank = choose((2, 3, 4)) if lists else 0  # one rank for a draw's permutations: they compose
     for p in rule.params:
+        if p.name in pinned:
+            continue
         if p.type == "ints":
             pool = _domain(rule, p) or LIST_DOMAINS["perm"]
             if pool is LIST_DOMAINS["perm"]:
@@ -159,6 +163,10 @@ def specialize(rule: Rule, values: Mapping[str, Num | tuple[int, ...]]) -> tuple
     :class:`Undefined` where a right-hand side's arithmetic has no value."""
 
     def lit(op: str, index: int, term: object) -> Any:
+        if isinstance(term, Param) and term.type == "ints" and _key(term) not in values:
+            return term  # a list pinned to the shapes: the shape solver draws it
+        if any(p.type == "ints" and _key(p) not in values for p in params_of(term)):
+            return 1  # computed from a pinned list: known once the shapes are drawn
         v = values.get(_key(term)) if isinstance(term, Param) else evaluate(term, values, {})
         if v is None or isinstance(v, bool):
             raise Undefined(f"{term} has no value at {dict(values)}")

@@ -66,6 +66,7 @@ from relsat.rewrite.exprs import (
     COMPARE,
     FACTS,
     FUNCS,
+    LIST,
     PARAM_TYPES,
     Cond,
     Expr,
@@ -603,6 +604,17 @@ class _CondParser:
         self.take(")")
         return args
 
+    def _computed_list(self) -> bool:
+        """After ``[``: a list with a computed item (anything but integers, signs and commas
+        before its ``]``)? Its items are then expressions between commas."""
+        j = self.i
+        while j < len(self.toks) and self.toks[j][1] != "]":
+            kind, text = self.toks[j][0], self.toks[j][1]
+            if not (kind == "num" and text.isdigit()) and text not in ("-", ","):
+                return True
+            j += 1
+        return False
+
     def atom(self) -> object:
         kind, text, col = self.take()
         if kind == "num":
@@ -618,6 +630,13 @@ class _CondParser:
             inner = self.disjunction()
             self.take(")")
             return inner
+        if text == "[" and self._computed_list():  # [dim(?x, 0) * dim(?x, 1), dim(?x, 2)]
+            parts = [self.sum()]
+            while (tok := self.peek()) is not None and tok[1] == ",":
+                self.i += 1
+                parts.append(self.sum())
+            self.take("]")
+            return Expr(LIST, tuple(parts))
         if text == "[":  # an ints literal: [0, 2, 1, 3] or [0 2 1 3]
             items: list[int] = []
             while (tok := self.peek()) is not None and tok[1] != "]":

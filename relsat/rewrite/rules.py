@@ -90,6 +90,8 @@ OPERATORS: dict[str, OpSignature] = {
     "conv2d": _sig(f"{_CONV} input weight"),
     # relsat's fused units (not TENSAT's): what onnxruntime runs as one kernel.
     "matmul_bias": _sig("activation:int a b bias"),
+    # x [..., K] @ w [K, N]: one MatMul on an N-D input (onnxruntime's, no flatten around it)
+    "linear": _sig("x w"),
     "conv2d_bias": _sig(f"{_CONV} input weight bias"),
     "relu6": _sig("x"),
     "relu": _sig("x"),

@@ -30,9 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from relsat.errors import RuleError
+from relsat.rewrite.exprs import Param
+from relsat.rewrite.pins import NotSymbolic, OutOfRange, Pin, length, one, symbolic
 from relsat.rewrite.rules import Pattern, Rule, Term, Var
 
-__all__ = ["DIMS", "NEAR_MISSES", "SIDES", "Choose", "Unsolvable", "draw_shapes", "patterns"]
+__all__ = [
+    "DIMS",
+    "NEAR_MISSES",
+    "SIDES",
+    "Choose",
+    "NoInstance",
+    "Unsolvable",
+    "draw_shapes",
+    "patterns",
+]
 
 DIMS = (1, 2, 3, 4)
 GROUPS = (1, 2, 3, 4)
@@ -52,6 +63,11 @@ T = TypeVar("T")
 Choose = Callable[[Sequence[T]], T]
 
 
+class NoInstance(ValueError):
+    """This draw's choices leave the rule no instance (a pinned reshape's length against the
+    rank drawn for what reads it): draw again."""
+
+
 class Unsolvable(RuleError):
     """The solver cannot give the rule's variables shapes: ranks that conflict (a conv operand
     used as a matmul operand), or an operator it does not model (``noop``)."""
@@ -67,6 +83,8 @@ class _Ranks:
         self.fixed: dict[Any, int] = {}
         self.matmul: set[Any] = set()
         self.biases: set[Any] = set()  # matmul_bias biases: rank 1, broadcast by an ewadd
+        self.pins: dict[str, Pin] = {}  # list variables pinned by conditions
+        self.deferred: list[tuple[Any, object]] = []  # (reshape, its pinned list): rank later
 
     def root(self, k: Any) -> Any:
         self.parent.setdefault(k, k)
@@ -102,7 +120,7 @@ def _text(key: Any) -> str:
 
 
 def _tensor_args(p: Pattern) -> list[Term]:
-    return [a for a in p.args if not isinstance(a, int | tuple)]
+    return [a for a in p.args if not isinstance(a, int | tuple | Param)]
 
 
 def _list(p: Pattern) -> tuple[int, ...]:
@@ -187,6 +205,21 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     elif op == "transpose":
         for k in (key, *kids):
             ranks.fix(k, len(_list(term)))
+    elif op == "reshape" and isinstance(term.args[1], Param):  # a list the conditions pin
+        pin = ranks.pins.get(term.args[1].name)
+        if pin is None:
+            raise Unsolvable(f"{term.args[1]} is neither drawn nor pinned by a condition")
+        if pin.length is not None:
+            ranks.fix(key, pin.length)
+        if pin.whole is not None:
+            ranks.deferred.append((key, pin.whole))
+    elif op == "linear":  # x [..., K] @ w [K, N]
+        ranks.union(key, kids[0])
+        ranks.fix(kids[1], 2)
+    elif op == "mha":  # x [B, S, E], w [E, 3N], b [3N], the mask 4-D: out [B, S, N]
+        for k, rank in zip((key, *kids), (3, 3, 2, 1, 4), strict=True):
+            if not (k is kids[3] and isinstance(k, Pattern) and k.op == "scalar"):
+                ranks.fix(k, rank)
     elif op == "reshape":  # a variable reshaped: drawn as the target's shape (see _op)
         ranks.fix(key, len(_list(term)))
         if isinstance(term.args[0], Var) and ranks.root(kids[0]) not in ranks.fixed:
@@ -292,6 +325,61 @@ class _Solver:
     ranks: dict[Any, int]
     dims: _Dims
     memo: dict[Any, Any] = field(default_factory=dict)
+    pins: dict[str, Pin] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)  # parameters drawn before the shapes
+    lists: dict[str, list[Expr]] = field(default_factory=dict)  # pinned lists, symbolically
+
+    def _pinned(self, name: str, source: list[Expr]) -> list[Expr]:
+        """The target of a reshape by the pinned list ``name``: the pin over the solver's
+        dims; items it does not name are fresh dims (:meth:`_balance` keeps the count)."""
+        if name not in self.lists:
+            pin = self.pins[name]
+            dims = lambda v: self.walk(Var(v))  # noqa: E731
+            try:
+                if pin.whole is not None:
+                    target = symbolic(pin.whole, dims, self.values)
+                    assert isinstance(target, list)
+                else:
+                    assert pin.length is not None
+                    named = {i % pin.length: e for i, e in pin.items.items()}
+                    target = [
+                        one(symbolic(named[i], dims, self.values))
+                        if i in named
+                        else self.dims.fresh("item")
+                        for i in range(pin.length)
+                    ]
+            except OutOfRange as err:
+                raise NoInstance(f"?{name}: {err}") from None
+            except NotSymbolic as err:
+                raise Unsolvable(f"?{name}: {err}") from None
+            self.lists[name] = target  # type: ignore[assignment]
+        target = self.lists[name]
+        self._balance(source, target)
+        return target
+
+    def _factors(self, e: Expr) -> list[Expr]:
+        e = self.dims.resolve(e)
+        if e[0] == "mul":
+            return self._factors(e[1]) + self._factors(e[2])
+        return [] if e == ("const", 1) else [e]
+
+    def _balance(self, source: list[Expr], target: list[Expr]) -> None:
+        """Keep a pinned reshape's element count: the factors the two sides share cancel;
+        a single symbol left on one side is the product of what is left on the other (a
+        projection's width [.., W] split into heads [.., H, D]: W = H * D)."""
+        left = [f for e in source for f in self._factors(e)]
+        right = [f for e in target for f in self._factors(e)]
+        for f in list(left):
+            if f in right:
+                left.remove(f)
+                right.remove(f)
+        for one_side, other in ((left, right), (right, left)):
+            if len(one_side) == 1 and one_side[0][0] == "sym" and other:
+                product = other[0]
+                for f in other[1:]:
+                    product = ("mul", product, f)
+                self.dims.unify(one_side[0], product)
+                return
 
     def walk(self, term: Term) -> Any:
         key = _key(term)
@@ -369,6 +457,19 @@ class _Solver:
             return [*kids[0][:-1], ("const", 1)]
         if op == "transpose":
             return [kids[0][i] for i in _list(p)]
+        if op == "reshape" and isinstance(p.args[1], Param):
+            return self._pinned(p.args[1].name, kids[0])
+        if op == "linear":
+            x, w = kids
+            d.unify(x[-1], w[0])
+            return [*x[:-1], w[1]]
+        if op == "mha":
+            x, w, b, _ = kids
+            n = d.fresh()
+            d.unify(x[2], w[0])
+            d.unify(w[1], ("mul", ("const", 3), n))
+            d.unify(b[0], w[1])
+            return [x[0], x[1], n]
         if op == "reshape":  # a variable reshaped is drawn as the target's shape: the lists
             target = [("const", n) for n in _list(p)]  # a rule's reshapes are drawn from
             free = all(d.resolve(x)[0] == "sym" for x in kids[0])  # (relsat.rewrite.params)
@@ -462,26 +563,55 @@ def draw_shapes(
     *,
     sides: str = "joint",
     even_kernels: bool = False,
+    pinned: dict[str, Pin] | None = None,
+    params: dict[str, Any] | None = None,
+    lists: dict[str, tuple[int, ...]] | None = None,
+    ranks: dict[str, int] | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Shapes for the rule's variables that make its sides valid often (not always); then
     ``choose(near_misses)`` times one dim of one variable is redrawn on its own (1 favoured:
     broadcasting is what element-wise guards are about). ``sides``: which constraints are solved
     (:data:`SIDES`); ``even_kernels``: conv kernels of even sizes too (TENSAT supports odd ones
-    only). Raises :class:`Unsolvable` when the constraints cannot be modelled."""
+    only). ``pinned``: the rule's lists pinned by its conditions
+    (:func:`relsat.rewrite.pins.pins`, left as variables in ``rule``), solved with the shapes;
+    their values go into ``lists`` (``params``: the parameters drawn before); ``ranks``: ranks
+    the conditions fix. Raises :class:`Unsolvable` when the constraints cannot be modelled,
+    :class:`NoInstance` when this draw has no instance."""
     if sides not in SIDES:
         raise ValueError(f"sides must be one of {SIDES}, got {sides!r}")
     try:
-        return _draw(rule, choose, near_misses, sides, even_kernels)
+        return _draw(
+            rule,
+            choose,
+            near_misses,
+            sides,
+            even_kernels,
+            pinned or {},
+            params or {},
+            {} if lists is None else lists,
+            ranks or {},
+        )
+    except NoInstance:
+        raise
     except (IndexError, TypeError, ValueError) as exc:  # a pattern no valid instance has
         # (a concat axis past its rank, a matmul of vectors): the builder would refuse it too.
         raise Unsolvable(f"the shape solver cannot model this rule ({exc})") from None
 
 
 def _draw(
-    rule: Rule, choose: Choose[Any], near_misses: Sequence[int], sides: str, even: bool
+    rule: Rule,
+    choose: Choose[Any],
+    near_misses: Sequence[int],
+    sides: str,
+    even: bool,
+    pinned: dict[str, Pin],
+    params: dict[str, Any],
+    lists: dict[str, tuple[int, ...]],
+    fixed_ranks: dict[str, int],
 ) -> dict[str, tuple[int, ...]]:
     rhs = sides != "lhs"
     rk = _Ranks()
+    rk.pins = pinned
     rk.biases = {_key(t.args[-1]) for t in patterns(rule, rhs=rhs) if t.op == "matmul_bias"}
     for lhs_root, rhs_root in zip(rule.lhs, rule.rhs, strict=True):
         left = _walk_ranks(lhs_root, rk)
@@ -489,13 +619,26 @@ def _draw(
             right = _walk_ranks(rhs_root, rk)
         if sides == "joint":
             rk.union(left, right)
+    for name, rank in fixed_ranks.items():  # rank(?x) == 3 in a condition
+        rk.fix(("var", name), rank)
     rank_of: dict[Any, int] = {}
     for k in rk.parent:  # insertion order: deterministic
         r = rk.root(k)
         if r not in rank_of:
             fixed = rk.fixed.get(r)
             rank_of[r] = fixed if fixed else choose(MATMUL_RANKS if r in rk.matmul else FREE_RANKS)
-    solver = _Solver({k: rank_of[rk.root(k)] for k in rk.parent}, _Dims(choose))
+    for key, whole in rk.deferred:  # a pinned reshape's rank: its list's length
+        try:
+            n = length(whole, lambda v: rank_of[rk.root(("var", v))])
+        except (NotSymbolic, KeyError) as err:
+            raise Unsolvable(f"a pinned reshape: {err}") from None
+        r = rk.root(key)
+        if rk.fixed.get(r, n) != n:
+            raise NoInstance(f"a reshape to {n} dims is used with rank {rk.fixed[r]}")
+        rank_of[r] = n
+    solver = _Solver(
+        {k: rank_of[rk.root(k)] for k in rk.parent}, _Dims(choose), pins=pinned, values=params
+    )
     for lhs_root, rhs_root in zip(rule.lhs, rule.rhs, strict=True):
         left = solver.walk(lhs_root)
         if rhs:
@@ -517,7 +660,12 @@ def _draw(
         tags = solver.dims.tags[e[1]] if e[0] == "sym" else set()
         return kernels if "kernel" in tags else GROUPS if "group" in tags else DIMS
 
+    for target in solver.lists.values():
+        for e in target:
+            solver.dims.free(e, free)
     values = {sym: choose(pool(("sym", sym))) for sym in free}
+    for name, target in solver.lists.items():
+        lists[name] = tuple(solver.dims.value(e, values) for e in target)
     shapes = {n: [solver.dims.value(e, values) for e in ds] for n, ds in var_dims.items()}
     for _ in range(choose(near_misses)):  # redraw one dim of one variable on its own
         name = choose(sorted(shapes))

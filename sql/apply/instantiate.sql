@@ -40,10 +40,10 @@ USING KEY (mid, tid) AS (
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] ELSE -1 END AS c2,
                    CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] ELSE -1 END AS c3,
-                   CASE WHEN t.qs >= 10 THEN m.sv[t.qs - 9] WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
+                   CASE WHEN t.qs >= 12 THEN m.sv[t.qs - 11] WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
             FROM match m
             JOIN tnode t ON t.rule = m.rule AND t.height = 0
-            LEFT JOIN strs sv ON t.qs BETWEEN 0 AND 9 AND sv.h = m.v[t.qs + 1]
+            LEFT JOIN strs sv ON t.qs BETWEEN 0 AND 11 AND sv.h = m.v[t.qs + 1]
             LEFT JOIN eclass vc ON vc.id = m.v[t.cut_slot + 1] AND t.op = 'split'
             WHERE m.ok AND m.mid BETWEEN $lo AND $hi
         ) c
@@ -75,7 +75,7 @@ USING KEY (mid, tid) AS (
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] WHEN 2 THEN i1.class ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] WHEN 2 THEN i2.class ELSE -1 END AS c2,
                    CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] WHEN 2 THEN i3.class ELSE -1 END AS c3,
-                   CASE WHEN t.qs >= 10 THEN m.sv[t.qs - 9] WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
+                   CASE WHEN t.qs >= 12 THEN m.sv[t.qs - 11] WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
             FROM lvl w
             JOIN tnode t ON t.dref = w.tid
             JOIN match m ON m.mid = w.mid
@@ -83,7 +83,7 @@ USING KEY (mid, tid) AS (
             LEFT JOIN recurring.lvl i1 ON i1.mid = m.mid AND i1.tid = t.r1 AND t.k1 = 2
             LEFT JOIN recurring.lvl i2 ON i2.mid = m.mid AND i2.tid = t.r2 AND t.k2 = 2
             LEFT JOIN recurring.lvl i3 ON i3.mid = m.mid AND i3.tid = t.r3 AND t.k3 = 2
-            LEFT JOIN strs sv ON t.qs BETWEEN 0 AND 9 AND sv.h = m.v[t.qs + 1]
+            LEFT JOIN strs sv ON t.qs BETWEEN 0 AND 11 AND sv.h = m.v[t.qs + 1]
             LEFT JOIN eclass vc ON vc.id = m.v[t.cut_slot + 1] AND t.op = 'split'
         ) c
         LEFT JOIN enode e

@@ -5,7 +5,7 @@
 CREATE TABLE IF NOT EXISTS sub (
     pid INTEGER NOT NULL, root BIGINT NOT NULL, fresh BOOLEAN NOT NULL, jk BIGINT NOT NULL,
     v0 BIGINT, v1 BIGINT, v2 BIGINT, v3 BIGINT, v4 BIGINT, v5 BIGINT,
-    v6 BIGINT, v7 BIGINT, v8 BIGINT, v9 BIGINT
+    v6 BIGINT, v7 BIGINT, v8 BIGINT, v9 BIGINT, v10 BIGINT, v11 BIGINT
 );
 
 -- Matches of whole rules: one row per (rule, roots, bindings).

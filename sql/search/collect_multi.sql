@@ -9,7 +9,8 @@ WITH pairs AS (
            [coalesce(a.v0, b.v0), coalesce(a.v1, b.v1), coalesce(a.v2, b.v2),
             coalesce(a.v3, b.v3), coalesce(a.v4, b.v4), coalesce(a.v5, b.v5),
             coalesce(a.v6, b.v6), coalesce(a.v7, b.v7),
-            coalesce(a.v8, b.v8), coalesce(a.v9, b.v9)] AS v
+            coalesce(a.v8, b.v8), coalesce(a.v9, b.v9),
+            coalesce(a.v10, b.v10), coalesce(a.v11, b.v11)] AS v
     FROM rule_info r
     JOIN sub a ON a.pid = r.pid0
     JOIN sub b ON b.pid = r.pid1 AND b.jk = a.jk
@@ -25,6 +26,8 @@ WITH pairs AS (
       AND (a.v7 IS NULL OR b.v7 IS NULL OR a.v7 = b.v7)
       AND (a.v8 IS NULL OR b.v8 IS NULL OR a.v8 = b.v8)
       AND (a.v9 IS NULL OR b.v9 IS NULL OR a.v9 = b.v9)
+      AND (a.v10 IS NULL OR b.v10 IS NULL OR a.v10 = b.v10)
+      AND (a.v11 IS NULL OR b.v11 IS NULL OR a.v11 = b.v11)
 )
 SELECT row_number() OVER (ORDER BY rule, root0, root1, v) AS mid, rule, root0, root1, v, true,
        false, false

@@ -1,7 +1,7 @@
 -- Match every pattern node of the phase's rules ($multi: the multi-pattern rules, else the
 -- single-pattern ones), all heights in one statement. A pattern node matches an e-node with the
 -- node's op, literals and arity (`cand`: every such pair, with the e-node's classes as the node's
--- own variable bindings o0…o5); child j binds variable slot x_j (a slot bound twice must see the
+-- own variable bindings o0…o11); child j binds variable slot x_j (a slot bound twice must see the
 -- same class), or must lie in a class where the sub-pattern at that position matched
 -- (at most three sub-patterns, at any child positions: the deep one, `dpid`, and two others,
 -- `spid`, `tpid`). A recursive query matches height h from the matches of height h - 1 (the working
@@ -42,6 +42,10 @@ WITH RECURSIVE cand AS MATERIALIZED (
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o8,
            CASE 9 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o9,
+           CASE 10 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o10,
+           CASE 11 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o11,
            -- the deep sub-pattern (height h - 1; -1 at height 0) and the other one (or -1), with
            -- the classes they must match
            p.dpid, p.spid, p.tpid, CASE p.dpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 ELSE e.c3 END AS droot,
@@ -67,13 +71,13 @@ WITH RECURSIVE cand AS MATERIALIZED (
     SELECT spid, sroot FROM cand WHERE spid >= 0
     UNION
     SELECT tpid, troot FROM cand WHERE tpid >= 0
-), lvl(pid, root, fresh, jk, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9)
-USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
+), lvl(pid, root, fresh, jk, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11)
+USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11) AS (
     SELECT pid, root, bool_or(fresh),
            CASE jslot WHEN 0 THEN o0 WHEN 1 THEN o1 WHEN 2 THEN o2 WHEN 3 THEN o3 WHEN 4 THEN o4
                       WHEN 5 THEN o5 WHEN 6 THEN o6 WHEN 7 THEN o7 WHEN 8 THEN o8
-                      WHEN 9 THEN o9 ELSE 0 END,
-           o0, o1, o2, o3, o4, o5, o6, o7, o8, o9
+                      WHEN 9 THEN o9 WHEN 10 THEN o10 WHEN 11 THEN o11 ELSE 0 END,
+           o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11
     FROM cand c
     LEFT JOIN needed n USING (pid, root)
     WHERE c.dpid < 0 AND (c.is_root OR n.pid IS NOT NULL)
@@ -83,8 +87,8 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
     SELECT pid, root, bool_or(fresh),
            CASE jslot WHEN 0 THEN v0 WHEN 1 THEN v1 WHEN 2 THEN v2 WHEN 3 THEN v3 WHEN 4 THEN v4
                       WHEN 5 THEN v5 WHEN 6 THEN v6 WHEN 7 THEN v7 WHEN 8 THEN v8
-                      WHEN 9 THEN v9 ELSE 0 END,
-           v0, v1, v2, v3, v4, v5, v6, v7, v8, v9
+                      WHEN 9 THEN v9 WHEN 10 THEN v10 WHEN 11 THEN v11 ELSE 0 END,
+           v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11
     FROM (
         SELECT c.pid, c.jslot, c.root, c.lone,
                c.fresh OR a.fresh OR coalesce(b.fresh, false) OR coalesce(d.fresh, false) AS fresh,
@@ -93,6 +97,8 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
                coalesce(c.o4, a.v4, b.v4, d.v4) AS v4, coalesce(c.o5, a.v5, b.v5, d.v5) AS v5,
                coalesce(c.o6, a.v6, b.v6, d.v6) AS v6, coalesce(c.o7, a.v7, b.v7, d.v7) AS v7,
                coalesce(c.o8, a.v8, b.v8, d.v8) AS v8, coalesce(c.o9, a.v9, b.v9, d.v9) AS v9,
+               coalesce(c.o10, a.v10, b.v10, d.v10) AS v10,
+               coalesce(c.o11, a.v11, b.v11, d.v11) AS v11,
                (a.v0 IS NULL OR c.o0 IS NULL OR a.v0 = c.o0)
            AND (b.v0 IS NULL OR b.v0 = coalesce(c.o0, a.v0, b.v0))
            AND (d.v0 IS NULL OR d.v0 = coalesce(c.o0, a.v0, b.v0, d.v0))
@@ -121,8 +127,14 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
            AND (b.v8 IS NULL OR b.v8 = coalesce(c.o8, a.v8, b.v8))
            AND (d.v8 IS NULL OR d.v8 = coalesce(c.o8, a.v8, b.v8, d.v8))
            AND (a.v9 IS NULL OR c.o9 IS NULL OR a.v9 = c.o9)
+           AND (a.v10 IS NULL OR c.o10 IS NULL OR a.v10 = c.o10)
+           AND (a.v11 IS NULL OR c.o11 IS NULL OR a.v11 = c.o11)
            AND (b.v9 IS NULL OR b.v9 = coalesce(c.o9, a.v9, b.v9))
-           AND (d.v9 IS NULL OR d.v9 = coalesce(c.o9, a.v9, b.v9, d.v9)) AS agree
+           AND (b.v10 IS NULL OR b.v10 = coalesce(c.o10, a.v10, b.v10))
+           AND (b.v11 IS NULL OR b.v11 = coalesce(c.o11, a.v11, b.v11))
+           AND (d.v9 IS NULL OR d.v9 = coalesce(c.o9, a.v9, b.v9, d.v9))
+           AND (d.v10 IS NULL OR d.v10 = coalesce(c.o10, a.v10, b.v10, d.v10))
+           AND (d.v11 IS NULL OR d.v11 = coalesce(c.o11, a.v11, b.v11, d.v11)) AS agree
         FROM lvl a
         JOIN cand c ON c.dpid = a.pid AND c.droot = a.root
         LEFT JOIN recurring.lvl b ON b.pid = c.spid AND b.root = c.sroot
@@ -133,4 +145,4 @@ USING KEY (pid, root, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS (
     GROUP BY ALL
     HAVING bool_or(fresh) OR NOT bool_or(lone)
 )
-SELECT pid, root, fresh, jk, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 FROM lvl
+SELECT pid, root, fresh, jk, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11 FROM lvl

@@ -32,12 +32,16 @@ WITH m AS (
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o8,
            CASE 9 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o9,
+           CASE 10 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o10,
+           CASE 11 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o11,
            a.v0 AS a0, a.v1 AS a1, a.v2 AS a2, a.v3 AS a3, a.v4 AS a4, a.v5 AS a5,
-           a.v6 AS a6, a.v7 AS a7, a.v8 AS a8, a.v9 AS a9,
+           a.v6 AS a6, a.v7 AS a7, a.v8 AS a8, a.v9 AS a9, a.v10 AS a10, a.v11 AS a11,
            b.v0 AS b0, b.v1 AS b1, b.v2 AS b2, b.v3 AS b3, b.v4 AS b4, b.v5 AS b5,
-           b.v6 AS b6, b.v7 AS b7, b.v8 AS b8, b.v9 AS b9,
+           b.v6 AS b6, b.v7 AS b7, b.v8 AS b8, b.v9 AS b9, b.v10 AS b10, b.v11 AS b11,
            d.v0 AS d0, d.v1 AS d1, d.v2 AS d2, d.v3 AS d3, d.v4 AS d4, d.v5 AS d5,
-           d.v6 AS d6, d.v7 AS d7, d.v8 AS d8, d.v9 AS d9
+           d.v6 AS d6, d.v7 AS d7, d.v8 AS d8, d.v9 AS d9, d.v10 AS d10, d.v11 AS d11
     FROM pnode p
     JOIN enode_either e
       ON e.op = p.op AND e.arity = p.arity AND (p.comm OR NOT e.turned)
@@ -58,6 +62,7 @@ WITH m AS (
            coalesce(o4, a4, b4, d4) AS v4, coalesce(o5, a5, b5, d5) AS v5,
            coalesce(o6, a6, b6, d6) AS v6, coalesce(o7, a7, b7, d7) AS v7,
            coalesce(o8, a8, b8, d8) AS v8, coalesce(o9, a9, b9, d9) AS v9,
+           coalesce(o10, a10, b10, d10) AS v10, coalesce(o11, a11, b11, d11) AS v11,
            (a0 IS NULL OR o0 IS NULL OR a0 = o0) AND (b0 IS NULL OR b0 = coalesce(o0, a0, b0))
        AND (d0 IS NULL OR d0 = coalesce(o0, a0, b0, d0))
        AND (a1 IS NULL OR o1 IS NULL OR a1 = o1) AND (b1 IS NULL OR b1 = coalesce(o1, a1, b1))
@@ -78,14 +83,18 @@ WITH m AS (
        AND (d8 IS NULL OR d8 = coalesce(o8, a8, b8, d8))
        AND (a9 IS NULL OR o9 IS NULL OR a9 = o9) AND (b9 IS NULL OR b9 = coalesce(o9, a9, b9))
        AND (d9 IS NULL OR d9 = coalesce(o9, a9, b9, d9))
+       AND (a10 IS NULL OR o10 IS NULL OR a10 = o10) AND (b10 IS NULL OR b10 = coalesce(o10, a10, b10))
+       AND (d10 IS NULL OR d10 = coalesce(o10, a10, b10, d10))
+       AND (a11 IS NULL OR o11 IS NULL OR a11 = o11) AND (b11 IS NULL OR b11 = coalesce(o11, a11, b11))
+       AND (d11 IS NULL OR d11 = coalesce(o11, a11, b11, d11))
            AS agree
     FROM m
 )
 SELECT pid, root, bool_or(fresh),
        CASE jslot WHEN 0 THEN v0 WHEN 1 THEN v1 WHEN 2 THEN v2 WHEN 3 THEN v3 WHEN 4 THEN v4
                   WHEN 5 THEN v5 WHEN 6 THEN v6 WHEN 7 THEN v7 WHEN 8 THEN v8 WHEN 9 THEN v9
-                  ELSE 0 END,
-       v0, v1, v2, v3, v4, v5, v6, v7, v8, v9
+                  WHEN 10 THEN v10 WHEN 11 THEN v11 ELSE 0 END,
+       v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11
 FROM merged
 WHERE agree AND (fresh OR NOT lone)
 GROUP BY ALL
