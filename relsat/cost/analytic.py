@@ -220,6 +220,8 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return [Kernel(bytes=_bytes(*ins, out) + extra, flops=_ELEMENTWISE_FLOPS[op] * n_out)]
     if op in ("attention", "gqa"):  # gqa reads each key/value head once per group
         return _attention(sig, gemm_tile)
+    if op == "mha":  # the packed projection (one GEMM with its bias), then the attention
+        return _mha(sig, gemm_tile)
     if op in ("slice", "repeatkv", "turnpairs", "repeat2"):  # a copy (of the part it keeps)
         return [Kernel(bytes=2 * _bytes(out))]
     if op == "reducemean":
@@ -315,6 +317,21 @@ def _attention(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:
             gemm_padded=p1 + p2,
         )
     ]
+
+
+def _mha(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:
+    """com.microsoft Attention: ``x [B, S, E] @ w [E, 3N] + b`` as one GEMM, then the
+    attention of ``heads`` heads of ``D = N / heads`` (:func:`_attention`'s kernel)."""
+    _arity(sig, 4)
+    (batch, seq, embed), w, b, mask = sig.inputs
+    heads = max(int(sig.params[0]), 1)
+    d = w[-1] // 3 // heads
+    flat = (batch * seq, embed)
+    projection = replace(sig, op="matmul_bias", params=(0,), inputs=(flat, w, b))
+    projection = replace(projection, output=(flat[0], w[-1]))
+    q = (batch, heads, seq, d)
+    attention = replace(sig, op="attention", inputs=(q, (batch, heads, d, seq), q, mask))
+    return [*_fused_bias(projection, tile), *_attention(attention, tile)]
 
 
 def _conv(sig: OpSignature, tile: tuple[int, int, int]) -> list[Kernel]:
