@@ -71,9 +71,7 @@ def export_signatures(paths: list[Path], seen: dict[OpSignature, None], rows: li
 
     for path in paths:
         t = time.perf_counter()
-        result = optimize(
-            path, cost_model=AnalyticModel("h100"), verify=False, timing=None
-        )
+        result = optimize(path, cost_model=AnalyticModel("h100"), verify=False, timing=None)
         _, sigs = enode_signatures(result.egraph)
         new = [s for s in sigs if s not in seen]
         seen.update(dict.fromkeys(sigs))
