@@ -30,6 +30,10 @@ SELECT p.pid, e.class, bool_or(e.stamp >= coalesce(p.since, $since)),
        CASE 8 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END,
        CASE 9 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END,
+       CASE 10 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END,
+       CASE 11 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END
 FROM pnode p
 JOIN enode_either e
