@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """relsat.rewrite.check, the loader's type check and ``relsat rules check``: a user's rule that
 changes
 a type or a value is flagged, the shipped rules pass."""
@@ -116,6 +117,37 @@ def test_a_rule_the_solver_cannot_model_is_unsolvable_not_a_crash() -> None:
 
 
 SAMPLE = list(load_rules())[::4] + list(load_rules(RULES_DIR / "extra"))
+
+
+PINNED = """\
+# name: flatten-right
+(reshape (matmul 0 (reshape ?x ?f:ints) ?w) ?u:ints) => (linear ?x ?w)
+where rank(?x) == 3 and ?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)] and ?u == append(take(shape(?x), -1), dim(?w, -1))
+
+# name: unflatten-wrong
+(reshape (matmul 0 (reshape ?x ?f:ints) ?w) ?u:ints) => (linear ?x ?w)
+where rank(?x) == 3 and ?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)] and ?u == append(take(shape(?x), -2), dim(?w, -1))
+
+# name: heads-kept
+(reshape (matmul 0 (reshape ?x ?f:ints) ?w) ?h:ints) => (reshape (linear ?x ?w) ?h)
+where rank(?x) == 3 and ?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)] and len(?h) == 4 and at(?h, 0) == dim(?x, 0)
+
+# name: heads-swapped
+(transpose (reshape (matmul 0 (reshape ?x ?f:ints) ?w) ?h:ints) [0 2 1 3] ?_) => (reshape (linear ?x ?w) ?h)
+where rank(?x) == 3 and ?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)] and len(?h) == 4 and at(?h, 0) == dim(?x, 0)
+"""
+
+
+def test_lists_pinned_by_conditions_are_drawn_with_the_shapes() -> None:
+    """A reshape's list that the conditions tie to the shapes (a flatten, a head split) is drawn
+    from them: the sound rules are compared on instances, the wrong ones fail with the list in
+    the counterexample."""
+    rules = parse_rules(PINNED)
+    verdicts = {r.name: check_rule(r) for r in rules}
+    assert verdicts["flatten-right"].ok and verdicts["heads-kept"].ok
+    assert verdicts["unflatten-wrong"].kind == "type-mismatch"
+    assert "?u = [" in verdicts["unflatten-wrong"].line()
+    assert verdicts["heads-swapped"].kind in ("type-mismatch", "numeric-mismatch")
 
 
 @pytest.mark.parametrize("rule", SAMPLE, ids=[r.name for r in SAMPLE])
