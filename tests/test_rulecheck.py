@@ -145,9 +145,9 @@ def test_lists_pinned_by_conditions_are_drawn_with_the_shapes() -> None:
     rules = parse_rules(PINNED)
     verdicts = {r.name: check_rule(r) for r in rules}
     assert verdicts["flatten-right"].ok and verdicts["heads-kept"].ok
-    assert verdicts["unflatten-wrong"].kind == "type-mismatch"
+    assert verdicts["unflatten-wrong"].status == "type-mismatch"
     assert "?u = [" in verdicts["unflatten-wrong"].line()
-    assert verdicts["heads-swapped"].kind in ("type-mismatch", "numeric-mismatch")
+    assert verdicts["heads-swapped"].status in ("type-mismatch", "numeric-mismatch")
 
 
 @pytest.mark.parametrize("rule", SAMPLE, ids=[r.name for r in SAMPLE])
