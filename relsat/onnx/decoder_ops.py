@@ -303,7 +303,7 @@ def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str,
 
 
 def _scaled_inside(imp: ImportContext, product: Tensor, name: str) -> Tensor | None:
-    """``x * 1`` as ``x``; ``repeatkv(k) * s`` as ``repeatkv(k * s)`` and ``concat(h, h) * s``
+    """``x * 1`` as ``x``; ``concat(h, h) * s``
     (a rotary table's ``attention_scaling``) as ``concat(h * s, h * s)``, ``s`` a scalar: the
     same values, the repeat or the table's halves kept where the rules look for them; else
     None."""
@@ -316,9 +316,6 @@ def _scaled_inside(imp: ImportContext, product: Tensor, name: str) -> Tensor | N
         return None
     if scalar.params["value"] == 1.0:
         return x  # x * 1 is x, bit for bit (transformers' attention_scaling of 1 on a table)
-    inner, ins = imp.g.producer(x)
-    if inner.op == "repeatkv":
-        return imp.g.repeatkv(imp.g.mul(ins[0], factor), inner.params["count"], name=name)
     half = halves(imp, x)
     if half is None:
         return None

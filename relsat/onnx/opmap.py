@@ -433,12 +433,8 @@ def _merged_heads_swapped(imp: ImportContext, x: Tensor, shape: Sequence[int]) -
 def transposed(
     imp: ImportContext, x: Tensor, perm: Sequence[int], name: str | None = None
 ) -> Tensor:
-    """``transpose(x, perm)``; of a ``repeatkv`` with the first two axes kept in place, the
-    repeat of the transposed heads (the same values, with n times less to transpose)."""
-    node, ins = imp.g.producer(x)
-    if node.op == "repeatkv" and tuple(perm[:2]) == (0, 1):
-        inner = imp.g.transpose(ins[0], perm)
-        return imp.g.repeatkv(inner, node.params["count"], name=name)
+    """``transpose(x, perm)`` (a transpose of repeated heads moves under the repeat by a rule:
+    rules/decoder.rules' repeat-kv-transposed)."""
     return imp.g.transpose(x, perm, name=name)
 
 

@@ -129,7 +129,8 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num | tuple[int, .
         if p.type == "ints":
             pool = _domain(rule, p) or LIST_DOMAINS["perm"]
             if pool is LIST_DOMAINS["perm"]:
-                pool = tuple(q for q in pool if len(q) == rank)
+                n = _length_of(p, conds) or rank  # len(?p) == 4 in a condition
+                pool = tuple(q for q in pool if len(q) == n)
             values[_key(p)] = tuple(choose(pool))
             continue
         v = choose(_domain(rule, p) or _pool(p, conds))
@@ -149,6 +150,21 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num | tuple[int, .
                         elif target.type == "float":
                             values[target.name] = from_f32_bits(f32_bits(float(v)))
     return values
+
+
+def _length_of(param: Param, conds: list[Expr]) -> int | None:
+    """The length a condition gives the list ``param`` (``len(?p) == 4``), if one does."""
+    for c in (c for e in conds for c in _conjuncts(e)):
+        if c.op == "==":
+            for target, other in (c.args, c.args[::-1]):
+                if (
+                    isinstance(target, Expr)
+                    and target.op == "len"
+                    and target.args == (param,)
+                    and isinstance(other, int)
+                ):
+                    return other
+    return None
 
 
 def _key(p: Param) -> str:
