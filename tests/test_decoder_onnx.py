@@ -489,7 +489,8 @@ def test_grouped_query_attention_fuses_and_runs_as_one_kernel(spelling: str) -> 
     # repeat_kv is read as repeatkv, the keys' transpose and scale moved under the repeat
     assert counts["repeatkv"] == 2 and counts["transpose"] == 1 and "opaque" not in counts
     attention = load_rules(RULES_DIR / "transformer.rules")  # fused first, then gqa-fuse
-    result = optimize(graph, Options(rules=[*DECODER_RULES, *attention]))
+    layout = load_rules(RULES_DIR / "layout.rules")  # onnxscript's keys: merged-heads-transpose
+    result = optimize(graph, Options(rules=[*DECODER_RULES, *attention, *layout]))
     fused = result.graph.op_counts()
     assert fused["gqa"] == 1 and "repeatkv" not in fused and result.verified
     out = ronnx.to_model(result.graph, like=model)

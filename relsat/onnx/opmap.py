@@ -374,8 +374,8 @@ def _reshape_to(
     """``x`` reshaped to ``shape`` (None: as ONNX infers ``name``), read through the layout
     chains exporters write around repeated key/value heads (:func:`relsat.onnx.decoder_ops`'s
     Expand): a reshape of the 5-D view of a ``repeatkv`` is a reshape of the repeat itself (the
-    repeat when the shapes agree), and a 4-D tensor whose first two dims were merged, its last
-    two swapped and its first split again is a transpose of it."""
+    repeat when the shapes agree). (Keys transposed through a merge of batch and heads become
+    one transpose by a rule: rules/layout.rules' merged-heads-transpose.)"""
     if shape is None:
         shape = imp.inferred_shape(name)
     if shape is None:
@@ -385,9 +385,6 @@ def _reshape_to(
         x = source
     if list(shape) == list(x.shape):
         return {name: x}
-    swapped = _merged_heads_swapped(imp, x, shape)
-    if swapped is not None:
-        return {name: swapped}
     half = halves(imp, x)
     if half is not None and shape and shape[-1] == x.shape[-1]:
         # the last axis untouched (an Unsqueeze of a rotary table): each half reshaped alike
@@ -412,22 +409,6 @@ def halves(imp: ImportContext, x: Tensor) -> Tensor | None:
     if node.op != "concat" or len(ins) != 2 or node.inputs[0] != node.inputs[1]:
         return None
     return ins[0] if node.params["axis"] == x.rank - 1 else None
-
-
-def _merged_heads_swapped(imp: ImportContext, x: Tensor, shape: Sequence[int]) -> Tensor | None:
-    """``transpose(z, (0, 1, 3, 2))`` when ``x`` is ``transpose(reshape(z, [B*H, T, D]), (0,
-    2, 1))`` for a ``z`` ``[B, H, T, D]`` and ``shape`` is ``[B, H, D, T]`` (the keys' transpose
-    of onnxscript's scaled_dot_product_attention); else None."""
-    node, ins = imp.g.producer(x)
-    if node.op != "transpose" or len(ins) != 1 or tuple(node.params["perm"]) != (0, 2, 1):
-        return None
-    z = _sole_input(imp, ins[0], "reshape")
-    if z is None or z.rank != 4:
-        return None
-    b, h, t, d = z.shape
-    if ins[0].shape != (b * h, t, d) or tuple(shape) != (b, h, d, t):
-        return None
-    return transposed(imp, z, (0, 1, 3, 2))
 
 
 def transposed(

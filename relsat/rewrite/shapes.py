@@ -352,7 +352,7 @@ class _Solver:
                 raise NoInstance(f"?{name}: {err}") from None
             except NotSymbolic as err:
                 raise Unsolvable(f"?{name}: {err}") from None
-            self.lists[name] = target  # type: ignore[assignment]
+            self.lists[name] = target
         target = self.lists[name]
         self._balance(source, target)
         return target
