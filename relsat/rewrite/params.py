@@ -25,7 +25,7 @@ from typing import Any
 
 from relsat.graph.ops import ACTIVATIONS, PADDINGS, f32_bits, from_f32_bits
 from relsat.rewrite.exprs import Cond, Expr, Num, Param, evaluate, params_of
-from relsat.rewrite.pins import pins
+from relsat.rewrite.pins import equations, pins
 from relsat.rewrite.rules import OPERATORS, Guard, Pattern, Rule, Term, param_type
 from relsat.rewrite.shapes import Choose
 
@@ -109,12 +109,6 @@ def _pool(param: Param, conds: list[Expr]) -> tuple[Num, ...]:
     return tuple(dict.fromkeys([*base, *near]))
 
 
-def _conjuncts(e: Expr) -> list[Expr]:
-    if e.op in ("and", "chain"):
-        return [c for a in e.args if isinstance(a, Expr) for c in _conjuncts(a)]
-    return [e]
-
-
 def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num | tuple[int, ...]]:
     """A value for each of ``rule``'s parameter variables (floats rounded to float32, as an
     e-node stores them)."""
@@ -136,34 +130,24 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num | tuple[int, .
         v = choose(_domain(rule, p) or _pool(p, conds))
         values[_key(p)] = from_f32_bits(f32_bits(float(v))) if p.type == "float" else int(v)
     for _ in range(2):  # ?a == <expr of the others>: set ?a (twice: chains of equalities)
-        for c in (c for e in conds for c in _conjuncts(e)):
-            if c.op != "==":
+        for target, other in equations(conds):
+            if not isinstance(target, Param) or target.name in {p.name for p in params_of(other)}:
                 continue
-            for target, other in (c.args, c.args[::-1]):
-                if isinstance(target, Param) and target.name not in {
-                    p.name for p in params_of(other)
-                }:
-                    v = evaluate(other, values, {})
-                    if isinstance(v, int | float) and not isinstance(v, bool):
-                        if target.type == "int" and isinstance(v, int):
-                            values[target.name] = v
-                        elif target.type == "float":
-                            values[target.name] = from_f32_bits(f32_bits(float(v)))
+            v = evaluate(other, values, {})
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                if target.type == "int" and isinstance(v, int):
+                    values[target.name] = v
+                elif target.type == "float":
+                    values[target.name] = from_f32_bits(f32_bits(float(v)))
     return values
 
 
 def _length_of(param: Param, conds: list[Expr]) -> int | None:
     """The length a condition gives the list ``param`` (``len(?p) == 4``), if one does."""
-    for c in (c for e in conds for c in _conjuncts(e)):
-        if c.op == "==":
-            for target, other in (c.args, c.args[::-1]):
-                if (
-                    isinstance(target, Expr)
-                    and target.op == "len"
-                    and target.args == (param,)
-                    and isinstance(other, int)
-                ):
-                    return other
+    for target, other in equations(conds):
+        is_len = isinstance(target, Expr) and target.op == "len" and target.args == (param,)
+        if is_len and isinstance(other, int):
+            return other
     return None
 
 

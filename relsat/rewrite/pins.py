@@ -23,14 +23,24 @@ element count; the list's value is read off the drawn dims.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from relsat.rewrite.exprs import FACTS, LIST, Cond, Expr, Param, params_of, tensors_of
 from relsat.rewrite.rules import Rule, Var
 
-__all__ = ["NotSymbolic", "OutOfRange", "Pin", "length", "one", "pins", "ranks", "symbolic"]
+__all__ = [
+    "NotSymbolic",
+    "OutOfRange",
+    "Pin",
+    "equations",
+    "length",
+    "one",
+    "pins",
+    "ranks",
+    "symbolic",
+]
 
 #: A dim as the shape solver writes it: ("sym", i), ("const", n), ("sum", a, b), ("mul", a, b).
 Dim = tuple[Any, ...]
@@ -62,6 +72,21 @@ def _conjuncts(e: object) -> Iterator[Expr]:
         yield e
 
 
+def equations(conds: Iterable[Expr]) -> Iterator[tuple[object, object]]:
+    """Both sides of every ``a == b`` conjunct of ``conds``, each way round: ``(a, b)`` and
+    ``(b, a)``."""
+    for e in conds:
+        for c in _conjuncts(e):
+            if c.op == "==":
+                a, b = c.args
+                yield a, b
+                yield b, a
+
+
+def _conds(rule: Rule) -> list[Expr]:
+    return [g.expr for g in rule.guards if isinstance(g, Cond)]  # type: ignore[misc]
+
+
 def _reads_shapes(e: object) -> bool:
     return any(True for _ in tensors_of(e))
 
@@ -73,22 +98,18 @@ def pins(rule: Rule) -> dict[str, Pin]:
     lists = {p.name for p in rule.params if p.type == "ints" and not p.wild}
     found: dict[str, Pin] = {}
     lengths: dict[str, int] = {}
-    for cond in (g for g in rule.guards if isinstance(g, Cond)):
-        for c in _conjuncts(cond.expr):
-            if c.op != "==":
-                continue
-            for target, other in (c.args, c.args[::-1]):
-                if isinstance(target, Param) and target.name in lists and _reads_shapes(other):
-                    if target.name not in {p.name for p in params_of(other)}:
-                        found.setdefault(target.name, Pin()).whole = other
-                elif isinstance(target, Expr) and target.op == "len":
-                    (arg,) = target.args
-                    if isinstance(arg, Param) and arg.name in lists and isinstance(other, int):
-                        lengths[arg.name] = other
-                elif isinstance(target, Expr) and target.op == "at" and _reads_shapes(other):
-                    arg, index = target.args
-                    if isinstance(arg, Param) and arg.name in lists and isinstance(index, int):
-                        found.setdefault(arg.name, Pin()).items[index] = other
+    for target, other in equations(_conds(rule)):
+        if isinstance(target, Param) and target.name in lists and _reads_shapes(other):
+            if target.name not in {p.name for p in params_of(other)}:
+                found.setdefault(target.name, Pin()).whole = other
+        elif isinstance(target, Expr) and target.op == "len":
+            (arg,) = target.args
+            if isinstance(arg, Param) and arg.name in lists and isinstance(other, int):
+                lengths[arg.name] = other
+        elif isinstance(target, Expr) and target.op == "at" and _reads_shapes(other):
+            arg, index = target.args
+            if isinstance(arg, Param) and arg.name in lists and isinstance(index, int):
+                found.setdefault(arg.name, Pin()).items[index] = other
     for name, n in lengths.items():
         if name in found:
             found[name].length = n
@@ -97,15 +118,11 @@ def pins(rule: Rule) -> dict[str, Pin]:
 
 def ranks(rule: Rule) -> dict[str, int]:
     """The ranks ``rule``'s conditions fix (``rank(?x) == 3``), by tensor variable."""
-    out: dict[str, int] = {}
-    for cond in (g for g in rule.guards if isinstance(g, Cond)):
-        for c in _conjuncts(cond.expr):
-            if c.op != "==":
-                continue
-            for target, other in (c.args, c.args[::-1]):
-                if isinstance(target, Expr) and target.op == "rank" and isinstance(other, int):
-                    out[_name(target.args[0])] = other
-    return out
+    return {
+        _name(target.args[0]): other
+        for target, other in equations(_conds(rule))
+        if isinstance(target, Expr) and target.op == "rank" and isinstance(other, int)
+    }
 
 
 def length(term: object, rank: Callable[[str], int]) -> int:
