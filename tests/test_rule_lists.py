@@ -382,18 +382,3 @@ def test_a_right_hand_side_computes_a_float_parameter_in_float32() -> None:
     eg = _explore(b.mul(b.mul(x, b.scalar(0.35355338)), b.scalar(0.35355338)), b, [rule])
     bits = eg.db.scalar("SELECT p0 FROM enode WHERE op = 'scalar' AND rule = 'fold'")
     assert bits == f32_bits(float(np.float32(0.35355338)) * float(np.float32(0.35355338)))
-
-
-def test_a_split_on_the_left_matches_whatever_its_cut() -> None:
-    """The e-graph keeps a split's cut (from its input's split history) as a second integer that
-    rules do not name: a left-hand side's split matches any cut (it matched none before). The
-    rule is for the engine only: its right-hand side merely has the same shape."""
-    b = GraphBuilder()
-    x = b.input([2, 12], name="x")
-    q, k, _ = b.split(b.relu(x), 1, [4, 4, 4])
-    rules = parse_rules(
-        "# name: pieces\n(ewadd (split_0 (split 1 (relu ?x))) ?z) => (ewmul ?z ?z)\n"
-    )
-    eg = _explore(b.add(q, k), b, rules)
-    assert eg.db.scalar("SELECT count(*) FROM enode WHERE op = 'split' AND p1 > 0") == 2
-    assert eg.db.scalar("SELECT count(*) FROM enode WHERE op = 'ewmul' AND rule = 'pieces'") == 1

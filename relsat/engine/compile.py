@@ -528,9 +528,6 @@ def _list_arg(p: Pattern) -> tuple[int, ...] | Param | Expr | None:
 #: The slot a wildcard parameter (``?_``) is given: none of the match's, so that the literal is
 #: not tested and nothing is bound.
 WILD = 99
-#: Integers an e-node keeps after the ones rules name: a split's cut (p1, from its input's split
-#: history). A left-hand side matches any value there.
-HIDDEN_INTS = {"split": 1}
 
 
 def _slot_of(term: object, slots: dict[str, int]) -> int:
@@ -577,8 +574,7 @@ def _add_pattern(
             f"a parameter variable twice in one {p.op}: bind another and say 'where ?a == ?b'",
             rule=rule.name,
         )
-    ys = [_slot_of(a, slots) for a in ints] + [WILD] * HIDDEN_INTS.get(p.op, 0)
-    ys += [-1] * MAX_LHS_INTS
+    ys = [_slot_of(a, slots) for a in ints] + [-1] * MAX_LHS_INTS
     items = _list_arg(p)
     lits = [a if isinstance(a, int) else -1 for a in ints] + [-1] * MAX_LHS_INTS
     row = {
