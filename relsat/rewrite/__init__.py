@@ -20,7 +20,10 @@ match either order); ``where`` lines are guards from a closed vocabulary (``ungr
 ``same-shape``, ``same-group-width``, ``odd-kernels``) or conditions (:mod:`relsat.rewrite.exprs`)
 over typed parameter variables (``(scalar ?eps:float)``, ``(repeatkv ?n:int ?x)``; a right-hand
 side may compute with them: ``(* ?n 2)``) and facts of the bound tensors (``rank(?x)``,
-``dim(?x, -1)``). Errors cite ``file:line:col``
+``dim(?x, -1)``); a shape operator's list is a variable of type ``ints`` (a reshape's
+``?f:ints``), read with ``len``, ``at``, ``take``, ``append``, ``prod``, ``compose``, ``iota``
+and lists of computed items (``where ?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``: the rule
+checker then draws ``?f`` from the shapes, :mod:`relsat.rewrite.pins`). Errors cite ``file:line:col``
 (:class:`~relsat.errors.RuleSyntaxError`) or the rule and line (:class:`~relsat.errors.RuleError`:
 unknown op or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate
 names). :func:`~relsat.rewrite.rulefile.load_tensat` reads TENSAT's own ``converted*.txt`` files.
@@ -30,13 +33,17 @@ The shipped set: TENSAT's 135 distinct rules exactly (116 single-pattern rules o
 rules); ``bias.rules``, fusion-aware rules that fold a bias add and an activation into a conv or
 Gemm and give TASO's shared-input merges bias-aware counterparts; ``transformer.rules``, rules
 between exporter spellings and onnxruntime's fused kernels (GELU in its erf and tanh spellings,
-LayerNorm below opset 17, SkipLayerNormalization, BiasGelu, attention with and without mask);
+LayerNorm below opset 17, SkipLayerNormalization, BiasGelu, attention with and without mask,
+attention packed with its Q, K, V projections, a projection's bias folded into the kernel after
+it); ``layout.rules``, transposes and reshapes folded, projections as one MatMul on their N-D
+input;
 ``decoder.rules``, LLM decoders' RMSNorm (any epsilon; Div(1, y) and y^-0.5 rewritten to
 reciprocal by rules), Llama's rotary embedding (``rotate_half``, any head size; the cos/sin
 tables' equal halves
 are made visible on import as ``concat(half, half)``, constant or computed at run time, so a rule
 can require them) and grouped-query attention (keys and values repeated by ``repeat_kv``, read on
-import as ``repeatkv``, fused into ``gqa`` for any group size); ``extra/``
+import as ``repeatkv``, a transpose or a scale moved under it by rules, fused into ``gqa`` for
+any group size); ``extra/``
 holds rules that are off by default (moving a bias out of a conv lets TASO's add
 associativity explode residual chains).
 
