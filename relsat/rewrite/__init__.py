@@ -24,8 +24,8 @@ side may compute with them: ``(* ?n 2)``) and facts of the bound tensors (``rank
 ``?f:ints``), read with ``len``, ``at``, ``take``, ``append``, ``prod``, ``compose``, ``iota``
 and lists of computed items (``where ?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``: the rule
 checker then draws ``?f`` from the shapes, :mod:`relsat.rewrite.pins`). Errors cite
-``file:line:col`` (:class:`~relsat.errors.RuleSyntaxError`) or the rule and line (:class:`~relsat.errors.RuleError`:
-unknown op or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate
+``file:line:col`` (:class:`~relsat.errors.RuleSyntaxError`) or the rule and line
+(:class:`~relsat.errors.RuleError`: unknown op or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate
 names). :func:`~relsat.rewrite.rulefile.load_tensat` reads TENSAT's own ``converted*.txt`` files.
 
 The shipped set: TENSAT's 135 distinct rules exactly (116 single-pattern rules of
