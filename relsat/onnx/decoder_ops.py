@@ -284,8 +284,9 @@ def _own_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
 
 def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """Mul, reading a constant rotary table as ``concat(half, half)`` (see the module
-    docstring); a repeat of heads times a scalar as the repeat of the scaled heads; any other
-    Mul as the transformer operators read it."""
+    docstring); ``x * 1`` as ``x``; any other Mul as the transformer operators read it (a table
+    of equal halves or repeated heads times a scalar: rules/decoder.rules moves the scalar
+    inside)."""
     first, second = node.input
     for read in (_repeating_table, _pairwise_table):
         table = read(imp, second, first)
@@ -298,15 +299,13 @@ def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str,
     if table is not None:
         return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
     out = TRANSFORMER_HANDLERS["Mul"](imp, node, a)  # the scalar operand second
-    inside = _scaled_inside(imp, out[node.output[0]], node.output[0])
+    inside = _scaled_inside(imp, out[node.output[0]])
     return out if inside is None else {node.output[0]: inside}
 
 
-def _scaled_inside(imp: ImportContext, product: Tensor, name: str) -> Tensor | None:
-    """``x * 1`` as ``x``; ``concat(h, h) * s``
-    (a rotary table's ``attention_scaling``) as ``concat(h * s, h * s)``, ``s`` a scalar: the
-    same values, the repeat or the table's halves kept where the rules look for them; else
-    None."""
+def _scaled_inside(imp: ImportContext, product: Tensor) -> Tensor | None:
+    """``x * 1`` as ``x`` (bit for bit: transformers' ``attention_scaling`` of 1 on a rotary
+    table); else None."""
     mul, ins = imp.g.producer(product)
     if mul.op != "ewmul" or len(ins) != 2:
         return None
@@ -314,13 +313,7 @@ def _scaled_inside(imp: ImportContext, product: Tensor, name: str) -> Tensor | N
     scalar = imp.g.producer(factor)[0]
     if scalar.op != "scalar":
         return None
-    if scalar.params["value"] == 1.0:
-        return x  # x * 1 is x, bit for bit (transformers' attention_scaling of 1 on a table)
-    half = halves(imp, x)
-    if half is None:
-        return None
-    piece = imp.g.mul(half, factor)
-    return imp.g.concat(x.rank - 1, [piece, piece], name=name)
+    return x if scalar.params["value"] == 1.0 else None
 
 
 def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
