@@ -334,7 +334,10 @@ class _Solver:
         dims; items it does not name are fresh dims (:meth:`_balance` keeps the count)."""
         if name not in self.lists:
             pin = self.pins[name]
-            dims = lambda v: self.walk(Var(v))  # noqa: E731
+
+            def dims(var: str) -> list[Expr]:
+                return self.walk(Var(var))
+
             try:
                 if pin.whole is not None:
                     target = symbolic(pin.whole, dims, self.values)
