@@ -422,7 +422,9 @@ def find_counterexample(
     return None
 
 
-def guards_alone(rule: Rule, *, tries: int = 5000, seed: int = 0) -> dict[Guard, Instance | None]:
+def guards_alone(
+    rule: Rule, *, tries: int = 5000, seed: int = 0
+) -> dict[Guard | Cond, Instance | None]:
     """Each guard of ``rule`` dropped alone (the others kept): a counterexample, or None when
     ``tries`` draws found none (the guard looks redundant given the others and the engine's
     shape and type checks). Dropping ``odd-kernels`` draws even kernels (where it acts)."""

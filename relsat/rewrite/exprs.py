@@ -310,7 +310,7 @@ def evaluate(
     op, args = term.op, term.args
     if op in FACTS:
         name = getattr(args[0], "name", None)
-        shape = tuple(shapes[name]) if name in shapes else None
+        shape = tuple(shapes[name]) if isinstance(name, str) and name in shapes else None
         if op == "weights":
             return None
         if shape is None:

@@ -279,5 +279,6 @@ def guard_holds(guard: Guard, types: Mapping[str, Shaped]) -> bool:
 
 
 def guards_hold(rule: Rule, types: Mapping[str, Shaped]) -> bool:
-    """Whether every guard of ``rule`` holds for these variable shapes."""
-    return all(guard_holds(g, types) for g in rule.guards)
+    """Whether every named guard of ``rule`` holds for these variable shapes (its conditions
+    are evaluated with its parameters: :func:`relsat.rewrite.exprs.evaluate`)."""
+    return all(guard_holds(g, types) for g in rule.guards if isinstance(g, Guard))

@@ -84,7 +84,7 @@ def equations(conds: Iterable[Expr]) -> Iterator[tuple[object, object]]:
 
 
 def _conds(rule: Rule) -> list[Expr]:
-    return [g.expr for g in rule.guards if isinstance(g, Cond)]  # type: ignore[misc]
+    return [g.expr for g in rule.guards if isinstance(g, Cond)]
 
 
 def _reads_shapes(e: object) -> bool:

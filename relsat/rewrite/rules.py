@@ -588,7 +588,7 @@ def canonical(item: _T) -> _T:
         return term
 
     if isinstance(item, Pattern):
-        return _pattern(ren(item))  # type: ignore[return-value]
+        return _pattern(ren(item))
     guards = tuple(
         Cond(ren(g.expr))  # type: ignore[arg-type]
         if isinstance(g, Cond)
