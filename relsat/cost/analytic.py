@@ -222,7 +222,7 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return _attention(sig, gemm_tile)
     if op == "mha":  # the packed projection (one GEMM with its bias), then the attention
         return _mha(sig, gemm_tile)
-    if op in ("slice", "repeatkv", "turnpairs", "repeat2"):  # a copy (of the part it keeps)
+    if op in ("slice", "repeatkv", "turnpairs", "repeat2", "expand"):  # a copy (of its output)
         return [Kernel(bytes=2 * _bytes(out))]
     if op == "reducemean":
         _arity(sig, 1)

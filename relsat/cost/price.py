@@ -111,7 +111,7 @@ def resize_signature(sig: OpSignature, size: Callable[[int], int]) -> OpSignatur
     from relsat.graph.specialize import substitute
 
     s, params = sig.s, sig.params
-    if sig.op == "reshape" and s:
+    if sig.op in ("reshape", "expand") and s:
         s = "_".join(str(size(int(d))) for d in s.split("_"))
     elif sig.op == "opaque" and s:
         kind, rest = s.split("|", 1)

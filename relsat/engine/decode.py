@@ -125,6 +125,8 @@ def _node(
         return (b.transpose(xs[0], [int(d) for d in s.split("_")], shuffle=bool(p[0])),)
     if op == "reshape":
         return (b.reshape(xs[0], [int(d) for d in s.split("_")]),)
+    if op == "expand":
+        return (b.expand(xs[0], [int(d) for d in s.split("_")]),)
     if op == "batchnorm":
         return b.add_node("batchnorm", xs, {"epsilon": float(s)})
     if op == "opaque":

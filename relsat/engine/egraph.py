@@ -75,7 +75,7 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
         ints = [p["count"]]
     elif op == "transpose":
         s, ints = "_".join(map(str, p["perm"])), [int(p["shuffle"])]
-    elif op == "reshape":
+    elif op in ("reshape", "expand"):
         s = "_".join(map(str, p["shape"]))
     elif op == "batchnorm":
         s = repr(float(p["epsilon"]))

@@ -99,12 +99,12 @@ def _params(op: str, p: list[int], s: str = "") -> Params:
         return Params(axis=p[0])
     if op == "merge":
         return Params(count=p[0])
-    if op in ("transpose", "reshape"):
+    if op in ("transpose", "reshape", "expand"):
         try:
             items = tuple(int(v) for v in s.split("_")) if s else ()
         except ValueError:
             raise OpError(f"bad list parameter {s!r}") from None
-        if op == "reshape":
+        if op in ("reshape", "expand"):
             return Params(shape=items)
         return Params(perm=items, shuffle=bool(p[0]))
     return Params()

@@ -91,6 +91,9 @@ def _apply(gpu: Gpu, node: Node, args: list[Any]) -> tuple[Any, ...]:
         return (cp.transpose(args[0], p["perm"]),)
     if op == "reshape":
         return (cp.reshape(args[0], p["shape"]),)
+    if op == "expand":
+        out = np.broadcast_shapes(args[0].shape, tuple(p["shape"]))
+        return (cp.ascontiguousarray(cp.broadcast_to(args[0], out)),)
     if op == "batchnorm":
         x, scale, bias, mean, var = args
         return (gpu.batchnorm(x, scale, bias, mean, var, float(p["epsilon"])),)

@@ -374,6 +374,10 @@ class GraphBuilder:
     def reshape(self, x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:
         return self._one("reshape", [x], name, shape=tuple(shape))
 
+    def expand(self, x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:
+        """``x`` broadcast to ``shape`` (ONNX Expand)."""
+        return self._one("expand", [x], name, shape=tuple(shape))
+
     def transpose(
         self, x: Tensor, perm: Sequence[int], shuffle: bool = True, name: str | None = None
     ) -> Tensor:

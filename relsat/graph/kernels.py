@@ -422,6 +422,9 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "poolavg": _pool,
     "transpose": lambda n, a: (np.transpose(a[0], n.params["perm"]),),
     "reshape": lambda n, a: (np.reshape(a[0], n.params["shape"]),),
+    "expand": lambda n, a: (
+        np.array(np.broadcast_to(a[0], np.broadcast_shapes(a[0].shape, n.params["shape"]))),
+    ),
     "batchnorm": _batchnorm,
     "opaque": _opaque,
     "scalar": _scalar,

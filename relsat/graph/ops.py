@@ -347,6 +347,16 @@ def _reshape(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, 
     return (TensorType(shape),)
 
 
+def _expand(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    shape = _ints(params, "shape", None, minimum=1)
+    (x,) = inputs
+    try:
+        out = np.broadcast_shapes(x.shape, tuple(shape))
+    except ValueError:
+        raise OpError(f"cannot expand {list(x.shape)} to {list(shape)}") from None
+    return (TensorType(tuple(int(d) for d in out)),)
+
+
 def _concat(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     first = inputs[0]
     axis = _axis(_int(params, "axis", minimum=-first.rank), first.rank)
@@ -706,6 +716,13 @@ OPS: dict[str, OpSpec] = {
         ),
         _spec("transpose", 1, "perm shuffle", _transpose, "permute dims: out[i] = in[perm[i]]"),
         _spec("reshape", 1, "shape", _reshape, "row-major reinterpretation"),
+        _spec(
+            "expand",
+            1,
+            "shape",
+            _expand,
+            "broadcast to a shape (ONNX Expand: the two shapes broadcast against each other)",
+        ),
         _spec("concat", None, "axis", _concat, "concatenate along axis", min_arity=2),
         _spec("split", 1, "axis sizes", _split, "cut along axis into pieces of the given sizes"),
         _spec("enlarge", 2, "", _enlarge, "zero-pad kernel of w, centred, to ref's kernel size"),

@@ -317,21 +317,13 @@ def _scaled_inside(imp: ImportContext, product: Tensor) -> Tensor | None:
 
 
 def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Expand of an Unsqueeze at axis 2 of a 4-D ``[B, H, T, D]`` tensor to ``[B, H, n, T,
-    D]`` (transformers' ``repeat_kv``, which a Reshape to ``[B, H*n, T, D]`` ends): the 5-D
-    view of ``repeatkv(x, n)``, so that the Reshape after it is the repeat itself; any other
-    Expand stays opaque."""
-    unsqueezed = imp.tensor(node.input[0])
+    """Expand of a float tensor to a constant shape: ``expand`` to the shape ONNX infers
+    (transformers' repeat_kv — Unsqueeze, Expand, Reshape — becomes ``repeatkv`` by a rule of
+    ``rules/decoder.rules``); any other Expand stays opaque."""
     shape = imp.inferred_shape(node.output[0])
-    unsqueeze, ins = imp.g.producer(unsqueezed)
-    if unsqueeze.op != "reshape" or shape is None or len(shape) != 5 or ins[0].rank != 4:
+    if imp.const(node.input[1]) is None or shape is None or not imp.is_float(node.input[0]):
         raise Unmapped
-    x = ins[0]
-    b, h, t, d = x.shape
-    if unsqueezed.shape != (b, h, 1, t, d) or (shape[:2], shape[3:]) != ((b, h), (t, d)):
-        raise Unmapped
-    repeated = imp.g.repeatkv(x, shape[2])
-    return {node.output[0]: imp.g.reshape(repeated, shape, name=node.output[0])}
+    return {node.output[0]: imp.g.expand(imp.tensor(node.input[0]), shape, name=node.output[0])}
 
 
 def _last_unit_of(imp: ImportContext, name: str) -> str | None:

@@ -511,6 +511,8 @@ class Exporter:
             self.emit("Transpose", ins, outs, perm=list(p["perm"]))
         elif node.op == "reshape":
             self.emit("Reshape", [ins[0], self.const("shape", p["shape"])], outs)
+        elif node.op == "expand":
+            self.emit("Expand", [ins[0], self.const("shape", p["shape"])], outs)
         elif node.op == "concat":
             self.emit("Concat", ins, outs, axis=p["axis"] % len(shapes[0]))
         elif node.op == "split":

@@ -380,9 +380,6 @@ def _reshape_to(
         shape = imp.inferred_shape(name)
     if shape is None:
         raise Unmapped
-    source = _sole_input(imp, x, "reshape")
-    if source is not None and imp.g.producer(source)[0].op == "repeatkv":
-        x = source
     if list(shape) == list(x.shape):
         return {name: x}
     half = halves(imp, x)

@@ -66,6 +66,7 @@ OP_NAMES = {
     "repeat2": "repeat_interleave",
     "repeatkv": "repeat_kv",
     "reshape": "Reshape",
+    "expand": "Expand",
     "rmsnorm": "RMSNormalization",
     "rotary": "RotaryEmbedding",
     "scalar": "constant",

@@ -209,6 +209,7 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value
     "transpose": lambda b, i, xs: b.transpose(xs[0], i[0], shuffle=bool(i[1])),
     "mha": lambda b, i, xs: b.mha(xs[0], xs[1], xs[2], xs[3], i[0], from_f32_bits(i[1])),
     "reshape": lambda b, i, xs: b.reshape(xs[0], i[0]),
+    "expand": lambda b, i, xs: b.expand(xs[0], i[0]),
     "linear": lambda b, i, xs: b.linear(xs[0], xs[1]),
 }
 

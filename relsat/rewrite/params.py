@@ -131,8 +131,10 @@ def draw_params(rule: Rule, choose: Choose[Any]) -> dict[str, Num | tuple[int, .
         values[_key(p)] = from_f32_bits(f32_bits(float(v))) if p.type == "float" else int(v)
     for _ in range(2):  # ?a == <expr of the others>: set ?a (twice: chains of equalities)
         for target, other in equations(conds):
-            if not isinstance(target, Param) or target.name in {p.name for p in params_of(other)}:
+            if not isinstance(target, Param) or target.name in pinned:
                 continue
+            if any(p.name == target.name or _key(p) not in values for p in params_of(other)):
+                continue  # ?a == <expr of ?a>, or of a list drawn with the shapes
             v = evaluate(other, values, {})
             if isinstance(v, int | float) and not isinstance(v, bool):
                 if target.type == "int" and isinstance(v, int):

@@ -161,6 +161,8 @@ def symbolic(
         return [("const", n) for n in term]
     if isinstance(term, Param):
         v = values.get(term.name)
+        if isinstance(v, list):  # a list pinned before this one, over the solver's dims
+            return v
         if isinstance(v, int):
             return ("const", v)
         if isinstance(v, tuple):

@@ -145,6 +145,7 @@ OPERATORS: dict[str, OpSignature] = {
     # shape operators: a list parameter (``ints``: the enode's string column, "0_2_1_3")
     "transpose": _sig("input perm:ints shuffle:int"),
     "reshape": _sig("input shape:ints"),
+    "expand": _sig("input shape:ints"),
     "noop": _sig("a b"),
     "batchnorm": _sig("input scale bias mean var"),
     "input": _sig("name:str"),

@@ -205,7 +205,7 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     elif op == "transpose":
         for k in (key, *kids):
             ranks.fix(k, len(_list(term)))
-    elif op == "reshape" and isinstance(term.args[1], Param):  # a list the conditions pin
+    elif op in ("reshape", "expand") and isinstance(term.args[1], Param):  # a pinned list
         pin = ranks.pins.get(term.args[1].name)
         if pin is None:
             raise Unsolvable(f"{term.args[1]} is neither drawn nor pinned by a condition")
@@ -220,6 +220,8 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
         for k, rank in zip((key, *kids), (3, 3, 2, 1, 4), strict=True):
             if not (k is kids[3] and isinstance(k, Pattern) and k.op == "scalar"):
                 ranks.fix(k, rank)
+    elif op == "expand":  # to a literal shape: its rank (the input's at most)
+        ranks.fix(key, len(_list(term)))
     elif op == "reshape":  # a variable reshaped: drawn as the target's shape (see _op)
         ranks.fix(key, len(_list(term)))
         if isinstance(term.args[0], Var) and ranks.root(kids[0]) not in ranks.fixed:
@@ -329,9 +331,10 @@ class _Solver:
     values: dict[str, Any] = field(default_factory=dict)  # parameters drawn before the shapes
     lists: dict[str, list[Expr]] = field(default_factory=dict)  # pinned lists, symbolically
 
-    def _pinned(self, name: str, source: list[Expr]) -> list[Expr]:
-        """The target of a reshape by the pinned list ``name``: the pin over the solver's
-        dims; items it does not name are fresh dims (:meth:`_balance` keeps the count)."""
+    def _pinned(self, name: str, source: list[Expr] | None) -> list[Expr]:
+        """The target of a reshape (or expand: no ``source``) by the pinned list ``name``: the
+        pin over the solver's dims; items it does not name are fresh dims (:meth:`_balance`
+        keeps a reshape's element count)."""
         if name not in self.lists:
             pin = self.pins[name]
 
@@ -340,13 +343,13 @@ class _Solver:
 
             try:
                 if pin.whole is not None:
-                    target = symbolic(pin.whole, dims, self.values)
+                    target = symbolic(pin.whole, dims, {**self.values, **self.lists})
                     assert isinstance(target, list)
                 else:
                     assert pin.length is not None
                     named = {i % pin.length: e for i, e in pin.items.items()}
                     target = [
-                        one(symbolic(named[i], dims, self.values))
+                        one(symbolic(named[i], dims, {**self.values, **self.lists}))
                         if i in named
                         else self.dims.fresh("item")
                         for i in range(pin.length)
@@ -357,7 +360,8 @@ class _Solver:
                 raise Unsolvable(f"?{name}: {err}") from None
             self.lists[name] = target
         target = self.lists[name]
-        self._balance(source, target)
+        if source is not None:
+            self._balance(source, target)
         return target
 
     def _factors(self, e: Expr) -> list[Expr]:
@@ -462,6 +466,16 @@ class _Solver:
             return [kids[0][i] for i in _list(p)]
         if op == "reshape" and isinstance(p.args[1], Param):
             return self._pinned(p.args[1].name, kids[0])
+        if op == "expand":  # broadcast: each input dim other than 1 is the target's
+            target = (
+                self._pinned(p.args[1].name, None)
+                if isinstance(p.args[1], Param)
+                else [("const", n) for n in _list(p)]
+            )
+            for x, y in zip(kids[0][::-1], target[::-1], strict=False):
+                if d.resolve(x) != ("const", 1):
+                    d.unify(x, y)
+            return target
         if op == "linear":
             x, w = kids
             d.unify(x[-1], w[0])

@@ -81,7 +81,7 @@ CREATE OR REPLACE MACRO skey(t) AS CAST(hash(t) >> 1 AS BIGINT);
 CREATE OR REPLACE VIEW enode_either AS
 SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c0, c1, c2, c3, c4, c5, c6, c7, class, born,
        stamp, rule, filtered, false AS turned,
-       CASE WHEN op IN ('transpose', 'reshape') THEN skey(s) END AS sk
+       CASE WHEN op IN ('transpose', 'reshape', 'expand') THEN skey(s) END AS sk
 FROM enode
 UNION ALL
 SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c1, c0, c2, c3, c4, c5, c6, c7, class, born,
@@ -92,7 +92,7 @@ WHERE op IN ('ewadd', 'ewmul') AND c0 <> c1;
 -- The lists of the e-graph's shape operators by key, where a variable's key is read back as its
 -- text (a list a right-hand side computes travels as text with its match, `match.sv`).
 CREATE OR REPLACE VIEW strs AS
-SELECT DISTINCT skey(s) AS h, s FROM enode WHERE op IN ('transpose', 'reshape');
+SELECT DISTINCT skey(s) AS h, s FROM enode WHERE op IN ('transpose', 'reshape', 'expand');
 
 -- ...and as lists, for the generated statements to join (relsat.engine.compile).
 CREATE OR REPLACE VIEW lists AS
