@@ -317,11 +317,14 @@ def _scaled_inside(imp: ImportContext, product: Tensor) -> Tensor | None:
 
 
 def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Expand of a float tensor to a constant shape: ``expand`` to the shape ONNX infers
-    (transformers' repeat_kv — Unsqueeze, Expand, Reshape — becomes ``repeatkv`` by a rule of
-    ``rules/decoder.rules``); any other Expand stays opaque."""
+    """Expand of a computed float tensor to a constant shape: ``expand`` to the shape ONNX
+    infers (transformers' repeat_kv — Unsqueeze, Expand, Reshape — becomes ``repeatkv`` by a
+    rule of ``rules/decoder.rules``); any other Expand stays opaque (of a constant, it would be
+    written as a folded initializer, which a dim known only at run time cannot size)."""
     shape = imp.inferred_shape(node.output[0])
     if imp.const(node.input[1]) is None or shape is None or not imp.is_float(node.input[0]):
+        raise Unmapped
+    if imp.const(node.input[0]) is not None:
         raise Unmapped
     return {node.output[0]: imp.g.expand(imp.tensor(node.input[0]), shape, name=node.output[0])}
 
