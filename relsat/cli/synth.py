@@ -36,7 +36,7 @@ def _positive_number(text: str) -> float:
 
 def add(rules_sub: Subparsers) -> None:
     """Add ``synthesize`` and ``derive`` to the ``rules`` sub-commands."""
-    from relsat.synth.vocab import ENUMERABLE, TENSAT_OPS
+    from relsat.synth.vocab import ENUMERABLE, KINDS, TENSAT_OPS
 
     p = rules_sub.add_parser(
         "synthesize",
@@ -51,6 +51,12 @@ def add(rules_sub: Subparsers) -> None:
         "--ops", default=",".join(TENSAT_OPS), help="operators, comma-separated (TENSAT's)"
     )
     p.add_argument("--depth", type=_positive_int, default=2, help="operators per side")
+    p.add_argument(
+        "--vars",
+        help="variables per kind, e.g. matrix=4,image=2,weight=2,kernel=1 (kinds: "
+        f"{', '.join(f'{k} {list(v[0])}' for k, v in KINDS.items())}; default: chosen from "
+        "the operators; a kind left out has none)",
+    )
     p.add_argument("--out", required=True, help="the .rules file to write")
     p.add_argument("--time-limit", type=_positive_number, default=600.0, help="seconds")
     p.add_argument(
@@ -77,7 +83,7 @@ def add(rules_sub: Subparsers) -> None:
 
 def _synthesize(args: argparse.Namespace) -> int:
     from relsat.synth import Settings, synthesize
-    from relsat.synth.vocab import ENUMERABLE, unknown_ops
+    from relsat.synth.vocab import ENUMERABLE, environment, parse_counts, unknown_ops
 
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
     bad = unknown_ops(ops)
@@ -88,8 +94,23 @@ def _synthesize(args: argparse.Namespace) -> int:
             if bad
             else "--ops: no operator given"
         )
+    vars, weights = None, None
+    if args.vars is not None:
+        try:
+            named, weights = environment(parse_counts(args.vars))
+        except ValueError as err:
+            raise Usage(f"--vars: {err}") from None
+        if not named:
+            raise Usage("--vars: no variable given")
+        vars = tuple(named)
     settings = Settings(
-        ops=ops, depth=args.depth, time_limit=args.time_limit, batch=args.batch, seed=args.seed
+        ops=ops,
+        depth=args.depth,
+        time_limit=args.time_limit,
+        vars=vars,
+        weights=weights,
+        batch=args.batch,
+        seed=args.seed,
     )
 
     def say(line: str) -> None:

@@ -10,6 +10,11 @@ An equation ``t = r`` (equal fingerprints) becomes the rules the rule language c
 * ``common sub-term``: replacing a sub-term that both sides contain by a fresh variable gives an
   equation seen before (the smaller one derives this one).
 
+A two-output candidate (TASO's multi-output graphs: two terms ``t0``, ``t1`` equal to the split
+pieces ``s0``, ``s1`` of one term) becomes the multi-pattern rule ``t0, t1 => s0, s1``
+(:func:`merge_rule`): two computations done as one and split. Its other direction is two
+single-pattern rules ``s_i => t_i``, found as ordinary equations.
+
 >>> from relsat.rewrite.rules import Pattern, Var
 >>> seen = Seen()
 >>> ab, ba = Pattern("ewadd", (Var("a"), Var("b"))), Pattern("ewadd", (Var("b"), Var("a")))
@@ -27,7 +32,7 @@ from collections.abc import Iterator
 from relsat.errors import RuleError
 from relsat.rewrite.rules import Pattern, Rule, Term, Var, canonical
 
-__all__ = ["PRUNE_REASONS", "Seen", "key", "orient", "size_of"]
+__all__ = ["PRUNE_REASONS", "Seen", "key", "merge_rule", "orient", "size_of"]
 
 #: Why an equation makes no rule, in the order a summary lists them.
 PRUNE_REASONS = ("variable side", "one-sided variable", "renaming", "common sub-term")
@@ -132,3 +137,32 @@ def orient(t: Pattern, r: Pattern, name: str) -> list[Rule]:
 def _same(a: Rule, b: Rule) -> bool:
     ca, cb = canonical(a), canonical(b)
     return (ca.lhs, ca.rhs) == (cb.lhs, cb.rhs)
+
+
+def merge_rule(
+    t: tuple[Pattern | Var, Pattern | Var],
+    s: tuple[Pattern | Var, Pattern | Var],
+    name: str,
+    seen: Seen,
+) -> Rule | None:
+    """The multi-pattern rule ``t0, t1 => s0, s1`` (``s`` the split pieces of one term), or None:
+    a side that is a bare variable or twice the same term, a piece using a variable neither
+    ``t`` binds, or a rule seen before up to renaming and the order of the pairs."""
+    t0, t1 = t
+    if not isinstance(t0, Pattern) or not isinstance(t1, Pattern) or t0 == t1:
+        return None
+    if not _vars(s[0]) | _vars(s[1]) <= _vars(t0) | _vars(t1):
+        return None
+    texts = [
+        str(canonical(Pattern("noop", (Pattern("noop", (a, b)), Pattern("noop", (c, d))))))
+        for a, b, c, d in ((t0, t1, *s), (t1, t0, s[1], s[0]))
+    ]
+    k = "multi " + min(texts)
+    if k in seen.keys:
+        return None
+    seen.keys.add(k)
+    assert isinstance(s[0], Pattern) and isinstance(s[1], Pattern)
+    try:
+        return Rule(name, (t0, t1), s, symmetric=True, sources=("synthesized",))
+    except RuleError:
+        return None

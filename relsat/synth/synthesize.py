@@ -5,8 +5,14 @@ Per depth ``n`` (operators per side): the terms of size ``n`` are enumerated
 (:mod:`relsat.synth.candidates`), smallest first. Then, Ruler's loop: one e-graph holding every
 remaining equation is saturated with the rules kept so far and the equations it derives are
 dropped (:func:`~relsat.synth.derive.derive`); the next ``batch`` equations are checked
-(:func:`~relsat.synth.verify.verify`) and their rules kept; until no equation remains. Every
-rule kept has passed ``relsat rules check``. Hitting the time limit is no error: the rules kept so
+(:func:`~relsat.synth.verify.verify`) and their rules kept; until no equation remains. Then the
+two-output candidates of depth ``n`` (two terms equal to the split pieces of one term, TASO's
+multi-output graphs) become multi-pattern rules (:func:`~relsat.synth.candidates.merge_rule`),
+each checked. They are not minimized by derivation: the single-pattern rules ``piece => term``
+found beside them put both sides of every such pair in one e-class, so a derivation says nothing
+about the merging direction; they stay out of the derivations of later depths too (a rule that
+merges any two matches grows those e-graphs quadratically). Every rule kept has passed
+``relsat rules check``. Hitting the time limit is no error: the rules kept so
 far are the result, and :attr:`Synthesis.stop` says where it stopped.
 
 >>> s = synthesize(Settings(ops=("ewadd",), depth=2))
@@ -25,7 +31,7 @@ from relsat.engine.explore import Limits
 from relsat.errors import SettingsError, check_number
 from relsat.rewrite.rulefile import format_rules
 from relsat.rewrite.rules import Pattern, Rule
-from relsat.synth.candidates import PRUNE_REASONS, Seen, key, orient, size_of
+from relsat.synth.candidates import PRUNE_REASONS, Seen, key, merge_rule, orient, size_of
 from relsat.synth.derive import DERIVE_LIMITS, derive
 from relsat.synth.terms import Terms
 from relsat.synth.verify import verify
@@ -72,14 +78,17 @@ class Settings:
 
 @dataclass
 class DepthStats:
-    """One depth's counts: terms and classes enumerated, candidate equations, collisions (float
-    fingerprints equal, exact ones not), pruned by reason, rules from the rest, equations derived
-    by the rules kept, rules checked, passed (``ok``, ``guarded``), dropped, kept; seconds."""
+    """One depth's counts: terms and classes enumerated, candidate equations, two-output
+    candidates (``merges``: multi-pattern rules to check), collisions (float fingerprints equal,
+    exact ones not), pruned by reason, rules from the rest, equations derived by the rules kept,
+    rules checked, passed (``ok``, ``guarded``), dropped, kept (``merges_kept`` of them
+    multi-pattern); seconds."""
 
     depth: int
     terms: int = 0
     classes: int = 0
     equations: int = 0
+    merges: int = 0
     collisions: int = 0
     pruned: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PRUNE_REASONS, 0))
     rules: int = 0
@@ -89,6 +98,7 @@ class DepthStats:
     guarded: int = 0
     dropped: int = 0
     kept: int = 0
+    merges_kept: int = 0
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -97,8 +107,8 @@ class DepthStats:
             f"depth {self.depth}: {self.terms} terms, {self.classes} classes, {self.equations} "
             f"equations ({pruned or 'none pruned'}; {self.collisions} collisions), "
             f"{self.derived} derived, {self.checked} rules checked: {self.ok} ok, "
-            f"{self.guarded} guarded, {self.dropped} dropped; {self.kept} kept, "
-            f"{self.seconds:.1f} s"
+            f"{self.guarded} guarded, {self.dropped} dropped; {self.kept} kept "
+            f"({self.merges_kept} of {self.merges} multi-pattern), {self.seconds:.1f} s"
         )
 
 
@@ -155,6 +165,7 @@ def synthesize(
     deadline = start + settings.time_limit
     terms = Terms(settings.variables, settings.ops, settings.seed, settings.weight_vars)
     kept: list[Rule] = []
+    merges: list[Rule] = []  # multi-pattern rules kept: not used in derivations
     dropped: list[tuple[Rule, str]] = []
     depths: list[DepthStats] = []
     stop = f"done: depth {settings.depth} complete"
@@ -172,16 +183,23 @@ def synthesize(
             eqs = _equations(terms, n, seen, stats)
             say(f"depth {n}: {stats.equations} equations, {len(eqs)} left after pruning")
             finished = _minimize(eqs, kept, dropped, settings, deadline, stats, say)
+            if finished:
+                found = _merges(terms, n, seen, stats)
+                finished = _check(found, merges, dropped, settings, deadline, stats)
             stats.seconds = time.perf_counter() - t0
             say(stats.line())
             if not finished:
                 stop = f"time limit: depth {n}, {len(eqs)} equations not yet decided"
+                if not eqs:
+                    stop = f"time limit: depth {n}, checking the multi-pattern rules"
                 break
             if on_depth is not None:
-                on_depth(_result(settings, kept, depths, f"after depth {n}", start, dropped))
+                on_depth(
+                    _result(settings, kept + merges, depths, f"after depth {n}", start, dropped)
+                )
     finally:
         terms.close()
-    return _result(settings, kept, depths, stop, start, dropped)
+    return _result(settings, kept + merges, depths, stop, start, dropped)
 
 
 def _result(
@@ -218,6 +236,45 @@ def _equations(terms: Terms, n: int, seen: Seen, stats: DepthStats) -> list[_Equ
     return [e for e in eqs if e.rules]
 
 
+def _merges(terms: Terms, n: int, seen: Seen, stats: DepthStats) -> list[Rule]:
+    """The multi-pattern rules of depth ``n``'s two-output candidates, not seen before."""
+    out: list[Rule] = []
+    for p0, p1, r0, r1 in terms.split_pairs(n):
+        t = (terms.pattern[r0], terms.pattern[r1])
+        rule = merge_rule(
+            t, (terms.pattern[p0], terms.pattern[p1]), f"syn-d{n}-m{len(out) + 1:03d}", seen
+        )
+        if rule is not None:
+            out.append(rule)
+    stats.merges = len(out)
+    return out
+
+
+def _check(
+    rules: Sequence[Rule],
+    kept: list[Rule],
+    dropped: list[tuple[Rule, str]],
+    settings: Settings,
+    deadline: float,
+    stats: DepthStats,
+) -> bool:
+    """Verify each of ``rules`` and keep what passes; False when the deadline came first."""
+    for rule in rules:
+        if time.perf_counter() > deadline:
+            return False
+        outcome = verify(rule, seed=settings.seed, shapes=dict(settings.variables))
+        stats.checked += 1
+        if outcome.kept:
+            setattr(stats, outcome.status, getattr(stats, outcome.status) + 1)
+            stats.kept += 1
+            stats.merges_kept += rule.is_multi
+            kept.append(outcome.rule)
+        else:
+            stats.dropped += 1
+            dropped.append((rule, outcome.detail))
+    return True
+
+
 def _minimize(
     eqs: list[_Equation],
     kept: list[Rule],
@@ -241,18 +298,9 @@ def _minimize(
             stats.derived += sum(d.derived for d in found)
             eqs[:] = [e for e, d in zip(window, found, strict=True) if not d.derived] + rest
         batch, eqs[:] = eqs[: settings.batch], eqs[settings.batch :]
-        for e in batch:
-            for rule in e.rules:
-                if time.perf_counter() > deadline:
-                    return False
-                outcome = verify(rule, seed=settings.seed, shapes=shapes)
-                stats.checked += 1
-                if outcome.kept:
-                    setattr(stats, outcome.status, getattr(stats, outcome.status) + 1)
-                    stats.kept += 1
-                    kept.append(outcome.rule)
-                else:
-                    stats.dropped += 1
-                    dropped.append((rule, outcome.detail))
+        if not _check(
+            [r for e in batch for r in e.rules], kept, dropped, settings, deadline, stats
+        ):
+            return False
         say(f"depth {stats.depth}: {stats.kept} kept, {len(eqs)} equations left")
     return True

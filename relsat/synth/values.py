@@ -49,11 +49,13 @@ PRIME = 1_000_003
 @dataclass(frozen=True)
 class Evaluated:
     """A built term: its shape, float fingerprint ``fp`` and exact one ``fpx`` (None: the term
-    has an inexact operator)."""
+    has an inexact operator); ``splits``: its split history, per dimension the concat boundaries
+    recorded there (part of its type: TENSAT's ``split`` cuts at the last one)."""
 
     shape: tuple[int, ...]
     fp: int
     fpx: int | None
+    splits: tuple[tuple[int, ...], ...] = ()
 
 
 def _hash(*parts: bytes) -> int:
@@ -122,7 +124,8 @@ class Evaluator:
             return None
         fx = self.exact[t.ref]
         fpx = None if fx is None else _hash(b"x", fx.tobytes())
-        return Evaluated(t.shape, float_fingerprint(self.floats[t.ref]), fpx)
+        fp = float_fingerprint(self.floats[t.ref])
+        return Evaluated(t.shape, fp, fpx, tuple(map(tuple, t.type.splits)))
 
     def floats_of(self, term: Pattern | Var) -> np.ndarray | None:
         """The float values of ``term`` (built if needed); None when it cannot be built."""

@@ -18,7 +18,7 @@ built only from exact operators are fingerprinted modulo a prime as well as in f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from relsat.graph.ops import f32_bits
@@ -28,10 +28,14 @@ __all__ = [
     "CONSTANTS",
     "ENUMERABLE",
     "EXACT",
+    "KINDS",
     "TENSAT_OPS",
     "Template",
+    "default_counts",
     "default_vars",
     "default_weights",
+    "environment",
+    "parse_counts",
     "templates",
     "unknown_ops",
 ]
@@ -98,18 +102,64 @@ def templates(ops: Sequence[str]) -> list[Template]:
     return out
 
 
-def default_vars(ops: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
-    """The typed variables for ``ops``: three 3x3 matrices ``a b c`` (square, so element-wise
-    ops, matmul and concat all compose); with ``conv2d`` or ``enlarge`` also an image
-    ``x [1,3,4,4]`` and weights ``w v [3,3,3,3]`` (``enlarge``: a 1x1 weight ``k``)."""
-    out: list[tuple[str, tuple[int, ...]]] = [(n, (3, 3)) for n in "abc"]
+#: The kinds of variable an environment holds: (shape, names in order, weight?). Square
+#: matrices, so element-wise ops, matmul and concat all compose; images are a convolution's
+#: input; weights its 3x3 kernel (``enlarge`` pads a 1x1 ``kernel`` to one).
+KINDS: dict[str, tuple[tuple[int, ...], str, bool]] = {
+    "matrix": ((3, 3), "abcdefgh", False),
+    "image": ((1, 3, 4, 4), "xyzstu", False),
+    "weight": ((3, 3, 3, 3), "wvqp", True),
+    "kernel": ((3, 3, 1, 1), "kjm", True),
+}
+
+
+def default_counts(ops: Sequence[str]) -> dict[str, int]:
+    """How many variables of each kind ``ops`` get by default: three matrices, four with
+    ``concat`` (``concat(a+b, c+d)`` has four); with ``conv2d`` or ``enlarge`` also four images
+    (a batch concat of two sums), two weights; with ``enlarge`` one 1x1 kernel."""
+    out = {"matrix": 4 if "concat" in ops else 3}
     if "conv2d" in ops or "enlarge" in ops:
-        out += [("x", (1, 3, 4, 4)), ("w", (3, 3, 3, 3)), ("v", (3, 3, 3, 3))]
+        out |= {"image": 4, "weight": 2}
     if "enlarge" in ops:
-        out.append(("k", (3, 3, 1, 1)))
+        out["kernel"] = 1
     return out
+
+
+def environment(
+    counts: Mapping[str, int],
+) -> tuple[list[tuple[str, tuple[int, ...]]], tuple[str, ...]]:
+    """The variables (name, shape) and the weight names of ``counts`` (kind -> how many, at
+    most as many as :data:`KINDS` has names); ValueError for an unknown kind or a bad count."""
+    vars: list[tuple[str, tuple[int, ...]]] = []
+    weights: list[str] = []
+    for kind, n in counts.items():
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+        shape, names, weight = KINDS[kind]
+        if not 0 <= n <= len(names):
+            raise ValueError(f"{kind}: between 0 and {len(names)} variables, got {n}")
+        vars += [(name, shape) for name in names[:n]]
+        weights += list(names[:n]) if weight else []
+    return vars, tuple(weights)
+
+
+def parse_counts(text: str) -> dict[str, int]:
+    """``matrix=4,image=2`` as counts; ValueError naming what is wrong."""
+    out: dict[str, int] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        kind, eq, n = item.partition("=")
+        if not eq or not n.strip().lstrip("-").isdigit():
+            raise ValueError(f"{item!r} is not KIND=COUNT")
+        out[kind.strip()] = int(n)
+    environment(out)  # the kinds and counts are checked there
+    return out
+
+
+def default_vars(ops: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
+    """The typed variables for ``ops`` (:func:`default_counts`)."""
+    return environment(default_counts(ops))[0]
 
 
 def default_weights(ops: Sequence[str]) -> tuple[str, ...]:
     """The weight variables of :func:`default_vars`."""
-    return tuple(n for n, _ in default_vars(ops) if n in ("w", "v", "k"))
+    return environment(default_counts(ops))[1]
