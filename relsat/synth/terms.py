@@ -116,9 +116,12 @@ class Terms:
 
 
 def _term(op: str, params: tuple[int, ...], children: list[Pattern | Var]) -> Pattern:
-    """The pattern of a template applied to children (a split piece wraps its split)."""
+    """The pattern of a template applied to children (a split piece wraps its split; merge takes
+    its count after the weight)."""
     if op in ("split_0", "split_1"):
         return Pattern(op, (Pattern("split", (*params, *children)),))
+    if op == "merge":
+        return Pattern(op, (*children, *params))
     args: tuple[Term, ...] = (*params, *children)
     return Pattern(op, args)
 

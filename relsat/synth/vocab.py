@@ -4,7 +4,9 @@ fixed) and typed variables (names with small concrete shapes), chosen from an op
 A template's ``kind`` tells the enumeration query (``sql/synth/enumerate.sql``) which children
 can fit: ``leaf`` (a constant, no children), ``unary``, ``same`` (element-wise: equal shapes or a
 rank-0 scalar), ``matmul``, ``conv`` (4-D input and weight), ``concat`` (equal but for the axis),
-``split`` (a piece of a split of a concat), ``enlarge`` (two 4-D weights). The graph builder
+``split`` (a piece of a split of a term with a concat boundary on the axis), ``enlarge`` (two
+4-D weights), ``merge`` (a 4-D weight: TASO's ``merge_gconv``, the weight of a conv with half as
+many groups). The graph builder
 has the last word on validity: a combination it refuses is dropped.
 
 ``exact``: the operator is a polynomial or rational map (or a piece of data movement), so terms
@@ -58,9 +60,11 @@ _UNARY = (
 )  # fmt: skip
 #: Operators the synthesizer can enumerate (the others take string, float or 3+ tensor
 #: arguments: not yet).
-ENUMERABLE = (*_ELEMENTWISE, *_UNARY, "matmul", "conv2d", "concat", "split", "enlarge", "scalar")
-#: TENSAT's operators, the default ``--ops`` (transpose, reshape and merge are not enumerable).
-TENSAT_OPS = ("ewadd", "ewmul", "matmul", "conv2d", "relu", "concat", "split", "enlarge")
+ENUMERABLE = (
+    *_ELEMENTWISE, *_UNARY, "matmul", "conv2d", "concat", "split", "enlarge", "merge", "scalar",
+)  # fmt: skip
+#: TENSAT's operators, the default ``--ops`` (transpose and reshape are not enumerable).
+TENSAT_OPS = ("ewadd", "ewmul", "matmul", "conv2d", "relu", "concat", "split", "enlarge", "merge")
 #: Exact operators: fingerprinted modulo a prime too (see the module docstring).
 EXACT = frozenset(
     {"ewadd", "ewmul", "ewsub", "ewdiv", "neg", "reciprocal", "matmul", "conv2d", "concat"}
@@ -94,6 +98,8 @@ def templates(ops: Sequence[str]) -> list[Template]:
             out += [Template(f"split_{i}", "split", 1, (axis,)) for axis in (0, 1) for i in (0, 1)]
         elif op == "enlarge":
             out.append(Template(op, "enlarge", 2))
+        elif op == "merge":
+            out.append(Template(op, "merge", 1, (2,)))
         elif op == "scalar":
             out += [Template(op, "leaf", 0, (f32_bits(v),)) for v in CONSTANTS]
         else:
@@ -104,24 +110,30 @@ def templates(ops: Sequence[str]) -> list[Template]:
 
 #: The kinds of variable an environment holds: (shape, names in order, weight?). Square
 #: matrices, so element-wise ops, matmul and concat all compose; images are a convolution's
-#: input; weights its 3x3 kernel (``enlarge`` pads a 1x1 ``kernel`` to one).
-KINDS: dict[str, tuple[tuple[int, ...], str, bool]] = {
-    "matrix": ((3, 3), "abcdefgh", False),
-    "image": ((1, 3, 4, 4), "xyzstu", False),
-    "weight": ((3, 3, 3, 3), "wvqp", True),
-    "kernel": ((3, 3, 1, 1), "kjm", True),
+#: input; weights its 3x3 kernel (``enlarge`` pads a 1x1 ``kernel`` to one); a ``gimage`` and a
+#: ``gweight`` make a conv of two groups (what ``merge`` turns into one group).
+KINDS: dict[str, tuple[tuple[int, ...], tuple[str, ...], bool]] = {
+    "matrix": ((3, 3), tuple("abcdefgh"), False),
+    "image": ((1, 3, 4, 4), tuple("xyzstu"), False),
+    "weight": ((3, 3, 3, 3), tuple("wvqp"), True),
+    "kernel": ((3, 3, 1, 1), tuple("kjm"), True),
+    "gimage": ((1, 4, 4, 4), ("xg", "yg"), False),
+    "gweight": ((4, 2, 3, 3), ("wg", "vg"), True),
 }
 
 
 def default_counts(ops: Sequence[str]) -> dict[str, int]:
     """How many variables of each kind ``ops`` get by default: three matrices, four with
     ``concat`` (``concat(a+b, c+d)`` has four); with ``conv2d`` or ``enlarge`` also four images
-    (a batch concat of two sums), two weights; with ``enlarge`` one 1x1 kernel."""
+    (a batch concat of two sums), two weights; with ``enlarge`` one 1x1 kernel; with ``merge``
+    one grouped image and weight."""
     out = {"matrix": 4 if "concat" in ops else 3}
     if "conv2d" in ops or "enlarge" in ops:
         out |= {"image": 4, "weight": 2}
     if "enlarge" in ops:
         out["kernel"] = 1
+    if "merge" in ops:
+        out |= {"gimage": 1, "gweight": 1}
     return out
 
 
