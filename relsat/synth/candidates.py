@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from relsat.engine.compile import compile_rules
 from relsat.errors import RuleError
 from relsat.rewrite.rules import Pattern, Rule, Term, Var, canonical
 
@@ -73,6 +74,15 @@ def _subterms(term: Term) -> Iterator[Pattern]:
             yield from _subterms(a)
 
 
+def _self_concats(term: Term) -> set[Pattern]:
+    """The sub-terms of ``term`` that concatenate a variable with itself."""
+    return {
+        p
+        for p in _subterms(term)
+        if p.op == "concat" and isinstance(p.args[-1], Var) and p.args[-1] == p.args[-2]
+    }
+
+
 def _replace(term: Term, old: Pattern, new: Var) -> Term:
     if term == old:
         return new
@@ -115,18 +125,20 @@ class Seen:
 def orient(t: Pattern, r: Pattern, name: str) -> list[Rule]:
     """The rules of ``t = r``: ``t => r`` when ``r``'s variables are among ``t``'s, ``r => t``
     (named ``name-rev``, or ``name`` when it is the only one) when ``t``'s are among ``r``'s.
-    A direction the rule language refuses is left out, and so is one whose right-hand side
-    contains its left-hand side (``relu(x) => relu(relu(x))``: it applies to its own output)."""
+    A direction the rule language or the engine's compiler refuses is left out (a right-hand
+    ``split`` whose cut the engine cannot trace to a concat, say), and so is one whose right-hand
+    side contains its left-hand side (``relu(x) => relu(relu(x))``: it applies to its own
+    output) or builds a concat of a variable with itself that its left-hand side does not have
+    (``a @ b => split(concat(a, a) @ b)``: twice the work, on every match)."""
     out: list[Rule] = []
     tv, rv = _vars(t), _vars(r)
     for lhs, rhs, ok in ((t, r, rv <= tv), (r, t, tv <= rv)):
         if not ok or lhs in _subterms(rhs):  # x => f(x, …) would grow the e-graph forever
             continue
-        try:
-            rule = Rule(
-                name if not out else f"{name}-rev", (lhs,), (rhs,), sources=("synthesized",)
-            )
-        except RuleError:
+        if _self_concats(rhs) - _self_concats(lhs):
+            continue
+        rule = _rule(name if not out else f"{name}-rev", (lhs,), (rhs,))
+        if rule is None:
             continue
         if out and _same(out[0], rule):  # a + b => b + a reversed is itself, renamed
             continue
@@ -162,7 +174,16 @@ def merge_rule(
         return None
     seen.keys.add(k)
     assert isinstance(s[0], Pattern) and isinstance(s[1], Pattern)
+    return _rule(name, (t0, t1), s, symmetric=True)
+
+
+def _rule(
+    name: str, lhs: tuple[Pattern, ...], rhs: tuple[Pattern, ...], symmetric: bool = False
+) -> Rule | None:
+    """The synthesized rule, or None when the rule language or the engine refuses it."""
     try:
-        return Rule(name, (t0, t1), s, symmetric=True, sources=("synthesized",))
+        rule = Rule(name, lhs, rhs, symmetric=symmetric, sources=("synthesized",))
+        compile_rules([rule])
     except RuleError:
         return None
+    return rule

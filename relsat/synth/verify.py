@@ -2,10 +2,11 @@
 
 A candidate rule is checked by :func:`relsat.rewrite.check.check_rule` (several shapes drawn
 from the rule itself, near misses, broadcasting, grouped convolutions where they apply; types,
-then values). A rule that fails is tried once more with the guards that make such rules sound
-in relsat's vocabulary: ``same-shape`` for the variables an element-wise operator combines
-(broadcasting) and ``ungrouped`` for a convolution's variables. It is kept with those guards if
-it then passes, else dropped; the :class:`Outcome` says which.
+then values). A rule that fails is tried again with the guards that make such rules sound in
+relsat's vocabulary: ``same-shape`` for the variables an element-wise operator combines
+(broadcasting); ``same-group-width`` for two convolutions of variables side by side (one grouped
+conv), else ``ungrouped`` for a convolution's variables. It is kept with the first guards that
+make it pass, else dropped; the :class:`Outcome` says which.
 
 Random draws miss the points where a rule breaks: ``a / a = 1`` fails at 0 only. Given the
 variables' shapes, :func:`verify` also evaluates both sides on inputs drawn from
@@ -48,9 +49,12 @@ class Outcome:
         return self.status != "dropped"
 
 
-def _guards(rule: Rule) -> list[Guard]:
-    """The guards that could make ``rule`` sound: same-shape and ungrouped on its variables."""
-    out: dict[Guard, None] = {}
+def _guards(rule: Rule) -> list[list[Guard]]:
+    """The guard sets that could make ``rule`` sound, to try in order: same-shape on the
+    variables an element-wise operator combines, with same-group-width on two convolutions of
+    variables (if any), then with ungrouped on each convolution's variables."""
+    same: dict[Guard, None] = {}
+    convs: list[tuple[Var, Var]] = []
     stack: list[object] = list(rule.lhs)
     while stack:
         p = stack.pop()
@@ -58,11 +62,17 @@ def _guards(rule: Rule) -> list[Guard]:
             continue
         tensors = [a for a in p.args if isinstance(a, Var)]
         if p.op in _ELEMENTWISE and len(tensors) == 2 and tensors[0] != tensors[1]:
-            out.setdefault(Guard("same-shape", tuple(sorted(tensors, key=str))))
-        if p.op == "conv2d" and len(tensors) == 2:
-            out.setdefault(Guard("ungrouped", tuple(tensors)))
+            same.setdefault(Guard("same-shape", tuple(sorted(tensors, key=str))))
+        if p.op == "conv2d" and len(tensors) == 2 and (tensors[0], tensors[1]) not in convs:
+            convs.append((tensors[0], tensors[1]))
         stack.extend(p.args)
-    return list(out)
+    out: list[list[Guard]] = []
+    if len(convs) == 2:
+        out.append([*same, Guard("same-group-width", (*convs[0], *convs[1]))])
+    ungrouped = [Guard("ungrouped", c) for c in convs]
+    if same or ungrouped:
+        out.append([*same, *ungrouped])
+    return out
 
 
 def edge_case(rule: Rule, shapes: Mapping[str, tuple[int, ...]], seed: int = 0) -> str | None:
@@ -90,8 +100,7 @@ def verify(
     if verdict.ok:
         doc = f"checked: fingerprint, relsat rules check ok ({verdict.instances} instances)"
         return Outcome(replace(rule, doc=doc), "ok", verdict.line())
-    guards = _guards(rule)
-    if guards and verdict.status != "untested":
+    for guards in _guards(rule) if verdict.status != "untested" else []:
         guarded = replace(rule, guards=tuple(guards))
         second = check_rule(guarded, seed=seed)
         if second.ok:
