@@ -4,8 +4,9 @@ A candidate rule is checked by :func:`relsat.rewrite.check.check_rule` (several 
 from the rule itself, near misses, broadcasting, grouped convolutions where they apply; types,
 then values). A rule that fails is tried again with the guards that make such rules sound in
 relsat's vocabulary: ``same-shape`` for the variables an element-wise operator combines
-(broadcasting); ``same-group-width`` for two convolutions of variables side by side (one grouped
-conv), else ``ungrouped`` for a convolution's variables. It is kept with the first guards that
+(broadcasting); ``odd-kernels`` for the weights ``enlarge`` pads (an even kernel's padding is
+centred one row off SAME's); ``same-group-width`` for two convolutions of variables side by side
+(one grouped conv), else ``ungrouped`` for a convolution's variables. It is kept with the first guards that
 make it pass, else dropped; the :class:`Outcome` says which.
 
 Random draws miss the points where a rule breaks: ``a / a = 1`` fails at 0 only. Given the
@@ -51,8 +52,9 @@ class Outcome:
 
 def _guards(rule: Rule) -> list[list[Guard]]:
     """The guard sets that could make ``rule`` sound, to try in order: same-shape on the
-    variables an element-wise operator combines, with same-group-width on two convolutions of
-    variables (if any), then with ungrouped on each convolution's variables."""
+    variables an element-wise operator combines and odd-kernels on those enlarge pads, with
+    same-group-width on two convolutions of variables (if any), then with ungrouped on each
+    convolution's variables."""
     same: dict[Guard, None] = {}
     convs: list[tuple[Var, Var]] = []
     stack: list[object] = list(rule.lhs)
@@ -63,6 +65,8 @@ def _guards(rule: Rule) -> list[list[Guard]]:
         tensors = [a for a in p.args if isinstance(a, Var)]
         if p.op in _ELEMENTWISE and len(tensors) == 2 and tensors[0] != tensors[1]:
             same.setdefault(Guard("same-shape", tuple(sorted(tensors, key=str))))
+        if p.op == "enlarge" and len(tensors) == 2:
+            same.setdefault(Guard("odd-kernels", (tensors[0], tensors[1])))
         if p.op == "conv2d" and len(tensors) == 2 and (tensors[0], tensors[1]) not in convs:
             convs.append((tensors[0], tensors[1]))
         stack.extend(p.args)
