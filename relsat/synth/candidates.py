@@ -74,6 +74,14 @@ def _subterms(term: Term) -> Iterator[Pattern]:
             yield from _subterms(a)
 
 
+def _all(term: Term) -> Iterator[Pattern]:
+    """Every pattern node of ``term``, a ``split`` included."""
+    if isinstance(term, Pattern):
+        yield term
+        for a in term.args:
+            yield from _all(a)
+
+
 def _self_concats(term: Term) -> set[Pattern]:
     """The sub-terms of ``term`` that concatenate a variable with itself."""
     return {
@@ -126,7 +134,10 @@ def orient(t: Pattern, r: Pattern, name: str) -> list[Rule]:
     """The rules of ``t = r``: ``t => r`` when ``r``'s variables are among ``t``'s, ``r => t``
     (named ``name-rev``, or ``name`` when it is the only one) when ``t``'s are among ``r``'s.
     A direction the rule language or the engine's compiler refuses is left out (a right-hand
-    ``split`` whose cut the engine cannot trace to a concat, say), and so is one whose right-hand
+    ``split`` whose cut the engine cannot trace to a concat, say), and so is one with a ``split``
+    on its left: the engine matches a split e-node with its cut, which a pattern cannot state
+    (TENSAT's rules have none there either; such an equation's other direction, and the
+    multi-pattern rule of its two-output candidate, are kept). Left out too: one whose right-hand
     side contains its left-hand side (``relu(x) => relu(relu(x))``: it applies to its own
     output) or builds a concat of a variable with itself that its left-hand side does not have
     (``a @ b => split(concat(a, a) @ b)``: twice the work, on every match)."""
@@ -135,7 +146,7 @@ def orient(t: Pattern, r: Pattern, name: str) -> list[Rule]:
     for lhs, rhs, ok in ((t, r, rv <= tv), (r, t, tv <= rv)):
         if not ok or lhs in _subterms(rhs):  # x => f(x, …) would grow the e-graph forever
             continue
-        if _self_concats(rhs) - _self_concats(lhs):
+        if _self_concats(rhs) - _self_concats(lhs) or any(p.op == "split" for p in _all(lhs)):
             continue
         rule = _rule(name if not out else f"{name}-rev", (lhs,), (rhs,))
         if rule is None:

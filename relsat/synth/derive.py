@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Exploration, Limits, explore
+from relsat.engine.explore import Exploration, Limits, Schedule, explore
 from relsat.errors import GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.rewrite.instantiate import Memo, instantiate
@@ -97,7 +97,11 @@ def derive(
     look(0)
     exploration = None
     if rules and len(met) < sum(isinstance(s, tuple) for s in spans):
-        exploration = explore(egraph, rules, limits, on_phase=lambda s: look(s.iteration + 1))
+        # Multi-pattern rules in every iteration: derivability, not an optimization's budget.
+        schedule = Schedule(k_multi=limits.iterations)
+        exploration = explore(
+            egraph, rules, limits, schedule, on_phase=lambda s: look(s.iteration + 1)
+        )
     egraph.close()
     out = [
         Derivation(None, span) if isinstance(span, str) else Derivation(met.get(k))

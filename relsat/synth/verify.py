@@ -6,8 +6,8 @@ then values). A rule that fails is tried again with the guards that make such ru
 relsat's vocabulary: ``same-shape`` for the variables an element-wise operator combines
 (broadcasting); ``odd-kernels`` for the weights ``enlarge`` pads (an even kernel's padding is
 centred one row off SAME's); ``same-group-width`` for two convolutions of variables side by side
-(one grouped conv), else ``ungrouped`` for a convolution's variables. It is kept with the first guards that
-make it pass, else dropped; the :class:`Outcome` says which.
+(one grouped conv), else ``ungrouped`` for a convolution's variables. It is kept with the first
+guards that make it pass, else dropped; the :class:`Outcome` says which.
 
 Random draws miss the points where a rule breaks: ``a / a = 1`` fails at 0 only. Given the
 variables' shapes, :func:`verify` also evaluates both sides on inputs drawn from
