@@ -212,3 +212,11 @@ def test_cli_bad_vars_exit_2(text, tmp_path, capsys):
     assert main(["rules", "synthesize", "--ops", "ewadd", "--vars", text, "--out", str(out)]) == 2
     assert "--vars" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["0", "a", "1,-2"])
+def test_cli_bad_strides_exit_2(text, tmp_path, capsys):
+    out = tmp_path / "x.rules"
+    assert main(["rules", "synthesize", "--strides", text, "--out", str(out)]) == 2
+    assert "--strides" in capsys.readouterr().err
+    assert not out.exists()

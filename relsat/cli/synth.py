@@ -57,6 +57,9 @@ def add(rules_sub: Subparsers) -> None:
         f"{', '.join(f'{k} {list(v[0])}' for k, v in KINDS.items())}; default: chosen from "
         "the operators; a kind left out has none)",
     )
+    p.add_argument(
+        "--strides", default="1,2", help="convolution strides enumerated, comma-separated"
+    )
     p.add_argument("--out", required=True, help="the .rules file to write")
     p.add_argument("--time-limit", type=_positive_number, default=600.0, help="seconds")
     p.add_argument(
@@ -94,6 +97,12 @@ def _synthesize(args: argparse.Namespace) -> int:
             if bad
             else "--ops: no operator given"
         )
+    try:
+        strides = tuple(int(t) for t in args.strides.split(","))
+    except ValueError:
+        raise Usage(f"--strides: integers >= 1, comma-separated, got {args.strides!r}") from None
+    if not strides or min(strides) < 1:
+        raise Usage(f"--strides: integers >= 1, comma-separated, got {args.strides!r}")
     vars, weights = None, None
     if args.vars is not None:
         try:
@@ -109,6 +118,7 @@ def _synthesize(args: argparse.Namespace) -> int:
         time_limit=args.time_limit,
         vars=vars,
         weights=weights,
+        strides=strides,
         batch=args.batch,
         seed=args.seed,
     )

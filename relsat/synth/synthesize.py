@@ -45,7 +45,8 @@ class Settings:
     """What to synthesize: ``ops`` (enumerable operators), ``depth`` (operators per side, >= 1),
     ``time_limit`` (seconds, > 0), ``vars`` (name, shape) pairs (default: chosen from the ops,
     :func:`~relsat.synth.vocab.default_vars`), ``weights`` (the variables that are weights,
-    default: those of the default variables), ``batch`` (equations checked between two
+    default: those of the default variables), ``strides`` (of the convolutions enumerated:
+    stride 2 for TENSAT's strided merge rules), ``batch`` (equations checked between two
     derivations), ``seed`` (random inputs and check draws), ``limits`` (of each derivation)."""
 
     ops: tuple[str, ...] = TENSAT_OPS
@@ -53,6 +54,7 @@ class Settings:
     time_limit: float = 600.0
     vars: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     weights: tuple[str, ...] | None = None
+    strides: tuple[int, ...] = (1, 2)
     batch: int = 2
     seed: int = 0
     limits: Limits = DERIVE_LIMITS
@@ -66,6 +68,10 @@ class Settings:
         check_number("time_limit", self.time_limit, 0)
         if self.time_limit <= 0:
             raise SettingsError("time_limit", self.time_limit, "a number > 0")
+        if not self.strides or any(
+            not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in self.strides
+        ):
+            raise SettingsError("strides", self.strides, "integers >= 1")
 
     @property
     def variables(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -128,7 +134,7 @@ class Synthesis:
         s = self.settings
         header = (
             f"Synthesized by relsat rules synthesize: ops {','.join(s.ops)}, depth {s.depth}, "
-            f"seed {s.seed}\nvariables: "
+            f"strides {','.join(map(str, s.strides))}, seed {s.seed}\nvariables: "
             + ", ".join(f"?{n} {list(sh)}" for n, sh in s.variables)
             + f"\n{len(self.rules)} rules; stop: {self.stop}"
         )
@@ -163,7 +169,9 @@ def synthesize(
     say = progress or (lambda _: None)
     start = time.perf_counter()
     deadline = start + settings.time_limit
-    terms = Terms(settings.variables, settings.ops, settings.seed, settings.weight_vars)
+    terms = Terms(
+        settings.variables, settings.ops, settings.seed, settings.weight_vars, settings.strides
+    )
     kept: list[Rule] = []
     merges: list[Rule] = []  # multi-pattern rules kept: not used in derivations
     dropped: list[tuple[Rule, str]] = []

@@ -35,8 +35,9 @@ _CLOCK_EVERY = 64
 
 
 class Terms:
-    """The enumerated terms over ``vars`` (name, shape) and the templates of ``ops``; the
-    variables named in ``weights`` are weights (a convolution's weight, what enlarge pads)."""
+    """The enumerated terms over ``vars`` (name, shape) and the templates of ``ops`` (convolutions
+    of each of ``strides``); the variables named in ``weights`` are weights (a convolution's
+    weight, what enlarge pads)."""
 
     def __init__(
         self,
@@ -44,13 +45,14 @@ class Terms:
         ops: Sequence[str],
         seed: int = 0,
         weights: Collection[str] = (),
+        strides: Sequence[int] = (1,),
     ) -> None:
         self.db = Database()
         self.db.script("synth/schema")
         self.evaluator = Evaluator(vars, seed)
         self.pattern: dict[int, Pattern | Var] = {}
         self.vars = dict(vars)
-        ts = templates(ops)
+        ts = templates(ops, strides)
         rows = [(t.op, t.kind, t.arity, *(list(t.params) + [None] * 4)[:4]) for t in ts]
         self.db.con.executemany("INSERT INTO synth_op VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         leaves = [(Var(n), ("var",), n in weights) for n in self.vars]

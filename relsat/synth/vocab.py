@@ -79,9 +79,10 @@ def unknown_ops(ops: Sequence[str]) -> list[str]:
     return [op for op in ops if op not in ENUMERABLE]
 
 
-def templates(ops: Sequence[str]) -> list[Template]:
+def templates(ops: Sequence[str], strides: Sequence[int] = (1,)) -> list[Template]:
     """The templates of ``ops``, in the order given; parameter values as in TENSAT's rules
-    (stride 1, SAME padding, no or a fused ReLU activation; concat and split on axes 0, 1)."""
+    (convolutions of each of ``strides``, SAME padding, no or a fused ReLU activation; concat and
+    split on axes 0, 1)."""
     out: list[Template] = []
     for op in dict.fromkeys(ops):
         if op in _ELEMENTWISE:
@@ -91,7 +92,7 @@ def templates(ops: Sequence[str]) -> list[Template]:
         elif op == "matmul":
             out.append(Template(op, "matmul", 2, (0,)))
         elif op == "conv2d":
-            out += [Template(op, "conv", 2, (1, 1, 0, act)) for act in (0, 2)]
+            out += [Template(op, "conv", 2, (s, s, 0, act)) for s in strides for act in (0, 2)]
         elif op == "concat":
             out += [Template(op, "concat", 2, (axis, nd)) for nd in (2, 4) for axis in (0, 1)]
         elif op == "split":
