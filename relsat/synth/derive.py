@@ -34,6 +34,12 @@ __all__ = ["DERIVE_LIMITS", "Derivation", "Derived", "derive", "derive_rules"]
 #: limit (which is looked at between iterations), and its time and memory with it.
 DERIVE_LIMITS = Limits(nodes=5_000, iterations=8, seconds=20.0)
 
+#: Iterations that run the multi-pattern rules: two, so that a single-pattern rewrite can make a
+#: pair match first (``relu(conv(x, w))`` into the fused conv); not all of them, since a rule
+#: that merges any two convs of one input also merges its own output, and grows the e-graph by
+#: the square of its matches in every iteration that runs it.
+K_MULTI = 2
+
 Side = Pattern | Var
 
 
@@ -97,8 +103,7 @@ def derive(
     look(0)
     exploration = None
     if rules and len(met) < sum(isinstance(s, tuple) for s in spans):
-        # Multi-pattern rules in every iteration: derivability, not an optimization's budget.
-        schedule = Schedule(k_multi=limits.iterations)
+        schedule = Schedule(k_multi=min(K_MULTI, limits.iterations))
         exploration = explore(
             egraph, rules, limits, schedule, on_phase=lambda s: look(s.iteration + 1)
         )
