@@ -72,14 +72,21 @@ def add(rules_sub: Subparsers) -> None:
         "derive",
         help="whether given rules derive each rule of a file",
         description="For each rule of FILE: whether the rules --from put both its sides in one "
-        "e-class (saturating one e-graph that holds every rule of FILE at drawn shapes), with "
-        "the iteration, or 'not derived'. Exit 0 either way.",
+        "e-class (saturating e-graphs that hold --chunk rules of FILE each, at drawn shapes), "
+        "with the iteration, or 'not derived'. Exit 0 either way.",
     )
     p.add_argument("file", help="the rules to derive (a .rules file)")
     p.add_argument("--from", dest="using", nargs="+", required=True, help="rule files or folders")
     p.add_argument("--iterations", type=_positive_int, default=8, help="iteration limit")
     p.add_argument("--nodes", type=_positive_int, default=50_000, help="e-node limit")
     p.add_argument("--seconds", type=_positive_number, default=300.0, help="time limit")
+    p.add_argument(
+        "--chunk",
+        type=_positive_int,
+        default=8,
+        help="rules of FILE per e-graph (each within "
+        "the limits: one fast-growing e-graph does not stop the others)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn shapes")
     p.set_defaults(run=_derive)
 
@@ -141,7 +148,7 @@ def _derive(args: argparse.Namespace) -> int:
     rules = load_rules([args.file])
     using = load_rules(args.using)
     limits = Limits(nodes=args.nodes, iterations=args.iterations, seconds=args.seconds)
-    result = derive_rules(rules, using, limits, seed=args.seed)
+    result = derive_rules(rules, using, limits, seed=args.seed, chunk=args.chunk)
     for rule, d in zip(rules, result.derivations, strict=True):
         where = f" ({rule.location})" if rule.location else ""
         if d.derived:
