@@ -220,3 +220,22 @@ def test_cli_bad_strides_exit_2(text, tmp_path, capsys):
     assert main(["rules", "synthesize", "--strides", text, "--out", str(out)]) == 2
     assert "--strides" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_derive_in_chunks_answers_as_one_egraph():
+    comm = parse_rules("# name: comm\n(ewadd ?a ?b) => (ewadd ?b ?a)\n")
+    goal = parse_rules(
+        "# name: swap\n(ewadd ?x ?y) => (ewadd ?y ?x)\n\n"
+        "# name: assoc\n(ewadd (ewadd ?x ?y) ?z) => (ewadd ?x (ewadd ?y ?z))\n\n"
+        "# name: swap2\n(ewadd ?p ?q) => (ewadd ?q ?p)\n"
+    )
+    whole = [d.derived for d in derive_rules(goal, comm).derivations]
+    assert [d.derived for d in derive_rules(goal, comm, chunk=1).derivations] == whole
+    assert whole == [True, False, True]
+
+
+def test_cli_vars_names_the_variables(tmp_path):
+    out = tmp_path / "x.rules"
+    args = ["rules", "synthesize", "--ops", "ewadd", "--depth", "1", "--vars", "matrix=2"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert "# variables: ?a [3, 3], ?b [3, 3]" in out.read_text()
