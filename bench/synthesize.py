@@ -101,7 +101,9 @@ SEVEN = ("nasrnn", "bert", "resnext50", "nasneta", "squeezenet", "inceptionv3", 
 def use(rules_file: str, iterations: int) -> list[list]:
     """Optimize each of :data:`SEVEN` with the shipped rules and with ``rules_file`` alone: one
     row per graph (cost before, after with each set, reductions, seconds, verified)."""
-    import relsat
+    sys.path.insert(0, str(Path(__file__).parent))
+    from calls import optimize
+
     from relsat import models
     from relsat.engine.explore import Limits
     from relsat.rewrite.rulefile import load_rules
@@ -112,13 +114,11 @@ def use(rules_file: str, iterations: int) -> list[list]:
         row: list = [name]
         for rules in (None, synthesized):
             t = time.perf_counter()
-            r = relsat.optimize(
+            r = optimize(
                 models.load(name),
-                relsat.Options(
-                    rules=rules,
-                    limits=Limits(iterations=iterations, seconds=60),
-                    ilp=relsat.IlpOptions(time_limit=30),
-                ),
+                rules=rules,
+                limits=Limits(iterations=iterations, seconds=60),
+                ilp_time_limit=30,
             )
             if rules is None:
                 row.append(round(r.cost_before, 4))
