@@ -239,3 +239,22 @@ def test_cli_vars_names_the_variables(tmp_path):
     args = ["rules", "synthesize", "--ops", "ewadd", "--depth", "1", "--vars", "matrix=2"]
     assert main([*args, "--out", str(out)]) == 0
     assert "# variables: ?a [3, 3], ?b [3, 3]" in out.read_text()
+
+
+def test_orient_leaves_out_what_the_engine_cannot_use():
+    from relsat.synth.candidates import orient
+
+    a, b, c = Var("a"), Var("b"), Var("c")
+    piece = Pattern(
+        "split_0", (Pattern("split", (0, Pattern("relu", (Pattern("concat", (0, 2, a, b)),)))),)
+    )
+    relu = Pattern("relu", (a,))
+    # A split on the left never matches (the engine matches a split with its cut).
+    assert orient(piece, relu, "p") == []
+    # a @ c => split(concat(a, a) @ c): twice the work on every match; only the other way.
+    mm = Pattern("matmul", (0, a, c))
+    doubled = Pattern(
+        "split_0",
+        (Pattern("split", (0, Pattern("matmul", (0, Pattern("concat", (0, 2, a, a)), c)))),),
+    )
+    assert orient(mm, doubled, "m") == []
