@@ -258,3 +258,20 @@ def test_orient_leaves_out_what_the_engine_cannot_use():
         (Pattern("split", (0, Pattern("matmul", (0, Pattern("concat", (0, 2, a, a)), c)))),),
     )
     assert orient(mm, doubled, "m") == []
+
+
+def test_equation_with_a_concat_gives_the_enlarge_merge_pair():
+    # concat(conv(x, k), conv(x, w)) = conv(x, concat(enlarge(k, w), w)): the two convs as one.
+    vars, weights = environment({"image": 1, "weight": 1, "kernel": 1})
+    s = synthesize(
+        Settings(
+            ops=("conv2d", "concat", "split", "enlarge"),
+            depth=3,
+            vars=tuple(vars),
+            weights=weights,
+            strides=(1,),
+        )
+    )
+    tensat = [r for r in load_rules() if r.name == "conv-pair-shared-input-enlarge-merge"]
+    assert any(r.is_multi and "enlarge" in str(r.rhs[0]) for r in s.rules)
+    assert derive_rules(tensat, s.rules).derivations[0].derived

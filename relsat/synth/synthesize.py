@@ -30,7 +30,7 @@ from pathlib import Path
 from relsat.engine.explore import Limits
 from relsat.errors import SettingsError, check_number
 from relsat.rewrite.rulefile import format_rules
-from relsat.rewrite.rules import Pattern, Rule
+from relsat.rewrite.rules import Pattern, Rule, Var
 from relsat.synth.candidates import PRUNE_REASONS, Seen, key, merge_rule, orient, size_of
 from relsat.synth.derive import DERIVE_LIMITS, derive
 from relsat.synth.terms import Terms
@@ -245,15 +245,28 @@ def _equations(terms: Terms, n: int, seen: Seen, stats: DepthStats) -> list[_Equ
 
 
 def _merges(terms: Terms, n: int, seen: Seen, stats: DepthStats) -> list[Rule]:
-    """The multi-pattern rules of depth ``n``'s two-output candidates, not seen before."""
+    """The multi-pattern rules of depth ``n``'s two-output candidates, not seen before: split
+    pieces each equal to a smaller term, and equations ``concat_k(t0, t1) = u`` (``u``'s pieces
+    are ``t0`` and ``t1``; ``u`` need not be its class's representative, which the pieces'
+    enumeration needs)."""
     out: list[Rule] = []
-    for p0, p1, r0, r1 in terms.split_pairs(n):
-        t = (terms.pattern[r0], terms.pattern[r1])
-        rule = merge_rule(
-            t, (terms.pattern[p0], terms.pattern[p1]), f"syn-d{n}-m{len(out) + 1:03d}", seen
-        )
+
+    def add(t: tuple[Pattern | Var, Pattern | Var], pieces: tuple[Pattern, Pattern]) -> None:
+        rule = merge_rule(t, pieces, f"syn-d{n}-m{len(out) + 1:03d}", seen)
         if rule is not None:
             out.append(rule)
+
+    for p0, p1, r0, r1 in terms.split_pairs(n):
+        piece0, piece1 = terms.pattern[p0], terms.pattern[p1]
+        assert isinstance(piece0, Pattern) and isinstance(piece1, Pattern)
+        add((terms.pattern[r0], terms.pattern[r1]), (piece0, piece1))
+    for c, u, axis in terms.concat_pairs(n):
+        cat = terms.pattern[c]
+        assert isinstance(cat, Pattern)
+        *_, t0, t1 = cat.args
+        cut = Pattern("split", (axis, terms.pattern[u]))
+        if isinstance(t0, Pattern | Var) and isinstance(t1, Pattern | Var):
+            add((t0, t1), (Pattern("split_0", (cut,)), Pattern("split_1", (cut,))))
     stats.merges = len(out)
     return out
 

@@ -108,6 +108,12 @@ class Terms:
         rows = self.db.run("synth/split_pairs", size=size)
         return [(int(p0), int(p1), int(r0), int(r1)) for _, _, p0, p1, r0, r1 in rows]
 
+    def concat_pairs(self, size: int) -> list[tuple[int, int, int]]:
+        """``(concat, term, axis)`` for each equation of ``size`` between a concat and a term
+        that is no concat (``sql/synth/concat_pairs.sql``)."""
+        rows = self.db.run("synth/concat_pairs", size=size)
+        return [(int(c), int(u), int(axis)) for c, u, axis in rows]
+
     def counts(self, size: int) -> tuple[int, int]:
         """(terms, classes) of ``size``."""
         ((terms, classes),) = self.db.run("synth/size_counts", size=size)
