@@ -170,9 +170,12 @@ def merge_rule(
 ) -> Rule | None:
     """The multi-pattern rule ``t0, t1 => s0, s1`` (``s`` the split pieces of one term), or None:
     a side that is a bare variable or twice the same term, a piece using a variable neither
-    ``t`` binds, or a rule seen before up to renaming and the order of the pairs."""
+    ``t`` binds, a piece concatenating a variable with itself (twice the work), or a rule seen
+    before up to renaming and the order of the pairs."""
     t0, t1 = t
     if not isinstance(t0, Pattern) or not isinstance(t1, Pattern) or t0 == t1:
+        return None
+    if _self_concats(s[0]) - _self_concats(t0) - _self_concats(t1):
         return None
     if not _vars(s[0]) | _vars(s[1]) <= _vars(t0) | _vars(t1):
         return None
