@@ -1,13 +1,16 @@
 """Fuzzing ``relsat.optimize``: random graphs (``tests/fuzzgen.py``), every result verified.
 
     python bench/fuzz.py [--graphs 1000] [--k-multi 1 2] [--seed 0] [--control 300] [--jobs 1]
+                         [--rules FILE ...]
 
 Optimizes graphs ``seed … seed + graphs - 1`` once per k_multi, with the guards on, and counts
 per run: graphs, optimized (the result uses a rule-built e-node), reductions (cheaper by the
 analytic model), unsound (verification failed, or the optimized graph's inputs or outputs
 differ from the original's), crashes (any other exception), seconds. Then the positive control:
 the first ``--control`` graphs again with the guards off (TENSAT's unguarded rules), where the
-fuzzer must find unsound rewrites (grouped convolutions, broadcasting). Prints a Markdown table,
+fuzzer must find unsound rewrites (grouped convolutions, broadcasting). ``--rules``: optimize with
+these rule files alone instead of the shipped rules (a synthesized set, ``relsat rules
+synthesize``). Prints a Markdown table,
 the seeds of anything unsound or crashed, and appends the rows to ``bench/results/fuzz.csv``.
 Exits 1 when a run with the guards on had an unsound result or a crash.
 """
@@ -22,6 +25,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -32,6 +36,7 @@ from fuzzgen import FuzzSize, describe, random_graph
 
 from relsat import Limits, VerificationError
 from relsat.graph.graph import Graph
+from relsat.rewrite.rulefile import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,11 +67,31 @@ def interface_mismatch(original: Graph, optimized: Graph) -> str:
     return ""
 
 
-def run_one(seed: int, k_multi: int, guards: bool) -> Outcome:
-    """Optimize graph ``seed``; never raises."""
+_RULES: dict[tuple[str, ...], Any] = {}
+
+
+def _rules(files: tuple[str, ...]) -> Any:
+    """The rules of ``files`` (None: the shipped ones), read once per process."""
+    if not files:
+        return None
+    if files not in _RULES:
+        _RULES[files] = load_rules(list(files))
+    return _RULES[files]
+
+
+def run_one(seed: int, k_multi: int, guards: bool, files: tuple[str, ...] = ()) -> Outcome:
+    """Optimize graph ``seed`` (with the rules of ``files``, none: the shipped ones); never
+    raises."""
     graph = random_graph(seed, SIZE)
     try:
-        result = optimize(graph, k_multi=k_multi, guards=guards, limits=LIMITS, ilp_time_limit=20)
+        result = optimize(
+            graph,
+            k_multi=k_multi,
+            guards=guards,
+            limits=LIMITS,
+            ilp_time_limit=20,
+            rules=_rules(files),
+        )
     except VerificationError as exc:
         return Outcome(seed, "unsound", note=str(exc).splitlines()[0])
     except Exception as exc:  # a crash is any other exception: record it, go on
@@ -84,14 +109,16 @@ def run_one(seed: int, k_multi: int, guards: bool) -> Outcome:
     return Outcome(seed, "ok", optimized, reduced)
 
 
-def _star(args: tuple[int, int, bool]) -> Outcome:
+def _star(args: tuple[int, int, bool, tuple[str, ...]]) -> Outcome:
     return run_one(*args)
 
 
-def run_many(seeds: range, k_multi: int, guards: bool, jobs: int) -> tuple[list[Outcome], float]:
+def run_many(
+    seeds: range, k_multi: int, guards: bool, jobs: int, files: tuple[str, ...] = ()
+) -> tuple[list[Outcome], float]:
     """Every seed, in ``jobs`` processes; the outcomes in seed order and the wall seconds."""
     start = time.perf_counter()
-    work = [(s, k_multi, guards) for s in seeds]
+    work = [(s, k_multi, guards, files) for s in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             outcomes = list(pool.map(_star, work, chunksize=8))
@@ -107,7 +134,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="first graph seed")
     ap.add_argument("--control", type=int, default=300, help="graphs run with guards off (0: none)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--rules", nargs="+", default=[], help="rule files (default: the shipped)")
     args = ap.parse_args()
+    files = tuple(args.rules)
 
     headers = ["k_multi", "guards", "graphs", "optimized", "reductions", "unsound", "crashes", "s"]
     runs = [(k, True, args.graphs) for k in args.k_multi]
@@ -115,7 +144,8 @@ def main() -> int:
         runs.append((args.k_multi[0], False, args.control))
     rows, bad = [], False
     for k_multi, guards, n in runs:
-        outcomes, seconds = run_many(range(args.seed, args.seed + n), k_multi, guards, args.jobs)
+        seeds = range(args.seed, args.seed + n)
+        outcomes, seconds = run_many(seeds, k_multi, guards, args.jobs, files)
         count = Counter(o.kind for o in outcomes)
         row = [
             k_multi,

@@ -4,12 +4,18 @@ and how much of TENSAT's rule set the rules found derive.
 Each (operator set, depth) runs in a child process of its own (so its peak memory is its own):
 terms enumerated, candidate equations, rules checked, rules passing the check, rules kept after
 minimization, seconds, peak RSS; then ``relsat rules derive`` of TENSAT's 135 rules (the shipped
-rules converted from TENSAT's files) from the kept set, with the reasons the rest are not
-derived. Progress on stderr, a Markdown table on stdout, rows appended to
-``bench/results/synthesize.csv``.
+rules converted from TENSAT's files) from the kept set (8 rules per e-graph, as ``relsat rules
+derive`` does), with the reasons the rest are not derived. Progress on stderr, a Markdown table
+on stdout, rows appended to ``bench/results/synthesize.csv``.
+
+``--use``: then, for the last run's rules, the cost reductions that optimizing TENSAT's seven
+graphs reaches with the synthesized set alone beside the shipped set's (``relsat.optimize``, the
+analytic cost model the TENSAT graphs default to, ``--use-iterations`` iterations, a 60 s
+exploration and 30 s ILP limit), rows appended to ``bench/results/synthesize_use.csv``.
 
     python bench/synthesize.py --sets tensat --depths 1 2 --time-limit 600
-    python bench/synthesize.py --sets elementwise --depths 1 2 3 --show-rules
+    python bench/synthesize.py --sets tensat --depths 3 --use --rules-dir /tmp/syn
+    python bench/synthesize.py --use-rules /tmp/syn/tensat-d3.rules
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 from pathlib import Path
 
 SETS = {
-    "tensat": "ewadd,ewmul,matmul,conv2d,relu,concat,split,enlarge",
+    "tensat": "ewadd,ewmul,matmul,conv2d,relu,concat,split,enlarge,merge",
     "addmul": "ewadd,ewmul",
     "elementwise": "ewadd,ewmul,ewsub,ewdiv,reciprocal,neg,sqrt,ewpow,scalar",
 }
@@ -41,10 +47,10 @@ def _reason(rule, ops: set[str], depth: int) -> str:
     missing = _ops(rule) - ops - {"split_0", "split_1"}
     if missing:
         return "operator not enumerated: " + ",".join(sorted(missing))
-    if rule.is_multi:
-        return "multi-pattern"
-    if max(size_of(rule.lhs[0]), size_of(rule.rhs[0])) > depth:
+    if max(size_of(p) for p in (*rule.lhs, *rule.rhs)) > depth:
         return "deeper than the depth run"
+    if rule.is_multi:
+        return "multi-pattern, within depth"
     return "within depth, not derived"
 
 
@@ -63,7 +69,7 @@ def one(ops: str, depth: int, time_limit: float, out: str | None) -> dict:
         r for r in load_rules() if any(x.startswith(("converted", "predefined")) for x in r.sources)
     ]
     t0 = time.perf_counter()
-    d = derive_rules(tensat, s.rules, Limits(nodes=50_000, iterations=8, seconds=300))
+    d = derive_rules(tensat, s.rules, Limits(nodes=50_000, iterations=8, seconds=300), chunk=8)
     reasons: dict[str, int] = {}
     for rule, x in zip(tensat, d.derivations, strict=True):
         if not x.derived:
@@ -88,12 +94,61 @@ def one(ops: str, depth: int, time_limit: float, out: str | None) -> dict:
     }
 
 
+#: TENSAT's seven benchmark graphs (relsat.models).
+SEVEN = ("nasrnn", "bert", "resnext50", "nasneta", "squeezenet", "inceptionv3", "vgg19")
+
+
+def use(rules_file: str, iterations: int) -> list[list]:
+    """Optimize each of :data:`SEVEN` with the shipped rules and with ``rules_file`` alone: one
+    row per graph (cost before, after with each set, reductions, seconds, verified)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from calls import optimize
+
+    from relsat import models
+    from relsat.engine.explore import Limits
+    from relsat.rewrite.rulefile import load_rules
+
+    synthesized = load_rules([rules_file])
+    rows = []
+    for name in SEVEN:
+        row: list = [name]
+        for rules in (None, synthesized):
+            t = time.perf_counter()
+            r = optimize(
+                models.load(name),
+                rules=rules,
+                limits=Limits(iterations=iterations, seconds=60),
+                ilp_time_limit=30,
+            )
+            if rules is None:
+                row.append(round(r.cost_before, 4))
+            row += [
+                round(r.cost_after, 4),
+                round(100 * r.reduction, 1),
+                round(time.perf_counter() - t, 1),
+                "yes" if r.verified else "no",
+            ]
+        print(" ".join(map(str, row)), file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+USE_COLS = [
+    "model", "cost_before",
+    "shipped_after", "shipped_pct", "shipped_s", "shipped_verified",
+    "synth_after", "synth_pct", "synth_s", "synth_verified",
+]  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sets", nargs="+", default=["tensat"], help=f"of {sorted(SETS)}")
     p.add_argument("--depths", nargs="+", type=int, default=[1, 2])
     p.add_argument("--time-limit", type=float, default=600.0)
     p.add_argument("--rules-dir", help="write each run's rules here")
+    p.add_argument("--use", action="store_true", help="then optimize the seven graphs with them")
+    p.add_argument("--use-rules", help="only optimize the seven graphs with these rules")
+    p.add_argument("--use-iterations", type=int, default=3, help="exploration iterations")
     p.add_argument("--one", nargs=3, help=argparse.SUPPRESS)  # ops depth time: the child
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -101,6 +156,13 @@ def main() -> None:
         ops, depth, limit = args.one
         print(json.dumps(one(ops, int(depth), float(limit), args.out)))
         return
+    if args.use_rules:
+        _use(args.use_rules, args.use_iterations)
+        return
+    if args.use and not args.rules_dir:
+        import tempfile
+
+        args.rules_dir = tempfile.mkdtemp(prefix="synth-")
     rows = []
     for name in args.sets:
         for depth in args.depths:
@@ -140,6 +202,25 @@ def main() -> None:
 
         append_csv("synthesize", cols, [[r[c] for c in cols] for r in rows])
     except Exception as exc:  # the table is the result; the CSV is a convenience
+        print(f"(no CSV: {exc})", file=sys.stderr)
+    if args.use and out:
+        _use(out, args.use_iterations)
+
+
+def _use(rules_file: str, iterations: int) -> None:
+    print(f"optimizing the seven graphs with {rules_file} …", file=sys.stderr, flush=True)
+    rows = use(rules_file, iterations)
+    print()
+    print("| " + " | ".join(USE_COLS) + " |")
+    print("|" + "---|" * len(USE_COLS))
+    for r in rows:
+        print("| " + " | ".join(map(str, r)) + " |")
+    try:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from common import append_csv
+
+        append_csv("synthesize_use", USE_COLS, rows)
+    except Exception as exc:
         print(f"(no CSV: {exc})", file=sys.stderr)
 
 

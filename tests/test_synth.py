@@ -14,6 +14,7 @@ from relsat.synth import Settings, synthesize
 from relsat.synth.candidates import Seen
 from relsat.synth.derive import derive_rules
 from relsat.synth.verify import verify
+from relsat.synth.vocab import environment, parse_counts
 
 EQ = "{} => {}"
 
@@ -165,3 +166,112 @@ def test_edge_cases_drop_a_rule_that_fails_at_zero():
     one, div = (verify(r, shapes=shapes) for r in rules)
     assert one.status == "dropped" and "edge case" in one.detail
     assert div.status == "ok"
+
+
+def test_two_output_candidates_make_multi_pattern_rules():
+    # Two relus are one relu of a concat, split: TASO's multi-output graphs.
+    s = synthesize(
+        Settings(ops=("relu", "concat", "split"), depth=3, vars=(("a", (3, 3)), ("b", (3, 3))))
+    )
+    multi = [r for r in s.rules if r.is_multi]
+    texts = {tuple(f"{a} => {b}" for a, b in zip(r.lhs, r.rhs, strict=True)) for r in multi}
+    assert (
+        "(relu ?a) => (split_0 (split 0 (relu (concat 0 2 ?a ?b))))",
+        "(relu ?b) => (split_1 (split 0 (relu (concat 0 2 ?a ?b))))",
+    ) in texts
+    assert all(r.symmetric and "rules check ok" in r.doc for r in multi)
+    assert sum(d.merges_kept for d in s.depths) == len(multi)
+
+
+def test_split_history_is_part_of_a_terms_type():
+    # concat(concat(a, b), c) and concat(a, concat(b, c)) agree in value, not in split history:
+    # no candidate, so nothing for the check to refute.
+    s = synthesize(Settings(ops=("concat",), depth=2, vars=(("a", (3, 3)), ("b", (3, 3)))))
+    assert s.dropped == () and s.rules == ()
+
+
+def test_merge_is_enumerated_on_a_grouped_conv():
+    vars, weights = environment({"gimage": 1, "gweight": 1})
+    s = synthesize(Settings(ops=("conv2d", "merge"), depth=2, vars=tuple(vars), weights=weights))
+    assert "(conv2d 1 1 0 0 ?xg ?wg) => (conv2d 1 1 0 0 ?xg (merge ?wg 2))" in _texts(s.rules)
+    merge = [r for r in load_rules() if r.name == "conv-merge-groups"]
+    assert derive_rules(merge, s.rules).derivations[0].derived
+
+
+def test_environment_counts():
+    vars, weights = environment(parse_counts("matrix=2,weight=1"))
+    assert vars == [("a", (3, 3)), ("b", (3, 3)), ("w", (3, 3, 3, 3))] and weights == ("w",)
+    for bad in ("matrix", "nosuch=1", "matrix=99"):
+        with pytest.raises(ValueError):
+            parse_counts(bad)
+
+
+@pytest.mark.parametrize("text", ["nosuch=1", "matrix=-1", "matrix", "matrix=0"])
+def test_cli_bad_vars_exit_2(text, tmp_path, capsys):
+    out = tmp_path / "x.rules"
+    assert main(["rules", "synthesize", "--ops", "ewadd", "--vars", text, "--out", str(out)]) == 2
+    assert "--vars" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["0", "a", "1,-2"])
+def test_cli_bad_strides_exit_2(text, tmp_path, capsys):
+    out = tmp_path / "x.rules"
+    assert main(["rules", "synthesize", "--strides", text, "--out", str(out)]) == 2
+    assert "--strides" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_derive_in_chunks_answers_as_one_egraph():
+    comm = parse_rules("# name: comm\n(ewadd ?a ?b) => (ewadd ?b ?a)\n")
+    goal = parse_rules(
+        "# name: swap\n(ewadd ?x ?y) => (ewadd ?y ?x)\n\n"
+        "# name: assoc\n(ewadd (ewadd ?x ?y) ?z) => (ewadd ?x (ewadd ?y ?z))\n\n"
+        "# name: swap2\n(ewadd ?p ?q) => (ewadd ?q ?p)\n"
+    )
+    whole = [d.derived for d in derive_rules(goal, comm).derivations]
+    assert [d.derived for d in derive_rules(goal, comm, chunk=1).derivations] == whole
+    assert whole == [True, False, True]
+
+
+def test_cli_vars_names_the_variables(tmp_path):
+    out = tmp_path / "x.rules"
+    args = ["rules", "synthesize", "--ops", "ewadd", "--depth", "1", "--vars", "matrix=2"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert "# variables: ?a [3, 3], ?b [3, 3]" in out.read_text()
+
+
+def test_orient_leaves_out_what_the_engine_cannot_use():
+    from relsat.synth.candidates import orient
+
+    a, b, c = Var("a"), Var("b"), Var("c")
+    piece = Pattern(
+        "split_0", (Pattern("split", (0, Pattern("relu", (Pattern("concat", (0, 2, a, b)),)))),)
+    )
+    relu = Pattern("relu", (a,))
+    # A split on the left never matches (the engine matches a split with its cut).
+    assert orient(piece, relu, "p") == []
+    # a @ c => split(concat(a, a) @ c): twice the work on every match; only the other way.
+    mm = Pattern("matmul", (0, a, c))
+    doubled = Pattern(
+        "split_0",
+        (Pattern("split", (0, Pattern("matmul", (0, Pattern("concat", (0, 2, a, a)), c)))),),
+    )
+    assert orient(mm, doubled, "m") == []
+
+
+def test_equation_with_a_concat_gives_the_enlarge_merge_pair():
+    # concat(conv(x, k), conv(x, w)) = conv(x, concat(enlarge(k, w), w)): the two convs as one.
+    vars, weights = environment({"image": 1, "weight": 1, "kernel": 1})
+    s = synthesize(
+        Settings(
+            ops=("conv2d", "concat", "split", "enlarge"),
+            depth=3,
+            vars=tuple(vars),
+            weights=weights,
+            strides=(1,),
+        )
+    )
+    tensat = [r for r in load_rules() if r.name == "conv-pair-shared-input-enlarge-merge"]
+    assert any(r.is_multi and "enlarge" in str(r.rhs[0]) for r in s.rules)
+    assert derive_rules(tensat, s.rules).derivations[0].derived

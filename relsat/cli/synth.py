@@ -36,7 +36,7 @@ def _positive_number(text: str) -> float:
 
 def add(rules_sub: Subparsers) -> None:
     """Add ``synthesize`` and ``derive`` to the ``rules`` sub-commands."""
-    from relsat.synth.vocab import ENUMERABLE, TENSAT_OPS
+    from relsat.synth.vocab import ENUMERABLE, KINDS, TENSAT_OPS
 
     p = rules_sub.add_parser(
         "synthesize",
@@ -51,6 +51,15 @@ def add(rules_sub: Subparsers) -> None:
         "--ops", default=",".join(TENSAT_OPS), help="operators, comma-separated (TENSAT's)"
     )
     p.add_argument("--depth", type=_positive_int, default=2, help="operators per side")
+    p.add_argument(
+        "--vars",
+        help="variables per kind, e.g. matrix=4,image=2,weight=2,kernel=1 (kinds: "
+        f"{', '.join(f'{k} {list(v[0])}' for k, v in KINDS.items())}; default: chosen from "
+        "the operators; a kind left out has none)",
+    )
+    p.add_argument(
+        "--strides", default="1,2", help="convolution strides enumerated, comma-separated"
+    )
     p.add_argument("--out", required=True, help="the .rules file to write")
     p.add_argument("--time-limit", type=_positive_number, default=600.0, help="seconds")
     p.add_argument(
@@ -63,21 +72,28 @@ def add(rules_sub: Subparsers) -> None:
         "derive",
         help="whether given rules derive each rule of a file",
         description="For each rule of FILE: whether the rules --from put both its sides in one "
-        "e-class (saturating one e-graph that holds every rule of FILE at drawn shapes), with "
-        "the iteration, or 'not derived'. Exit 0 either way.",
+        "e-class (saturating e-graphs that hold --chunk rules of FILE each, at drawn shapes), "
+        "with the iteration, or 'not derived'. Exit 0 either way.",
     )
     p.add_argument("file", help="the rules to derive (a .rules file)")
     p.add_argument("--from", dest="using", nargs="+", required=True, help="rule files or folders")
     p.add_argument("--iterations", type=_positive_int, default=8, help="iteration limit")
     p.add_argument("--nodes", type=_positive_int, default=50_000, help="e-node limit")
     p.add_argument("--seconds", type=_positive_number, default=300.0, help="time limit")
+    p.add_argument(
+        "--chunk",
+        type=_positive_int,
+        default=8,
+        help="rules of FILE per e-graph (each within "
+        "the limits: one fast-growing e-graph does not stop the others)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn shapes")
     p.set_defaults(run=_derive)
 
 
 def _synthesize(args: argparse.Namespace) -> int:
     from relsat.synth import Settings, synthesize
-    from relsat.synth.vocab import ENUMERABLE, unknown_ops
+    from relsat.synth.vocab import ENUMERABLE, environment, parse_counts, unknown_ops
 
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
     bad = unknown_ops(ops)
@@ -88,8 +104,30 @@ def _synthesize(args: argparse.Namespace) -> int:
             if bad
             else "--ops: no operator given"
         )
+    try:
+        strides = tuple(int(t) for t in args.strides.split(","))
+    except ValueError:
+        raise Usage(f"--strides: integers >= 1, comma-separated, got {args.strides!r}") from None
+    if not strides or min(strides) < 1:
+        raise Usage(f"--strides: integers >= 1, comma-separated, got {args.strides!r}")
+    vars, weights = None, None
+    if args.vars is not None:
+        try:
+            named, weights = environment(parse_counts(args.vars))
+        except ValueError as err:
+            raise Usage(f"--vars: {err}") from None
+        if not named:
+            raise Usage("--vars: no variable given")
+        vars = tuple(named)
     settings = Settings(
-        ops=ops, depth=args.depth, time_limit=args.time_limit, batch=args.batch, seed=args.seed
+        ops=ops,
+        depth=args.depth,
+        time_limit=args.time_limit,
+        vars=vars,
+        weights=weights,
+        strides=strides,
+        batch=args.batch,
+        seed=args.seed,
     )
 
     def say(line: str) -> None:
@@ -110,7 +148,7 @@ def _derive(args: argparse.Namespace) -> int:
     rules = load_rules([args.file])
     using = load_rules(args.using)
     limits = Limits(nodes=args.nodes, iterations=args.iterations, seconds=args.seconds)
-    result = derive_rules(rules, using, limits, seed=args.seed)
+    result = derive_rules(rules, using, limits, seed=args.seed, chunk=args.chunk)
     for rule, d in zip(rules, result.derivations, strict=True):
         where = f" ({rule.location})" if rule.location else ""
         if d.derived:

@@ -144,6 +144,8 @@ class Database:
         # and pay off only on large data (measured: 8-15 % less exploration time on the seven
         # benchmarks, bench/explore.py). Results do not depend on optimizer settings.
         self.con.execute(f"SET disabled_optimizers = '{_SKIPPED_OPTIMIZERS}'").fetchall()
+        # A library prints no progress bar of its own (DuckDB draws one for a long statement).
+        self.con.execute("SET enable_progress_bar = false").fetchall()
         _register_functions(self.con)
         self.counters = Counters()
         self._in_transaction = False

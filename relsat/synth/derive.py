@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Exploration, Limits, explore
+from relsat.engine.explore import Exploration, Limits, Schedule, explore
 from relsat.errors import GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.rewrite.instantiate import Memo, instantiate
@@ -30,7 +30,15 @@ from relsat.rewrite.rules import Pattern, Rule, Var
 __all__ = ["DERIVE_LIMITS", "Derivation", "Derived", "derive", "derive_rules"]
 
 #: Limits of a derivation: small e-graphs, a few iterations (Ruler's minimization runs short).
-DERIVE_LIMITS = Limits(nodes=20_000, iterations=8, seconds=60.0)
+#: Small on purpose: one iteration of a few hundred rules can take an e-graph far past its node
+#: limit (which is looked at between iterations), and its time and memory with it.
+DERIVE_LIMITS = Limits(nodes=5_000, iterations=8, seconds=20.0)
+
+#: Iterations that run the multi-pattern rules: two, so that a single-pattern rewrite can make a
+#: pair match first (``relu(conv(x, w))`` into the fused conv); not all of them, since a rule
+#: that merges any two convs of one input also merges its own output, and grows the e-graph by
+#: the square of its matches in every iteration that runs it.
+K_MULTI = 2
 
 Side = Pattern | Var
 
@@ -64,7 +72,7 @@ def derive(
     limits: Limits = DERIVE_LIMITS,
 ) -> Derived:
     """For each equation (one or more ``(lhs, rhs)`` pairs, all over the variables ``shapes``
-    names), whether ``rules`` derive every pair of it within ``limits``."""
+    names), whether ``rules`` derive every pair of it within ``limits`` (in one e-graph)."""
     b = GraphBuilder()
     env = {n: b.input(s, name=n) for n, s in shapes.items()}
     memo: Memo = {}
@@ -95,7 +103,10 @@ def derive(
     look(0)
     exploration = None
     if rules and len(met) < sum(isinstance(s, tuple) for s in spans):
-        exploration = explore(egraph, rules, limits, on_phase=lambda s: look(s.iteration + 1))
+        schedule = Schedule(k_multi=min(K_MULTI, limits.iterations))
+        exploration = explore(
+            egraph, rules, limits, schedule, on_phase=lambda s: look(s.iteration + 1)
+        )
     egraph.close()
     out = [
         Derivation(None, span) if isinstance(span, str) else Derivation(met.get(k))
@@ -111,15 +122,36 @@ def derive_rules(
     *,
     seed: int = 0,
     tries: int = 40,
+    chunk: int | None = None,
 ) -> Derived:
     """For each of ``rules``, whether ``using`` derives it (``relsat rules derive``): the rule
     at shapes (and parameter values) drawn where both its sides build and its guards hold, its
     variables renamed apart from the other rules'; every pair of a multi-pattern rule must meet.
-    A rule with no such instance in ``tries`` draws is not tried (its note says so)."""
+    A rule with no such instance in ``tries`` draws is not tried (its note says so). ``chunk``:
+    at most that many rules per e-graph (each within ``limits``: one rule whose e-graph grows
+    fast does not stop the others'); None: one e-graph. The exploration reported is the last
+    one that stopped at a limit, else the last."""
+    rules = list(rules)
+    using = list(using)
+    if chunk is not None and len(rules) > chunk:
+        parts = [
+            derive_rules(rules[i : i + chunk], using, limits, seed=seed + i, tries=tries)
+            for i in range(0, len(rules), chunk)
+        ]
+        limited = [
+            p.exploration
+            for p in parts
+            if p.exploration and p.exploration.stop.value != "saturated"
+        ]
+        last = (
+            limited[-1]
+            if limited
+            else next((p.exploration for p in reversed(parts) if p.exploration), None)
+        )
+        return Derived(tuple(d for p in parts for d in p.derivations), last)
     equations: list[list[tuple[Side, Side]]] = []
     shapes: dict[str, tuple[int, ...]] = {}
     notes: dict[int, str] = {}
-    rules = list(rules)
     for k, rule in enumerate(rules):
         inst = _instance(rule, seed + k, tries)
         if inst is None:

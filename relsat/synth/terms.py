@@ -4,7 +4,8 @@ Size 0 holds the typed variables and the constants; size ``n`` applies every ope
 to representative terms whose sizes add up to ``n - 1`` (``sql/synth/enumerate.sql``: a filtered
 join of templates with the terms so far). Each new term is built and evaluated
 (:class:`~relsat.synth.values.Evaluator`), its fingerprints stored, and ``sql/synth/classify.sql``
-puts it in the class of the smallest term of equal shape and fingerprint (Ruler's enumeration:
+puts it in the class of the smallest term of equal type (shape and split history) and
+fingerprint (Ruler's enumeration:
 only one term per class is built upon). Every non-representative term of size ``n`` is then a
 candidate equation beside its class's representative (``sql/synth/candidates.sql``).
 
@@ -34,8 +35,9 @@ _CLOCK_EVERY = 64
 
 
 class Terms:
-    """The enumerated terms over ``vars`` (name, shape) and the templates of ``ops``; the
-    variables named in ``weights`` are weights (a convolution's weight, what enlarge pads)."""
+    """The enumerated terms over ``vars`` (name, shape) and the templates of ``ops`` (convolutions
+    of each of ``strides``); the variables named in ``weights`` are weights (a convolution's
+    weight, what enlarge pads)."""
 
     def __init__(
         self,
@@ -43,13 +45,14 @@ class Terms:
         ops: Sequence[str],
         seed: int = 0,
         weights: Collection[str] = (),
+        strides: Sequence[int] = (1,),
     ) -> None:
         self.db = Database()
         self.db.script("synth/schema")
         self.evaluator = Evaluator(vars, seed)
         self.pattern: dict[int, Pattern | Var] = {}
         self.vars = dict(vars)
-        ts = templates(ops)
+        ts = templates(ops, strides)
         rows = [(t.op, t.kind, t.arity, *(list(t.params) + [None] * 4)[:4]) for t in ts]
         self.db.con.executemany("INSERT INTO synth_op VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         leaves = [(Var(n), ("var",), n in weights) for n in self.vars]
@@ -81,7 +84,9 @@ class Terms:
                 continue
             self.pattern[next_id] = term
             params = (list(params) + [None] * 4)[:4]
-            row = [next_id, size, op, *params, c0, c1, list(ev.shape), bool(weight), ev.fp, ev.fpx]
+            splits = [list(s) for s in ev.splits]
+            row = [next_id, size, op, *params, c0, c1, list(ev.shape), splits, bool(weight)]
+            row += [ev.fp, ev.fpx]
             for k, v in zip(_COLUMNS, row, strict=True):
                 cols[k].append(v)
             next_id += 1
@@ -96,6 +101,19 @@ class Terms:
         """``(term, representative, collision)`` for each candidate equation of ``size``."""
         return [(int(a), int(b), bool(c)) for a, b, c in self.db.run("synth/candidates", size=size)]
 
+    def split_pairs(self, size: int) -> list[tuple[int, int, int, int]]:
+        """``(piece0, piece1, rep0, rep1)`` for each two-output candidate of ``size``
+        (``sql/synth/split_pairs.sql``): the split pieces of one term, each equal to a smaller
+        term."""
+        rows = self.db.run("synth/split_pairs", size=size)
+        return [(int(p0), int(p1), int(r0), int(r1)) for _, _, p0, p1, r0, r1 in rows]
+
+    def concat_pairs(self, size: int) -> list[tuple[int, int, int]]:
+        """``(concat, term, axis)`` for each equation of ``size`` between a concat and a term
+        that is no concat (``sql/synth/concat_pairs.sql``)."""
+        rows = self.db.run("synth/concat_pairs", size=size)
+        return [(int(c), int(u), int(axis)) for c, u, axis in rows]
+
     def counts(self, size: int) -> tuple[int, int]:
         """(terms, classes) of ``size``."""
         ((terms, classes),) = self.db.run("synth/size_counts", size=size)
@@ -106,9 +124,12 @@ class Terms:
 
 
 def _term(op: str, params: tuple[int, ...], children: list[Pattern | Var]) -> Pattern:
-    """The pattern of a template applied to children (a split piece wraps its split)."""
+    """The pattern of a template applied to children (a split piece wraps its split; merge takes
+    its count after the weight)."""
     if op in ("split_0", "split_1"):
         return Pattern(op, (Pattern("split", (*params, *children)),))
+    if op == "merge":
+        return Pattern(op, (*children, *params))
     args: tuple[Term, ...] = (*params, *children)
     return Pattern(op, args)
 
@@ -116,11 +137,13 @@ def _term(op: str, params: tuple[int, ...], children: list[Pattern | Var]) -> Pa
 #: A term to insert: pattern, (op, p0…p3), children, whether it is computed from weights alone.
 _Built = tuple[Pattern | Var, tuple, int | None, int | None, bool]
 _COLUMNS = (
-    "id", "size", "op", "p0", "p1", "p2", "p3", "c0", "c1", "shape", "weight", "fp", "fpx",
+    "id", "size", "op", "p0", "p1", "p2", "p3", "c0", "c1", "shape", "splits", "weight",
+    "fp", "fpx",
 )  # fmt: skip
 _TYPES = {
     "id": pa.int64(), "size": pa.int32(), "op": pa.string(),
     "p0": pa.int32(), "p1": pa.int32(), "p2": pa.int32(), "p3": pa.int32(),
     "c0": pa.int64(), "c1": pa.int64(), "shape": pa.list_(pa.int32()), "weight": pa.bool_(),
+    "splits": pa.list_(pa.list_(pa.int32())),
     "fp": pa.int64(), "fpx": pa.int64(),
 }  # fmt: skip

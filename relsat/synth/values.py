@@ -33,7 +33,7 @@ import numpy as np
 from relsat.errors import ExecutionError, GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Node, Ref
-from relsat.graph.kernels import apply
+from relsat.graph.kernels import Lazy, apply
 from relsat.rewrite.instantiate import Memo, instantiate
 from relsat.rewrite.rules import Pattern, Var
 from relsat.synth.vocab import EXACT
@@ -49,11 +49,13 @@ PRIME = 1_000_003
 @dataclass(frozen=True)
 class Evaluated:
     """A built term: its shape, float fingerprint ``fp`` and exact one ``fpx`` (None: the term
-    has an inexact operator)."""
+    has an inexact operator); ``splits``: its split history, per dimension the concat boundaries
+    recorded there (part of its type: TENSAT's ``split`` cuts at the last one)."""
 
     shape: tuple[int, ...]
     fp: int
     fpx: int | None
+    splits: tuple[tuple[int, ...], ...] = ()
 
 
 def _hash(*parts: bytes) -> int:
@@ -102,7 +104,7 @@ class Evaluator:
         self.memo: Memo = {}
         rng = np.random.default_rng(seed)
         self.env: dict[str, Tensor] = {}
-        self.floats: dict[Ref, np.ndarray] = {}
+        self.floats: dict[Ref, np.ndarray | Lazy] = {}
         self.exact: dict[Ref, np.ndarray | None] = {}
         for name, shape in vars:
             t = self.builder.input(shape, name=name)
@@ -122,13 +124,20 @@ class Evaluator:
             return None
         fx = self.exact[t.ref]
         fpx = None if fx is None else _hash(b"x", fx.tobytes())
-        return Evaluated(t.shape, float_fingerprint(self.floats[t.ref]), fpx)
+        value = self.floats[t.ref]
+        if isinstance(value, Lazy):  # a merged weight: its value depends on its consumer
+            fp = _hash(b"lazy", str(term).encode())
+        else:
+            fp = float_fingerprint(value)
+        return Evaluated(t.shape, fp, fpx, tuple(map(tuple, t.type.splits)))
 
     def floats_of(self, term: Pattern | Var) -> np.ndarray | None:
-        """The float values of ``term`` (built if needed); None when it cannot be built."""
+        """The float values of ``term`` (built if needed); None when it cannot be built or is a
+        merged weight (no values of its own)."""
         if self.add(term) is None:
             return None
-        return self.floats[instantiate(self.builder, term, self.env, self.memo).ref]
+        value = self.floats[instantiate(self.builder, term, self.env, self.memo).ref]
+        return None if isinstance(value, Lazy) else value
 
     def _evaluate(self, t: Tensor) -> None:
         """Values of ``t``'s node and of any unevaluated node below it (children first)."""
@@ -142,7 +151,7 @@ class Evaluator:
             exact = self._exact(node, inputs)
         for k, out in enumerate(outs):
             ref = Ref(node.id, k)
-            self.floats[ref] = np.asarray(out, dtype=np.float64)
+            self.floats[ref] = out if isinstance(out, Lazy) else np.asarray(out, dtype=np.float64)
             self.exact[ref] = None if exact is None else exact[k]
 
     def _exact(self, node: Node, inputs: Sequence[Tensor]) -> tuple[np.ndarray, ...] | None:

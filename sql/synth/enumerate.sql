@@ -2,17 +2,25 @@
 -- terms whose sizes add up to $size - 1 and whose shapes fit the template's kind (the graph
 -- builder checks the rest). A convolution's weight is a weight term, its input is not; enlarge
 -- pads a weight to the kernel of a weight variable of another size (only its shape matters).
--- A rank-0 constant takes part only beside a tensor.
+-- A split piece splits a term with a concat boundary recorded on its axis (a concat, or an
+-- operator over one: TASO's multi-output graphs); merge takes a weight that is no merge. A rank-0 constant takes part only beside a
+-- tensor.
 -- Parameters: $size.
 WITH rep AS (
-    SELECT id, size, op, p0, shape, weight, len(shape) AS rank FROM synth_term WHERE id = class
+    SELECT id, size, op, p0, shape, splits, weight, len(shape) AS rank
+    FROM synth_term WHERE id = class
 )
 SELECT o.op, o.p0, o.p1, o.p2, o.p3, a.id AS c0, NULL::BIGINT AS c1, a.weight
 FROM synth_op o
 JOIN rep a ON a.size = $size - 1
 WHERE o.arity = 1
   AND a.rank > 0
-  AND (o.kind = 'unary' OR (o.kind = 'split' AND a.op = 'concat' AND a.p0 = o.p0))
+  AND CASE o.kind
+    WHEN 'unary' THEN TRUE
+    WHEN 'split' THEN len(a.splits[o.p0 + 1]) > 0
+    WHEN 'merge' THEN a.weight AND a.rank = 4 AND a.op <> 'merge'
+    ELSE FALSE
+  END
 UNION ALL
 SELECT o.op, o.p0, o.p1, o.p2, o.p3, a.id AS c0, b.id AS c1, a.weight AND b.weight
 FROM synth_op o

@@ -16,7 +16,8 @@ CREATE TABLE synth_op (
 -- One row per enumerated term: a variable or constant (size 0) or an operator template applied
 -- to representative terms c0, c1. `weight`: every leaf below is a weight variable. `fp`: float fingerprint; `fpx`: exact (modular) fingerprint,
 -- NULL for a term with an inexact operator; `class`: the term that represents every term of
--- equal shape and fingerprint (the smallest id); only representatives are built upon.
+-- equal type (shape, split history) and fingerprint (the smallest id); only representatives
+-- are built upon.
 CREATE TABLE synth_term (
     id    BIGINT    NOT NULL PRIMARY KEY,
     size  INTEGER   NOT NULL,
@@ -28,6 +29,7 @@ CREATE TABLE synth_term (
     c0    BIGINT,
     c1    BIGINT,
     shape INTEGER[] NOT NULL,
+    splits INTEGER[][] NOT NULL,  -- split history: per dimension, the concat boundaries recorded
     weight BOOLEAN  NOT NULL,  -- computable from weight variables alone (TENSAT's all_weights)
     fp    BIGINT    NOT NULL,
     fpx   BIGINT,
