@@ -187,8 +187,9 @@ def merge_rule(
     if k in seen.keys:
         return None
     seen.keys.add(k)
-    assert isinstance(s[0], Pattern) and isinstance(s[1], Pattern)
-    return _rule(name, (t0, t1), s, symmetric=True)
+    s0, s1 = s
+    assert isinstance(s0, Pattern) and isinstance(s1, Pattern)
+    return _rule(name, (t0, t1), (s0, s1), symmetric=True)
 
 
 def _rule(

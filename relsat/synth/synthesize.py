@@ -264,6 +264,7 @@ def _merges(terms: Terms, n: int, seen: Seen, stats: DepthStats) -> list[Rule]:
         cat = terms.pattern[c]
         assert isinstance(cat, Pattern)
         *_, t0, t1 = cat.args
+        assert isinstance(t0, Pattern | Var) and isinstance(t1, Pattern | Var)
         cut = Pattern("split", (axis, terms.pattern[u]))
         if _merging(t0, t1):
             add((t0, t1), (Pattern("split_0", (cut,)), Pattern("split_1", (cut,))))

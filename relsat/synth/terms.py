@@ -55,7 +55,9 @@ class Terms:
         ts = templates(ops, strides)
         rows = [(t.op, t.kind, t.arity, *(list(t.params) + [None] * 4)[:4]) for t in ts]
         self.db.con.executemany("INSERT INTO synth_op VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-        leaves = [(Var(n), ("var",), n in weights) for n in self.vars]
+        leaves: list[tuple[Pattern | Var, tuple[object, ...], bool]] = [
+            (Var(n), ("var",), n in weights) for n in self.vars
+        ]
         leaves += [(Pattern(t.op, t.params), (t.op, *t.params), False) for t in ts if not t.arity]
         self._insert(0, [(p, cols, None, None, w) for p, cols, w in leaves])
 

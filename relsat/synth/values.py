@@ -155,9 +155,10 @@ class Evaluator:
             self.exact[ref] = None if exact is None else exact[k]
 
     def _exact(self, node: Node, inputs: Sequence[Tensor]) -> tuple[np.ndarray, ...] | None:
-        args = [self.exact[i.ref] for i in inputs]
-        if not _exact_node(node) or any(a is None for a in args):
+        maybe = [self.exact[i.ref] for i in inputs]
+        if not _exact_node(node) or any(a is None for a in maybe):
             return None
+        args = [a for a in maybe if a is not None]
         if node.op == "scalar":
             return (np.array(_residue(node.params["value"]), dtype=np.int64),)
         if node.op == "reciprocal":
