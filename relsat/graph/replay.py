@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph, Ref
 
-__all__ = ["Get", "Make", "rebuild", "reshape", "transpose"]
+__all__ = ["Get", "Make", "rebuild"]
 
 #: The rebuilt tensor of a ref of the graph being rebuilt.
 Get = Callable[[Ref], Tensor]
@@ -47,16 +47,16 @@ def rebuild(graph: Graph, made_by: Mapping[int, Make]) -> Graph:
         elif n.op == "weight":
             made[n.id] = (b.weight(n.shape, name=n.name, value=graph.values.get(n.name or "")),)
         elif n.op == "reshape":
-            made[n.id] = (reshape(b, get(n.inputs[0]), n.params["shape"]),)
+            made[n.id] = (_reshape(b, get(n.inputs[0]), n.params["shape"]),)
         elif n.op == "transpose":
             perm = tuple(n.params["perm"])
-            made[n.id] = (transpose(b, get(n.inputs[0]), perm, shuffle=n.params["shuffle"]),)
+            made[n.id] = (_transpose(b, get(n.inputs[0]), perm, shuffle=n.params["shuffle"]),)
         else:
             made[n.id] = b.add_node(n.op, [get(r) for r in n.inputs], n.params, name=n.name)
     return b.build([get(r) for r in graph.outputs]).reachable()
 
 
-def reshape(b: GraphBuilder, x: Tensor, shape: Sequence[int]) -> Tensor:
+def _reshape(b: GraphBuilder, x: Tensor, shape: Sequence[int]) -> Tensor:
     """``x`` reshaped, a reshape of a reshape read from the first's input, none when the shape
     is ``x``'s own."""
     producer, inputs = b.producer(x)
@@ -65,7 +65,7 @@ def reshape(b: GraphBuilder, x: Tensor, shape: Sequence[int]) -> Tensor:
     return x if tuple(shape) == x.shape else b.reshape(x, list(shape))
 
 
-def transpose(b: GraphBuilder, x: Tensor, perm: Sequence[int], *, shuffle: bool) -> Tensor:
+def _transpose(b: GraphBuilder, x: Tensor, perm: Sequence[int], *, shuffle: bool) -> Tensor:
     """``x`` transposed, a transpose of a transpose composed into one, none for the identity."""
     producer, inputs = b.producer(x)
     if producer.op == "transpose":

@@ -20,7 +20,7 @@ from relsat.graph.builder import Tensor
 from relsat.graph.ops import conv_out_size, same_padding
 from relsat.onnx.context import Handler, ImportContext, Unmapped, attrs_of, encode_tensor
 
-__all__ = ["HANDLERS", "halves", "transposed"]
+__all__ = ["HANDLERS", "halves"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,11 +371,10 @@ def _split(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[st
 def _reshape_to(
     imp: ImportContext, x: Tensor, name: str, shape: Sequence[int] | None
 ) -> dict[str, Tensor]:
-    """``x`` reshaped to ``shape`` (None: as ONNX infers ``name``), read through the layout
-    chains exporters write around repeated key/value heads (:func:`relsat.onnx.decoder_ops`'s
-    Expand): a reshape of the 5-D view of a ``repeatkv`` is a reshape of the repeat itself (the
-    repeat when the shapes agree). (Keys transposed through a merge of batch and heads become
-    one transpose by a rule: rules/layout.rules' merged-heads-transpose.)"""
+    """``x`` reshaped to ``shape`` (None: as ONNX infers ``name``); ``x`` itself at its own
+    shape, and a rotary table of equal halves reshaped half by half (its last axis kept), so
+    that the rules still see the halves. (The layout chains around repeated heads and merged
+    heads are rules: rules/decoder.rules, rules/layout.rules.)"""
     if shape is None:
         shape = imp.inferred_shape(name)
     if shape is None:
@@ -390,15 +389,6 @@ def _reshape_to(
     return {name: imp.g.reshape(x, shape, name=name)}
 
 
-def _sole_input(imp: ImportContext, x: Tensor, op: str) -> Tensor | None:
-    """The input of the ``op`` that computes ``x`` when that op has one input; else None. A
-    recognizer reading back through the graph checks the producer's op *and* arity before it
-    unpacks: SegFormer transposes a LayerNormalization's output (three inputs) where a
-    recognizer expected a reshape (one)."""
-    node, ins = imp.g.producer(x)
-    return ins[0] if node.op == op and len(ins) == 1 else None
-
-
 def halves(imp: ImportContext, x: Tensor) -> Tensor | None:
     """``h`` when ``x`` is ``concat(h, h)`` on its last axis (a rotary table, whose equal halves
     a rule of ``rules/decoder.rules`` requires); else None."""
@@ -406,14 +396,6 @@ def halves(imp: ImportContext, x: Tensor) -> Tensor | None:
     if node.op != "concat" or len(ins) != 2 or node.inputs[0] != node.inputs[1]:
         return None
     return ins[0] if node.params["axis"] == x.rank - 1 else None
-
-
-def transposed(
-    imp: ImportContext, x: Tensor, perm: Sequence[int], name: str | None = None
-) -> Tensor:
-    """``transpose(x, perm)`` (a transpose of repeated heads moves under the repeat by a rule:
-    rules/decoder.rules' repeat-kv-transposed)."""
-    return imp.g.transpose(x, perm, name=name)
 
 
 def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -444,7 +426,7 @@ def _squeeze(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[
 def _transpose(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x = imp.tensor(node.input[0])
     perm = a.get("perm", list(range(x.rank))[::-1])
-    return {node.output[0]: transposed(imp, x, perm, name=node.output[0])}
+    return {node.output[0]: imp.g.transpose(x, perm, name=node.output[0])}
 
 
 def _identity(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
