@@ -322,17 +322,22 @@ def test_a_flatten_of_another_width_does_not_pack() -> None:
     assert evaluate_rule(PACKED, shapes, values=values).kind == "guards-fail"
 
 
-def test_projections_become_one_matmul_on_their_input_and_fold_their_bias() -> None:
+@pytest.mark.parametrize("residual_first", [True, False])
+def test_projections_become_one_matmul_on_their_input_and_fold_their_bias(
+    residual_first: bool,
+) -> None:
     """layout.rules' projection-as-linear and transformer.rules' bias-gelu-of-linear and
     skip-layernorm-of-linear: the 2-D views around a projection dropped, its bias taken by the
-    kernel after it; each sound in the NumPy executor's values."""
+    kernel after it (the residual add in either operand order); each sound in the NumPy
+    executor's values."""
     b = GraphBuilder()
     x = b.input([2, 3, 8], name="x")
     flat = b.reshape(x, [6, 8])
     plain = b.reshape(b.matmul(flat, b.weight([8, 4], name="w1")), [2, 3, 4])
     gelu = b.gelu(b.reshape(b.matmul_bias(flat, b.weight([8, 8]), b.weight([8])), [2, 3, 8]))
     residual = b.reshape(b.matmul_bias(flat, b.weight([8, 8]), b.weight([8])), [2, 3, 8])
-    norm = b.layernorm(b.add(residual, gelu), b.weight([8]), b.weight([8]), 1e-5)
+    summed = b.add(residual, gelu) if residual_first else b.add(gelu, residual)
+    norm = b.layernorm(summed, b.weight([8]), b.weight([8]), 1e-5)
     rules = [SHIPPED[n] for n in ("projection-as-linear", "bias-gelu-of-linear")]
     rules.append(SHIPPED["skip-layernorm-of-linear"])
     eg = _explore([plain, norm], b, rules)
@@ -340,6 +345,17 @@ def test_projections_become_one_matmul_on_their_input_and_fold_their_bias() -> N
     assert made == {"linear": 3, "biasgelu": 1, "skiplayernorm": 1, "concat": 2}
     for name in ("projection-as-linear", "bias-gelu-of-linear", "skip-layernorm-of-linear"):
         assert check_rule(SHIPPED[name]).ok
+
+
+def test_near_misses_of_a_projection_keep_their_views() -> None:
+    """A flatten that is not of the leading dims (x [2, 3, 8] viewed as [3, 16]: rows mixed
+    across the batch), and an unflatten to another shape: no MatMul on x replaces them."""
+    b = GraphBuilder()
+    x = b.input([2, 3, 8], name="x")
+    mixed = b.reshape(b.matmul(b.reshape(x, [3, 16]), b.weight([16, 4])), [2, 3, 2])
+    other = b.reshape(b.matmul(b.reshape(x, [6, 8]), b.weight([8, 4])), [3, 2, 4])
+    eg = _explore([mixed, other], b, [SHIPPED["projection-as-linear"]])
+    assert _rows(eg, "linear") == set()
 
 
 def test_a_projection_unflattened_into_heads_keeps_the_head_split() -> None:
