@@ -184,7 +184,7 @@ def fused_graph() -> tuple[relsat.Graph, dict[str, np.ndarray]]:
     pos = b.add(b.sigmoid(rms), b.relu6(g))
     pieces = b.sub(b.div(b.sqrt(pos), b.pow(pos, two)), b.reciprocal(pos))
     trig = b.add(b.neg(b.cos(pieces)), b.mul(b.sin(pieces), b.erf(pieces)))
-    soft = b.finite(b.nanzero(b.softmax(b.add(trig, b.reducemean(trig)))))
+    soft = b.same(b.nanzero(b.softmax(b.add(trig, b.reducemean(trig)))))
     q, kt, v = (b.input([2, 4, 8, 8], name=n) for n in ("q", "kt", "v"))
     kt2, v2 = b.input([2, 2, 8, 8], name="kt2"), b.input([2, 2, 8, 8], name="v2")
     cos, sin = b.input([8, 4], name="cos"), b.input([8, 4], name="sin")

@@ -211,7 +211,7 @@ def kernels(sig: OpSignature, gemm_tile: tuple[int, int, int] = (16, 16, 8)) -> 
         return [Kernel(bytes=_bytes(*ins, out), flops=4 * n_out)]
     if op == "opaque":
         return [Kernel(bytes=_bytes(out))]
-    if op in ("scalar", "finite"):  # finite: a mark, exported as nothing
+    if op in ("scalar", "same"):  # same: no computation, exported as nothing
         return []
     if op in _ELEMENTWISE_FLOPS:
         if not ins:

@@ -100,7 +100,7 @@ ORT_ZERO_COST = frozenset(
         "weight",
         "scalar",
         "noop",
-        "finite",
+        "same",
         "dropout",
         "split_0",
         "split_1",

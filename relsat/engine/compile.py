@@ -144,8 +144,7 @@ def rule_sql(rule: Rule) -> str:
                 expr_sql(
                     g.expr,
                     lambda p: f"ilist({binding[p.name]})" if p.type == "ints" else binding[p.name],
-                    lambda v: f"g_{v.name}.shape",
-                    lambda v: f"g_{v.name}.all_weights",
+                    lambda v: f"g_{v.name}",
                 )
             )
     select = [f"{r}.class AS root{i}" for i, r in enumerate(roots)]
@@ -289,11 +288,11 @@ def _slots(rule: Rule) -> dict[str, int]:
 _SQL_OPS = {"==": "=", "!=": "<>", "and": "AND", "or": "OR", "%": "%"}
 
 
-def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
+def expr_sql(term: object, value: Any, klass: Any) -> str:
     """``term`` (relsat.rewrite.exprs) as SQL: ``value(param)`` gives a parameter's column (a
     float parameter's float32 bits are read as a DOUBLE with the macro ``f32``; a list
-    variable's value is the list), ``shape(var)`` / ``weights(var)`` a tensor variable's e-class
-    columns."""
+    variable's value is the list), ``klass(var)`` the alias of a tensor variable's ``eclass``
+    row (its facts of values are read from table ``fact`` by class)."""
     if isinstance(term, bool):
         return "true" if term else "false"
     if isinstance(term, int):
@@ -307,9 +306,12 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
         return f"f32({col})" if term.type == "float" else col
     assert isinstance(term, Expr)
     op, args = term.op, term.args
-    sub = [expr_sql(a, value, shape, weights) if not isinstance(a, Var) else "" for a in args]
+    sub = [expr_sql(a, value, klass) if not isinstance(a, Var) else "" for a in args]
+    if op in VALUE_FACTS:
+        row = f"FROM fact f WHERE f.class = {klass(args[0])}.id"
+        return f"coalesce((SELECT {VALUE_FACTS[op]} {row}), false)"
     if op == "shape":
-        return f"CAST({shape(args[0])} AS BIGINT[])"
+        return f"CAST({klass(args[0])}.shape AS BIGINT[])"
     if op == "defined":  # a list computed with every item (compose within the permutation)
         return f"coalesce(list_count({sub[0]}) = len({sub[0]}), false)"
     if op == "len":
@@ -336,13 +338,13 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
             f"list_transform({sub[1]}, lambda i: CASE WHEN i >= 0 THEN i + 1 ELSE 0 END))"
         )
     if op == "rank":
-        return f"len({shape(args[0])})"
+        return f"len({klass(args[0])}.shape)"
     if op == "size":
-        return f"coalesce(list_aggregate({shape(args[0])}, 'product'), 1)"  # a scalar: 1
+        return f"coalesce(list_aggregate({klass(args[0])}.shape, 'product'), 1)"  # a scalar: 1
     if op == "weights":
-        return weights(args[0])
+        return f"{klass(args[0])}.all_weights"
     if op == "dim":
-        return _item_sql(shape(args[0]), sub[1])
+        return _item_sql(f"{klass(args[0])}.shape", sub[1])
     if op == "chain":
         return f"({sub[0]} AND {sub[1]})"
     if op == "not":
@@ -354,6 +356,15 @@ def expr_sql(term: object, value: Any, shape: Any, weights: Any) -> str:
     if op == "/":
         return f"(CAST({sub[0]} AS DOUBLE) / {sub[1]})"
     return f"({sub[0]} {_SQL_OPS.get(op, op)} {sub[1]})"
+
+
+#: Facts of values (relsat.graph.facts) as SQL over a ``fact`` row ``f``.
+VALUE_FACTS = {
+    "finite": "f.lo IS NOT NULL AND f.hi IS NOT NULL",
+    "nonneg": "f.lo >= 0",
+    "halves": "f.halves",
+    "pairs": "f.pairs",
+}
 
 
 def _item_sql(items: str, index: str) -> str:
@@ -368,8 +379,7 @@ def _value_sql(term: object, slots: dict[str, int]) -> str:
     return expr_sql(
         term,
         lambda p: f"l{slots[p.name]}.v" if p.type == "ints" else f"m.v[{slots[p.name] + 1}]",
-        lambda v: f"g{slots[v.name]}.shape",
-        lambda v: f"g{slots[v.name]}.all_weights",
+        lambda v: f"g{slots[v.name]}",
     )
 
 

@@ -16,14 +16,16 @@ SQL". Loading hash-conses, so identical subgraphs of the input collapse into one
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from relsat.engine.db import SCHEMA_VERSION, SQL_DIR, Database
+from relsat.engine.facts import insert_facts
 from relsat.errors import DatabaseError, GraphError
+from relsat.graph.facts import Facts, analyse
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.ops import (
     ACTIVATIONS,
@@ -128,15 +130,22 @@ class EGraph:
         return None if value is None else str(value)
 
     @classmethod
-    def from_graph(cls, graph: Graph, db: Database | str | Path | None = None) -> EGraph:
+    def from_graph(
+        cls,
+        graph: Graph,
+        db: Database | str | Path | None = None,
+        facts: Mapping[Ref, Facts] | None = None,
+    ) -> EGraph:
         eg = cls(db)
-        eg.load(graph)
+        eg.load(graph, facts)
         return eg
 
     # --- loading --------------------------------------------------------------------------
 
-    def load(self, graph: Graph) -> None:
-        """Insert ``graph`` (hash-consed) into empty tables: one Arrow batch per table."""
+    def load(self, graph: Graph, facts: Mapping[Ref, Facts] | None = None) -> None:
+        """Insert ``graph`` (hash-consed) into empty tables: one Arrow batch per table.
+        ``facts``: what is known of its tensors' values (default: :func:`relsat.graph.facts.
+        analyse` of the graph alone), table ``fact``."""
         if self.db.scalar("SELECT count(*) FROM enode"):
             raise DatabaseError("the e-graph database already holds an e-graph", path=self.db.path)
         rows = _Rows()
@@ -176,6 +185,12 @@ class EGraph:
         self.db.insert_arrow("eclass", pa.Table.from_pylist(rows.eclasses))
         outputs = [{"pos": i, "class": classes[r]} for i, r in enumerate(graph.outputs)]
         self.db.insert_arrow("output", pa.Table.from_pylist(outputs))
+        by_class: dict[int, Facts] = {}
+        for ref, f in (analyse(graph) if facts is None else facts).items():
+            if ref in classes:
+                by_class[classes[ref]] = f.merge(by_class.get(classes[ref]))
+        if by_class:
+            insert_facts(self.db, by_class)
 
     @staticmethod
     def _add_split(

@@ -33,6 +33,7 @@ from typing import Any
 from relsat.engine.compile import Program
 from relsat.engine.cycles import prefilter, ranks, remove_cycles
 from relsat.engine.egraph import EGraph
+from relsat.engine.facts import propagate
 from relsat.engine.rebuild import Rebuilt, rebuild
 from relsat.engine.relevance import neutral_rules
 from relsat.engine.shapecheck import check_new
@@ -235,6 +236,7 @@ class Phases:
                 sum(r[i] for r in per_rule) for i in range(2, 8)
             )
             rebuilt = rebuild(db, self.epoch)
+            propagate(db, self.epoch)  # facts of values, for the next search's guards
         matches += banned
         t3 = time.perf_counter()
         # The first post-pass of a run looks at everything (the stored e-graph may come from a

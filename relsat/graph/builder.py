@@ -490,10 +490,10 @@ class GraphBuilder:
         """``x`` with NaN replaced by 0 (ONNX ``Where(IsNaN(x), 0, x)``)."""
         return self._one("nanzero", [x], name)
 
-    def finite(self, x: Tensor, name: str | None = None) -> Tensor:
-        """``x`` itself, marked as proved finite (the importer's mask analysis,
-        :mod:`relsat.onnx.masks`): a rule may require the mark; exported as nothing."""
-        return self._one("finite", [x], name)
+    def same(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``x`` itself (a rule's right-hand side that is one of its variables); exported as
+        nothing."""
+        return self._one("same", [x], name)
 
     def attention(
         self,

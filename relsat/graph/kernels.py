@@ -442,7 +442,7 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "biasgelu": lambda n, a: (_gelu(a[0] + a[1]),),
     "quickgelu": lambda n, a: (a[0] * _activate(n.params["alpha"] * a[0], "SIGMOID"),),
     "nanzero": _unary(_nanzero),
-    "finite": _unary(lambda x: x),
+    "same": _unary(lambda x: x),
     "attention": _attention,
     "gqa": _gqa,
     "mha": _mha,

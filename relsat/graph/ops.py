@@ -794,12 +794,12 @@ OPS: dict[str, OpSpec] = {
             "softmax of a masked attention, for rows masked entirely)",
         ),
         _spec(
-            "finite",
+            "same",
             1,
             "",
             _unary,
-            "x, which the importer proved finite (no inf, no NaN: a mask built from finite "
-            "constants); no computation, exported as nothing: a rule may require it",
+            "x itself: a rule's right-hand side that is one of its variables (the engine merges "
+            "the match with that variable's class; never an e-node); no computation",
         ),
         _spec(
             "attention",

@@ -9,10 +9,9 @@ legacy exporter writes around an RMSNorm) is the tensor itself; RMSNormalization
 their first output read) are ``rmsnorm`` (onnxruntime's optimizer writes the latter in the
 default domain, which the ONNX checker, and so the importer, refuses); RotaryEmbedding (opset
 23) on 4-D ``[B, H, S, D]`` input, whole head size rotated, tables given per position or
-gathered at constant position ids, is ``rotary``. A Mul by a constant rotary table whose two
-halves on the last axis are equal (transformers' ``cat(freqs, freqs)``, folded by the exporter)
-reads the table as ``concat(half, half)``: that is what lets a rule of ``rules/decoder.rules``
-fuse the rotation soundly. GPT-J's interleaved rotation is read from its pieces: the Reshape
+gathered at constant position ids, is ``rotary``. (That a rotary table's two halves are equal,
+transformers' ``cat(freqs, freqs)``, is a fact of values the e-graph keeps: :mod:`relsat.graph.
+facts`.) GPT-J's interleaved rotation is read from its pieces: the Reshape
 ending torch's ``rotate_every_two`` (strided Slices, Neg, Unsqueeze, Concat) is ``turnpairs``,
 the Reshape ending a table's ``repeat_interleave(t, 2, -1)`` (Unsqueeze, Expand or Tile) and a
 constant whose entries come in equal pairs are ``repeat2``. Anything else — another axis, a
@@ -50,7 +49,6 @@ from relsat.onnx.context import (
     axes_of,
 )
 from relsat.onnx.opmap import HANDLERS as OPMAP_HANDLERS
-from relsat.onnx.opmap import halves
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
 from relsat.onnx.transformer_ops import repeat_heads_out
 
@@ -76,17 +74,10 @@ _BIG = 1 << 62
 
 
 def _unary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Reciprocal, Neg, Cos, Sin; Cos and Sin of ``concat(h, h)`` as ``concat(f(h), f(h))``
-    (transformers' rotary tables, ``cat(freqs, freqs).cos()``, computed at run time under a
-    dynamic sequence length: their equal halves stay visible to the rotary rules)."""
+    """Reciprocal, Neg, Cos, Sin."""
     g = imp.g
     make = {"Reciprocal": g.reciprocal, "Neg": g.neg, "Cos": g.cos, "Sin": g.sin}[node.op_type]
-    x = imp.tensor(node.input[0])
-    half = halves(imp, x) if node.op_type in ("Cos", "Sin") else None
-    if half is not None:
-        piece = make(half)
-        return {node.output[0]: g.concat(x.rank - 1, [piece, piece], name=node.output[0])}
-    return {node.output[0]: make(x, name=node.output[0])}
+    return {node.output[0]: make(imp.tensor(node.input[0]), name=node.output[0])}
 
 
 def _cast(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -233,21 +224,6 @@ def _table_value(imp: ImportContext, name: str, other: str) -> np.ndarray | None
     return value
 
 
-def _repeating_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
-    """Constant ``name`` as ``concat(half, half)`` on its last axis when it is a rotary table
-    (:func:`_table_value`): both halves equal, not one value throughout (a mask of ones); else
-    None."""
-    value = _table_value(imp, name, other)
-    if value is None:
-        return None
-    d = value.shape[-1]
-    half = value[..., : d // 2]
-    if not np.array_equal(half, value[..., d // 2 :]) or half.min() == half.max():
-        return None
-    piece = imp.derived_weight(name, "half", lambda: np.ascontiguousarray(half))
-    return imp.g.concat(value.ndim - 1, [piece, piece])
-
-
 def _pairwise_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
     """Constant ``name`` as ``repeat2(half)`` when it is an interleaved rotary table
     (:func:`_table_value`): each entry of its last axis twice in place (``repeat_interleave(t,
@@ -262,42 +238,16 @@ def _pairwise_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
     return imp.g.repeat2(piece)
 
 
-def _own_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
-    """A rotary table computed at run time, ``concat(h, h)`` (see :func:`relsat.onnx.opmap.
-    halves`), multiplying a 4-D float tensor: a concat of its own for this Mul, so that a
-    layer folded as a repeated block (:mod:`relsat.pipeline.blocks`) computes it inside, where
-    the rotary rules see it, rather than reading it across the cut; else None."""
-    if imp.const(name) is not None or not imp.is_float(name) or not imp.is_float(other):
-        return None
-    try:
-        table = imp.tensor(name)
-    except Unmapped:
-        return None
-    if table.rank != 4:
-        return None
-    node, ins = imp.g.producer(table)
-    if node.op == "repeat2":
-        return imp.g.repeat2(ins[0])
-    half = halves(imp, table)
-    return None if half is None else imp.g.concat(table.rank - 1, [half, half])
-
-
 def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Mul, reading a constant rotary table as ``concat(half, half)`` (see the module
-    docstring); ``x * 1`` as ``x``; any other Mul as the transformer operators read it (a table
-    of equal halves or repeated heads times a scalar: rules/decoder.rules moves the scalar
-    inside)."""
+    """Mul, reading a constant interleaved rotary table as ``repeat2(half)``; ``x * 1`` as
+    ``x``; any other Mul as the transformer operators read it."""
     first, second = node.input
-    for read in (_repeating_table, _pairwise_table):
-        table = read(imp, second, first)
+    for table_name, other in ((second, first), (first, second)):
+        table = _pairwise_table(imp, table_name, other)
         if table is not None:
-            return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
-        table = read(imp, first, second)
-        if table is not None:
-            return {node.output[0]: imp.g.mul(table, imp.tensor(second), name=node.output[0])}
-    table = _own_table(imp, second, first)
-    if table is not None:
-        return {node.output[0]: imp.g.mul(imp.tensor(first), table, name=node.output[0])}
+            x = imp.tensor(other)
+            pair = (x, table) if table_name == second else (table, x)
+            return {node.output[0]: imp.g.mul(*pair, name=node.output[0])}
     out = TRANSFORMER_HANDLERS["Mul"](imp, node, a)  # the scalar operand second
     inside = _scaled_inside(imp, out[node.output[0]])
     return out if inside is None else {node.output[0]: inside}

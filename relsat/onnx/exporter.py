@@ -413,7 +413,7 @@ class Exporter:
         first_output: dict[Ref, str] = {}
         for ref, name in zip(self.outputs, self.output_names, strict=True):
             node = self.graph.node(ref)
-            plain = node.op not in ("input", "finite")
+            plain = node.op not in ("input", "same")
             if ref not in first_output and plain and not self.foldable[ref.node]:
                 first_output[ref] = name
         for node in self.graph.nodes:
@@ -422,7 +422,7 @@ class Exporter:
                 continue
             if node.op == "noop" or self.foldable[node.id] or node.id not in needed:
                 continue
-            if node.op == "finite":  # a mark, no computation: its input's name
+            if node.op == "same":  # no computation: its input's name
                 self.tensor_name[Ref(node.id, 0)] = self.name_of(node.inputs[0], node)
                 continue
             outs = []

@@ -20,7 +20,7 @@ from relsat.graph.builder import Tensor
 from relsat.graph.ops import conv_out_size, same_padding
 from relsat.onnx.context import Handler, ImportContext, Unmapped, attrs_of, encode_tensor
 
-__all__ = ["HANDLERS", "halves"]
+__all__ = ["HANDLERS"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,30 +372,15 @@ def _reshape_to(
     imp: ImportContext, x: Tensor, name: str, shape: Sequence[int] | None
 ) -> dict[str, Tensor]:
     """``x`` reshaped to ``shape`` (None: as ONNX infers ``name``); ``x`` itself at its own
-    shape, and a rotary table of equal halves reshaped half by half (its last axis kept), so
-    that the rules still see the halves. (The layout chains around repeated heads and merged
-    heads are rules: rules/decoder.rules, rules/layout.rules.)"""
+    shape. (The layout chains around repeated heads and merged heads are rules:
+    rules/decoder.rules, rules/layout.rules.)"""
     if shape is None:
         shape = imp.inferred_shape(name)
     if shape is None:
         raise Unmapped
     if list(shape) == list(x.shape):
         return {name: x}
-    half = halves(imp, x)
-    if half is not None and shape and shape[-1] == x.shape[-1]:
-        # the last axis untouched (an Unsqueeze of a rotary table): each half reshaped alike
-        piece = imp.g.reshape(half, [*shape[:-1], half.shape[-1]])
-        return {name: imp.g.concat(len(shape) - 1, [piece, piece], name=name)}
     return {name: imp.g.reshape(x, shape, name=name)}
-
-
-def halves(imp: ImportContext, x: Tensor) -> Tensor | None:
-    """``h`` when ``x`` is ``concat(h, h)`` on its last axis (a rotary table, whose equal halves
-    a rule of ``rules/decoder.rules`` requires); else None."""
-    node, ins = imp.g.producer(x)
-    if node.op != "concat" or len(ins) != 2 or node.inputs[0] != node.inputs[1]:
-        return None
-    return ins[0] if node.params["axis"] == x.rank - 1 else None
 
 
 def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:

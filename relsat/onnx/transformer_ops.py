@@ -32,7 +32,7 @@ from onnx import NodeProto
 from relsat.graph.builder import Tensor
 from relsat.graph.graph import Node, Ref
 from relsat.onnx import masks
-from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped, attrs_of
+from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
 
 __all__ = ["ATTENTION_OPSET", "CONTRIB", "CONTRIB_HANDLERS", "EXPORTED", "HANDLERS", "emit"]
 
@@ -77,8 +77,6 @@ def _binary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[s
     op = node.op_type
     if op in ("Add", "Mul") and x.rank == 0 and y.rank > 0:
         x, y = y, x  # commutative: the scalar second, the one order the rules spell
-    if op == "Add" and x.rank > 0 and y.rank > 0:
-        x, y = _marked_mask(imp, node, x, y)
     make = {
         "Add": imp.g.add,
         "Mul": imp.g.mul,
@@ -87,25 +85,6 @@ def _binary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[s
         "Pow": imp.g.pow,
     }[op]
     return {node.output[0]: make(x, y, name=node.output[0])}
-
-
-def _marked_mask(
-    imp: ImportContext, node: NodeProto, x: Tensor, y: Tensor
-) -> tuple[Tensor, Tensor]:
-    """An additive attention mask the analysis of :mod:`relsat.onnx.masks` proves finite,
-    wrapped in ``finite`` (second): only in an Add whose sole reader is a Softmax over the last
-    axis (where an eager attention's rule looks for it)."""
-    reader = imp.sole_reader(node.output[0])
-    if reader is None or reader.op_type != "Softmax" or reader.domain not in ("", "ai.onnx"):
-        return x, y
-    axis = attrs_of(reader).get("axis", -1 if imp.opset >= 13 else 1)
-    rank = max(x.rank, y.rank)
-    if not _is_last(axis, rank):
-        return x, y
-    for first, second, name in ((x, y, node.input[1]), (y, x, node.input[0])):
-        if masks.is_finite(imp, name):  # type: ignore[arg-type]
-            return first, imp.g.finite(second)
-    return x, y
 
 
 def _unary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:

@@ -4,6 +4,11 @@ with the rules (:func:`relsat.engine.explore.explore`) within ``Options.limits``
 With ``Options.resume`` an e-graph of the same graph already stored in ``db`` is explored further
 (iteration numbers and the limits go on from where it stopped); one of another graph is refused
 (:class:`~relsat.errors.DatabaseError`).
+
+The e-graph starts with the facts of values of the graph's tensors (:mod:`relsat.graph.facts`:
+what guards such as ``finite(?m)`` read), ONNX's opaque operators bounded by
+:func:`relsat.onnx.masks.opaque_facts`; a folded block's inputs get what holds at every one of
+its occurrences.
 """
 
 from __future__ import annotations
@@ -14,17 +19,19 @@ from pathlib import Path
 from relsat.engine import explore as engine
 from relsat.engine.egraph import EGraph
 from relsat.errors import DatabaseError
-from relsat.graph.graph import Graph
+from relsat.graph.facts import Facts, analyse, weakest
+from relsat.graph.graph import Graph, Ref
+from relsat.onnx.masks import opaque_facts
 from relsat.pipeline.run import Run
 
-__all__ = ["explore", "stored_egraph"]
+__all__ = ["explore", "graph_facts", "stored_egraph"]
 
 
 def explore(run: Run) -> Run:
     """Build (or resume) the e-graph of ``run.explored`` and explore it."""
     o = run.options
     egraph = stored_egraph(run.explored, o.db) if o.resume and o.db is not None else None
-    egraph = egraph or EGraph.from_graph(run.explored, o.db)
+    egraph = egraph or EGraph.from_graph(run.explored, o.db, graph_facts(run))
     exploration = engine.explore(
         egraph,
         o.rules,
@@ -39,6 +46,22 @@ def explore(run: Run) -> Run:
         ),
     )
     return replace(run, egraph=egraph, exploration=exploration)
+
+
+def graph_facts(run: Run) -> dict[Ref, Facts]:
+    """The facts of values of ``run.explored``'s tensors (of the original graph, read at each
+    occurrence, for a folded block's inputs)."""
+    inputs: dict[str, Facts] = {}
+    folding = run.folding
+    if folding is not None:
+        outer = analyse(folding.original, opaque=opaque_facts)
+        for k, first in enumerate(folding.first):
+            occurrences = [p for p in folding.pieces if p.copy == k]
+            for j in range(len(folding.pieces[first].inputs)):
+                f = weakest([outer.get(p.inputs[j]) for p in occurrences])
+                if f is not None:
+                    inputs[folding.input_name(k, j)] = f
+    return analyse(run.explored, inputs, opaque_facts)
 
 
 def stored_egraph(graph: Graph, db: str | Path) -> EGraph | None:

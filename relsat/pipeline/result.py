@@ -44,7 +44,7 @@ OP_NAMES = {
     "ewmul": "Mul",
     "ewpow": "Pow",
     "ewsub": "Sub",
-    "finite": "finite (no computation)",
+    "same": "the same tensor (no computation)",
     "gelu": "Gelu",
     "gelu_tanh": "FastGelu",
     "gqa": "GroupQueryAttention",

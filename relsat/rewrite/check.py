@@ -31,12 +31,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from relsat.errors import ExecutionError, GraphError, RuleError
 from relsat.graph.builder import GraphBuilder
-from relsat.graph.execute import compare
+from relsat.graph.execute import compare, compare_outputs, random_values, run
 from relsat.graph.graph import Graph
 from relsat.graph.ops import TensorType
-from relsat.rewrite.exprs import Cond, Expr, Num
+from relsat.rewrite.exprs import VALUE_FACTS, Cond, Expr, Num
 from relsat.rewrite.exprs import evaluate as value_of
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
 from relsat.rewrite.params import Undefined, draw_params, specialize
@@ -212,10 +214,45 @@ def _evaluate(
     if not numeric:
         return Instance(shapes, "typed", grouped=grouped)
     try:
-        result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
+        drawn = _drawn(lhs, conds)
+        if drawn is None:
+            result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
+        else:
+            result = compare_outputs(run(lhs, drawn), run(rhs, drawn), rtol=RTOL, atol=ATOL)
     except ExecutionError as err:  # an op the NumPy executor cannot run: say so, go on
         return Instance(shapes, "not-run", str(err), grouped)
     return Instance(shapes, "equal" if result.ok else "different", result.report(), grouped)
+
+
+def _drawn(g: Graph, conds: Sequence[Expr]) -> dict[str, np.ndarray] | None:
+    """Random values for ``g``'s inputs with the facts of values the conditions require (equal
+    halves or pairs of the last axis, values >= 0; drawn values are finite), or None when the
+    conditions require none. (A fact under ``not`` or ``or`` is drawn as if required.)"""
+    wanted = [
+        (t.op, str(getattr(t.args[0], "name", "")))
+        for c in conds
+        for t in _subterms(c)
+        if t.op in VALUE_FACTS
+    ]
+    if not wanted:
+        return None
+    values = random_values(g, seed=0)
+    for fact, name in wanted:
+        v = values[name]
+        d = v.shape[-1] if v.ndim else 0
+        if fact == "halves" and d % 2 == 0:
+            v[..., d // 2 :] = v[..., : d // 2]
+        elif fact == "pairs" and d % 2 == 0:
+            v[..., 1::2] = v[..., 0::2]
+        elif fact == "nonneg":
+            np.abs(v, out=v)
+    return values
+
+
+def _subterms(term: object) -> list[Expr]:
+    if not isinstance(term, Expr):
+        return []
+    return [term, *(t for a in term.args for t in _subterms(a))]
 
 
 def draw(

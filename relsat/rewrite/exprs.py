@@ -47,6 +47,7 @@ __all__ = [
     "FUNCS",
     "LIST",
     "LOGIC",
+    "VALUE_FACTS",
     "Cond",
     "Expr",
     "Fact",
@@ -105,7 +106,14 @@ FACTS: dict[str, Fact] = {
     "size": Fact(("tensor",), "int", "the number of elements of ?x"),
     "weights": Fact(("tensor",), "bool", "?x is computed from weights alone (a constant)"),
     "shape": Fact(("tensor",), "ints", "the dims of ?x, as a list"),
+    # facts of values (relsat.graph.facts: the e-graph's table `fact`)
+    "finite": Fact(("tensor",), "bool", "every value of ?x is a finite float32 (no inf, no NaN)"),
+    "nonneg": Fact(("tensor",), "bool", "every value of ?x is >= 0"),
+    "halves": Fact(("tensor",), "bool", "the two halves of ?x's last axis are equal"),
+    "pairs": Fact(("tensor",), "bool", "entries 2i and 2i+1 of ?x's last axis are equal"),
 }
+#: The facts of values: what the rule checker makes hold of the values it draws.
+VALUE_FACTS = ("finite", "nonneg", "halves", "pairs")
 
 #: Functions of lists (``ints``): argument types and the result's type.
 FUNCS: dict[str, Fact] = {
@@ -315,6 +323,10 @@ def evaluate(
             return None
         if shape is None:
             return None
+        if op in ("halves", "pairs"):  # the checker draws such values where the shape allows
+            return bool(shape) and shape[-1] >= 2 and shape[-1] % 2 == 0
+        if op in VALUE_FACTS:
+            return True
         if op == "rank":
             return len(shape)
         if op == "size":

@@ -193,7 +193,7 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value
     "biasgelu": lambda b, i, xs: b.biasgelu(xs[0], xs[1]),
     "quickgelu": lambda b, i, xs: b.quickgelu(xs[0], from_f32_bits(i[0])),
     "nanzero": lambda b, i, xs: b.nanzero(xs[0]),
-    "finite": lambda b, i, xs: b.finite(xs[0]),
+    "same": lambda b, i, xs: b.same(xs[0]),
     "attention": lambda b, i, xs: b.attention(xs[0], xs[1], xs[2], xs[3], from_f32_bits(i[0])),
     "reciprocal": lambda b, i, xs: b.reciprocal(xs[0]),
     "neg": lambda b, i, xs: b.neg(xs[0]),

@@ -44,6 +44,10 @@ DOMAINS: dict[str, tuple[int, ...]] = {
     "kernel_w": (1, 2, 3),
     "interleaved": (0, 1),
     "shuffle": (0, 1),
+    "axis": (0, 1, 2, 3),
+    "ndim": (1, 2, 3, 4),
+    "start": (0, 1, 2, 3, 4, 8),
+    "end": (1, 2, 3, 4, 6, 8, 16),
 }
 
 

@@ -27,7 +27,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from relsat.rewrite.exprs import FACTS, LIST, Cond, Expr, Param, params_of, tensors_of
+from relsat.rewrite.exprs import (
+    FACTS,
+    LIST,
+    VALUE_FACTS,
+    Cond,
+    Expr,
+    Param,
+    params_of,
+    tensors_of,
+)
 from relsat.rewrite.rules import Rule, Var
 
 __all__ = [
@@ -171,7 +180,9 @@ def symbolic(
     if not isinstance(term, Expr):
         raise NotSymbolic(f"{term} is a tensor")
     op, args = term.op, term.args
-    if op in FACTS and op != "weights":
+    if op in VALUE_FACTS or op == "weights":
+        raise NotSymbolic(f"{term} is a fact of values")
+    if op in FACTS:
         shape = dims(_name(args[0]))
         if op == "shape":
             return list(shape)

@@ -323,11 +323,14 @@ class _Line:
         return Pattern(frame.op, tuple(a for a, _ in args))
 
     def equation(self) -> tuple[Pattern, Pattern]:
-        """``lhs => rhs``, both operator patterns, and nothing after."""
+        """``lhs => rhs``, both operator patterns, and nothing after; a right-hand side that is a
+        tensor variable, ``?x``, is the pattern ``(same ?x)``: the match is that tensor."""
         sides: list[Pattern] = []
         for side in ("left", "right"):
             col = self.tokens[self.i][2] if self.i < len(self.tokens) else self.end_col()
             term = self.term()
+            if side == "right" and isinstance(term, Var) and term.name not in self.types:
+                term = Pattern("same", (term,))
             if not isinstance(term, Pattern):
                 self.syntax(f"the {side}-hand side must be an operator pattern, not {term}", col)
             assert isinstance(term, Pattern)

@@ -115,7 +115,7 @@ OPERATORS: dict[str, OpSignature] = {
     "biasgelu": _sig("x bias"),
     "quickgelu": _sig("alpha:int x"),
     "nanzero": _sig("x"),
-    "finite": _sig("x"),
+    "same": _sig("x"),
     "attention": _sig("scale:int q kt v bias"),
     # attention with its q, k, v projections packed (com.microsoft Attention)
     "mha": _sig("heads:int scale:int x w b bias"),

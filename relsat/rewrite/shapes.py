@@ -141,7 +141,7 @@ _UNARY = (
     "softmax",
     "gelu",
     "nanzero",
-    "finite",
+    "same",
     "reciprocal",
     "neg",
     "cos",
@@ -610,7 +610,11 @@ def draw_shapes(
         )
     except NoInstance:
         raise
-    except (IndexError, TypeError, ValueError) as exc:  # a pattern no valid instance has
+    except IndexError as exc:
+        if params:  # an axis drawn past the rank a parameter gives: not at these values
+            raise NoInstance(f"no shapes at {dict(params)} ({exc})") from None
+        raise Unsolvable(f"the shape solver cannot model this rule ({exc})") from None
+    except (TypeError, ValueError) as exc:  # a pattern no valid instance has
         # (a concat axis past its rank, a matmul of vectors): the builder would refuse it too.
         raise Unsolvable(f"the shape solver cannot model this rule ({exc})") from None
 

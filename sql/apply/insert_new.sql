@@ -3,27 +3,29 @@
 -- (stamp = born = $epoch), and each such match queues the union of its root(s) with the class of
 -- its right-hand side(s). `cand` holds the chunk being applied, `used` and `newnode` the whole
 -- phase so far: the chunk's own new classes are those numbered from its smallest fresh id on
--- (sql/apply/instantiate.sql numbers each chunk above the earlier ones).
+-- (sql/apply/instantiate.sql numbers each chunk above the earlier ones). A right-hand side
+-- `(same ?x)` (a rule whose right-hand side is one of its variables) is never inserted: its
+-- match is merged with the class of ?x.
 -- Parameters: $epoch.
 INSERT INTO used
     SELECT DISTINCT c.class FROM cand c JOIN match m ON m.mid = c.mid WHERE m.ok AND c.fresh;
 INSERT INTO eclass
     SELECT n.class, n.kind, n.shape, n.shape2, n.splits, n.all_weights, $epoch
     FROM newnode n
-    WHERE n.class IN (SELECT class FROM used)
+    WHERE n.class IN (SELECT class FROM used) AND n.op <> 'same'
       AND n.class >= (SELECT min(class) FROM cand WHERE fresh);
 INSERT INTO enode
     SELECT (SELECT coalesce(max(id), -1) FROM enode) + row_number() OVER (ORDER BY n.class), n.op, n.p0, n.p1, n.p2, n.p3,
            n.p4, n.p5, n.s, n.arity, n.c0, n.c1, n.c2, n.c3, -1, -1, -1, -1, n.class, $epoch, $epoch,
            r.name, false
     FROM newnode n JOIN rule_info r ON r.rule = n.rule
-    WHERE n.class IN (SELECT class FROM used)
+    WHERE n.class IN (SELECT class FROM used) AND n.op <> 'same'
       AND n.class >= (SELECT min(class) FROM cand WHERE fresh);
 INSERT INTO pending
-    SELECT DISTINCT m.root0, c.class
+    SELECT DISTINCT m.root0, CASE WHEN c.op = 'same' THEN c.c0 ELSE c.class END AS b
     FROM match m JOIN cand c ON c.mid = m.mid JOIN tnode t ON t.tid = c.tid
-    WHERE m.ok AND t.root_of & 1 = 1 AND m.root0 <> c.class
+    WHERE m.ok AND t.root_of & 1 = 1 AND m.root0 <> b
     UNION
-    SELECT DISTINCT m.root1, c.class
+    SELECT DISTINCT m.root1, CASE WHEN c.op = 'same' THEN c.c0 ELSE c.class END AS b
     FROM match m JOIN cand c ON c.mid = m.mid JOIN tnode t ON t.tid = c.tid
-    WHERE m.ok AND t.root_of & 2 = 2 AND m.root1 <> c.class
+    WHERE m.ok AND t.root_of & 2 = 2 AND m.root1 <> b

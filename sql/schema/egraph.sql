@@ -43,6 +43,19 @@ CREATE TABLE IF NOT EXISTS eclass (
     born        INTEGER   NOT NULL
 );
 
+-- Facts about an e-class's values (relsat.graph.facts; the analysis rules' guards read:
+-- finite(?m), nonneg(?x), halves(?c), pairs(?c)): one row per class where something is known.
+-- Seeded from the input graph, computed for rule-built e-nodes (relsat.engine.facts), merged on
+-- union (the tighter bounds, either layout fact).
+CREATE TABLE IF NOT EXISTS fact (
+    class  BIGINT  NOT NULL,
+    lo     DOUBLE,               -- every value >= lo (NULL: unknown); within float32's range
+    hi     DOUBLE,               -- every value <= hi (NULL: unknown)
+    halves BOOLEAN NOT NULL,     -- the halves of the last axis are equal (concat(h, h))
+    pairs  BOOLEAN NOT NULL,     -- entries 2i and 2i+1 of the last axis are equal
+    digest VARCHAR               -- a constant's value hash (NULL: not a constant, or too large)
+);
+
 -- Union-find, kept fully path-compressed: every merged-away id points straight at its root.
 CREATE TABLE IF NOT EXISTS uf (
     id   BIGINT NOT NULL,

@@ -57,3 +57,11 @@ CREATE TABLE IF NOT EXISTS crank (class BIGINT NOT NULL, rank BIGINT NOT NULL);
 -- Pending unions (class pairs), and one round's canonical mapping old -> new.
 CREATE TABLE IF NOT EXISTS pending (a BIGINT NOT NULL, b BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS remap (old BIGINT NOT NULL, new BIGINT NOT NULL);
+
+-- Facts of values (relsat/engine/facts.py): the classes whose facts changed since their readers'
+-- were computed, and one round of unions' merged facts (sql/rebuild/merge_facts.sql).
+CREATE TABLE IF NOT EXISTS fact_changed (class BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS fact_merged (
+    class BIGINT NOT NULL, lo DOUBLE, hi DOUBLE, halves BOOLEAN NOT NULL, pairs BOOLEAN NOT NULL,
+    digest VARCHAR
+);
