@@ -93,10 +93,10 @@ def test_integer_parameters_are_enode_integers() -> None:
     b = GraphBuilder()
     x = b.input([1, 4, 6, 8])
     graph = b.build(b.slice(x, 3, 4, 8), b.rotary(x, b.weight([6, 4]), b.weight([6, 4]), True))
-    assert encode_node(graph.nodes[1]) == ("slice", [3, 4, 8, -1, -1, -1], "")
+    assert encode_node(graph.nodes[1]) == ("slice", [3, 4, 8, 1, -1, -1], "")
     assert encode_node(graph.nodes[-1]) == ("rotary", [1, -1, -1, -1, -1, -1], "")
     assert param_ints("rmsnorm", Params(epsilon=1e-5)) == [f32_bits(1e-5)]
-    assert int_params("slice", [3, 4, 8, -1, -1, -1]) == Params(axis=3, start=4, end=8)
+    assert int_params("slice", [3, 4, 8, 2, -1, -1]) == Params(axis=3, start=4, end=8, step=2)
 
 
 def test_prices_see_one_kernel() -> None:

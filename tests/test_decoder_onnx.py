@@ -391,7 +391,8 @@ def test_slices_import_with_strict_guards() -> None:
         n("Slice", ["x", "s0", "e0", "ax"], ["first"]),  # x[..., 0:8]
         n("Slice", ["x", "neg", "big", "ax"], ["tail"]),  # x[..., -8:]
         n("Slice", ["x", "s0", "big", "ax"], ["whole"]),  # everything: x itself
-        n("Slice", ["x", "s0", "e0", "ax", "two"], ["strided"]),  # step 2: opaque
+        n("Slice", ["x", "s0", "e0", "ax", "two"], ["strided"]),  # step 2
+        n("Slice", ["x", "e0", "s0", "ax", "back"], ["reversed"]),  # step -1: opaque
         n("Slice", ["x", "s01", "e01", "ax01"], ["both"]),  # two axes: two slices
     ]
     inits = [
@@ -401,6 +402,7 @@ def test_slices_import_with_strict_guards() -> None:
         _init("big", [2**63 - 1], np.int64),
         _init("ax", [-1], np.int64),
         _init("two", [2], np.int64),
+        _init("back", [-1], np.int64),
         _init("s01", [1, 2], np.int64),
         _init("e01", [2, 6], np.int64),
         _init("ax01", [0, 2], np.int64),
@@ -410,18 +412,19 @@ def test_slices_import_with_strict_guards() -> None:
         "tail": [2, S, 8],
         "whole": [2, S, N],
         "strided": [2, S, 4],
+        "reversed": [2, S, 8],
         "both": [1, S, 4],
     }
     model = _model(nodes, inits, x, outputs)
     graph = ronnx.load(model)
     counts = graph.op_counts()
-    assert counts["slice"] == 4 and counts["opaque"] == 1
+    assert counts["slice"] == 5 and counts["opaque"] == 1
     bounds = sorted(
-        (node.params["axis"], node.params["start"], node.params["end"])
+        (node.params["axis"], node.params["start"], node.params["end"], node.params["step"])
         for node in graph.nodes
         if node.op == "slice"
     )
-    assert bounds == [(0, 1, 2), (2, 0, 8), (2, 2, 6), (2, 24, 32)]
+    assert bounds == [(0, 1, 2, 1), (2, 0, 8, 1), (2, 0, 8, 2), (2, 2, 6, 1), (2, 24, 32, 1)]
     assert ronnx.verify(model, ronnx.to_model(graph, like=model)).ok
 
 
@@ -578,8 +581,9 @@ def test_onnxruntime_optimizers_rmsnorm_operators_import() -> None:
 
 def test_a_product_by_one_is_its_factor() -> None:
     """transformers multiplies rotary tables computed at run time by ``attention_scaling``, 1
-    for Llama: ``x * 1`` imports as ``x`` (bit for bit the same values), so the tables' layout
-    for the fused kernel sees the cosine itself; a product by another scalar stays."""
+    for Llama: ``x * 1`` is ``x`` by the rule mul-by-one (bit for bit the same values), so the
+    tables' layout for the fused kernel sees the cosine itself; a product by another scalar
+    stays."""
     nodes = [
         n("Cos", ["angles"], ["cos"]),
         n("Mul", ["cos", "one"], ["y"]),
@@ -589,5 +593,7 @@ def test_a_product_by_one_is_its_factor() -> None:
     shape = [1, 1, S, D // 2]
     model = _model(nodes, inits, {"angles": shape}, {"y": shape, "z": shape})
     graph = ronnx.load(model)
-    assert graph.op_counts()["ewmul"] == 1
-    assert ronnx.verify(model, ronnx.to_model(graph, like=model)).ok
+    assert graph.op_counts()["ewmul"] == 2  # the importer reads one operator at a time
+    result = optimize(graph, Options(rules=DECODER_RULES))
+    assert result.graph.op_counts()["ewmul"] == 1 and result.verified
+    assert ronnx.verify(model, ronnx.to_model(result.graph, like=model)).ok

@@ -128,7 +128,7 @@ def test_the_egraph_keeps_facts_per_class_and_merges_them_on_union() -> None:
     assert sum(f.halves for f in before.values()) == 1  # the concat
     rules = parse_rules(
         "# name: slice-of-halves\n"
-        "(slice ?a:int 0 ?h:int (concat ?a ?n:int ?x ?x)) => ?x\nwhere ?h == dim(?x, ?a)\n"
+        "(slice ?a:int 0 ?h:int 1 (concat ?a ?n:int ?x ?x)) => ?x\nwhere ?h == dim(?x, ?a)\n"
         "# name: mul-by-one\n(ewmul ?x (scalar 1.0)) => ?x\n"
     )
     explore(eg, list(rules))
@@ -166,8 +166,8 @@ def test_a_user_rule_file_guarded_by_a_fact_fuses_with_no_python(tmp_path) -> No
     rule = tmp_path / "rotary2d.rules"
     rule.write_text(
         "# name: rotary-half-2d\n"
-        "(ewadd (ewmul ?x ?c) (ewmul (concat 3 4 (neg (slice 3 ?h:int ?d:int ?x)) "
-        "(slice 3 0 ?h ?x)) ?s)) => (rotary 0 ?x (slice 1 0 ?h ?c) (slice 1 0 ?h ?s))\n"
+        "(ewadd (ewmul ?x ?c) (ewmul (concat 3 4 (neg (slice 3 ?h:int ?d:int 1 ?x)) "
+        "(slice 3 0 ?h 1 ?x)) ?s)) => (rotary 0 ?x (slice 1 0 ?h 1 ?c) (slice 1 0 ?h 1 ?s))\n"
         "where ?d == 2 * ?h and dim(?x, -1) == ?d and rank(?c) == 2 and rank(?s) == 2 "
         "and halves(?c) and halves(?s)\n"
     )

@@ -1,7 +1,8 @@
 """GPT-J's interleaved rotary embedding through ONNX: torch's spellings of ``rotate_every_two``
 (strided Slices, Neg, Unsqueeze, Concat, Reshape) and of its tables' ``repeat_interleave(t, 2,
--1)`` (Unsqueeze, Expand or Tile, Reshape; or folded into a constant) import as ``turnpairs`` and
-``repeat2``, fuse by rules/decoder.rules into ``rotary`` (interleaved) and export as ONNX
+-1)`` (Unsqueeze, Expand or Tile, Reshape; or folded into a constant: tables of equal pairs, a
+fact of values) import one operator at a time, fuse by rules/decoder.rules into ``rotary``
+(interleaved) and export as ONNX
 RotaryEmbedding on the ``[B, S, H, D]`` layout GPT-J rotates in; near misses stay unfused.
 Built with onnx.helper as the legacy and the dynamo exporter write them."""
 
@@ -141,11 +142,12 @@ def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def test_interleaved_rotary_spellings_fuse_and_run_as_one_kernel(spelling, tables) -> None:
     model = _gptj_model(spelling, tables)
     graph = ronnx.load(model)
-    counts = graph.op_counts()
-    assert counts["turnpairs"] == 1 and counts["repeat2"] == 2 and "opaque" not in counts
+    counts = graph.op_counts()  # one operator at a time (the legacy exporter's Tile: opaque)
+    assert counts["slice"] == 2 and counts["neg"] == 1
     result = optimize(graph, Options(rules=DECODER_RULES))
     fused = result.graph.op_counts()
-    assert fused["rotary"] == 1 and "turnpairs" not in fused and result.verified
+    assert fused["rotary"] == 1 and "neg" not in fused
+    assert result.verified or "opaque" in counts  # a Tile: checked in onnxruntime below
     (rotary,) = (nd for nd in result.graph.nodes if nd.op == "rotary")
     assert rotary.params["interleaved"] == 1
     out = ronnx.to_model(result.graph, like=model)

@@ -109,8 +109,9 @@ def _slice(torch: Any, node: Node, args: list[Any]) -> tuple[Any, ...]:
     p = node.params
     (x,) = args
     axis = p["axis"] % x.dim()
-    start, end, _ = slice(p["start"], p["end"]).indices(x.shape[axis])
-    return (x.narrow(axis, start, max(end - start, 0)),)
+    index = [slice(None)] * x.dim()
+    index[axis] = slice(p["start"], p["end"], p["step"])
+    return (x[tuple(index)],)
 
 
 def _matmul_bias(torch: Any, node: Node, args: list[Any]) -> tuple[Any, ...]:

@@ -576,12 +576,14 @@ class GraphBuilder:
         """``sin(x)`` (ONNX ``Sin``)."""
         return self._one("sin", [x], name)
 
-    def slice(self, x: Tensor, axis: int, start: int, end: int, name: str | None = None) -> Tensor:
-        """``x[start:end]`` along ``axis`` (negative: from the last), step 1;
-        ``0 <= start < end <= dim``."""
+    def slice(
+        self, x: Tensor, axis: int, start: int, end: int, step: int = 1, name: str | None = None
+    ) -> Tensor:
+        """``x[start:end:step]`` along ``axis`` (negative: from the last);
+        ``0 <= start < end <= dim``, ``step >= 1``."""
         if isinstance(axis, int) and -x.rank <= axis < 0:
             axis += x.rank
-        return self._one("slice", [x], name, axis=axis, start=start, end=end)
+        return self._one("slice", [x], name, axis=axis, start=start, end=end, step=step)
 
     def rmsnorm(
         self, x: Tensor, scale: Tensor, epsilon: float = 1e-6, name: str | None = None

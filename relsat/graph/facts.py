@@ -242,7 +242,9 @@ def _moved(
     if op == "reshape" or op == "expand":
         kept = bool(out) and bool(shape) and out[-1] == shape[-1]
         uniform = op == "expand" and (not shape or shape[-1] == 1) and bool(out)
-        layout = (kept and x.halves) or uniform, (kept and x.pairs) or uniform
+        # equal pairs of an even last axis stay pairs in any row-major reshape to an even one
+        even = op == "reshape" and bool(out) and bool(shape) and not (out[-1] % 2 or shape[-1] % 2)
+        layout = (kept and x.halves) or uniform, ((kept or even) and x.pairs) or uniform
         if uniform and out[-1] % 2:
             layout = (False, False)
     elif op == "transpose":

@@ -366,7 +366,7 @@ def _rmsnorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
 def _slice(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     p = node.params
     index = [slice(None)] * args[0].ndim
-    index[p["axis"]] = slice(p["start"], p["end"])
+    index[p["axis"]] = slice(p["start"], p["end"], p["step"])
     return (args[0][tuple(index)],)
 
 

@@ -585,13 +585,15 @@ def _slice(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ..
         raise OpError("slice needs an input of rank >= 1")
     axis = _int(params, "axis", minimum=0)
     start, end = _int(params, "start", minimum=0), _int(params, "end", minimum=1)
+    step = _int(params, "step", minimum=1)
     if axis >= x.rank:
         raise OpError(f"axis {axis} out of range for rank {x.rank}")
     if not start < end <= x.shape[axis]:
         raise OpError(f"slice [{start}, {end}) is empty or outside dim {axis} of {list(x.shape)}")
-    # The piece keeps the boundaries strictly inside it, shifted (as a split's pieces do).
-    inside = tuple(p - start for p in x.splits[axis] if start < p < end)
-    shape = (*x.shape[:axis], end - start, *x.shape[axis + 1 :])
+    # The piece keeps the boundaries strictly inside it, shifted (as a split's pieces do); a
+    # strided slice keeps none.
+    inside = tuple(p - start for p in x.splits[axis] if start < p < end) if step == 1 else ()
+    shape = (*x.shape[:axis], -(-(end - start) // step), *x.shape[axis + 1 :])
     return (TensorType(shape, (*x.splits[:axis], inside, *x.splits[axis + 1 :])),)
 
 
@@ -637,8 +639,8 @@ def _rotary(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, .
         straight = _elementwise(Params(), [x, cc])[0]
         return _elementwise(Params(), [straight, _elementwise(Params(), [turned, ss])[0]])
     last = x.rank - 1
-    x1 = _slice(Params(axis=last, start=0, end=half), [x])[0]
-    x2 = _slice(Params(axis=last, start=half, end=d), [x])[0]
+    x1 = _slice(Params(axis=last, start=0, end=half, step=1), [x])[0]
+    x2 = _slice(Params(axis=last, start=half, end=d, step=1), [x])[0]
     rotated = _concat(Params(axis=last), [x2, x1])[0]
     (cc,) = _concat(Params(axis=cos.rank - 1), [cos, cos])
     (ss,) = _concat(Params(axis=sin.rank - 1), [sin, sin])
@@ -855,9 +857,9 @@ OPS: dict[str, OpSpec] = {
         _spec(
             "slice",
             1,
-            "axis start end",
+            "axis start end step",
             _slice,
-            "x[start:end] along axis (ONNX Slice, step 1): a copy",
+            "x[start:end:step] along axis (ONNX Slice, a positive step): a copy",
         ),
         _spec(
             "turnpairs",
@@ -921,7 +923,7 @@ FLOAT_PARAMS = {
 #: Integer parameters that an e-node stores in ``p0``, ``p1``, … in this order (rules spell them
 #: as integer literals), by op.
 INT_PARAMS = {
-    "slice": ("axis", "start", "end"),
+    "slice": ("axis", "start", "end", "step"),
     "rotary": ("interleaved",),
     "repeatkv": ("count",),
 }
@@ -947,8 +949,8 @@ def param_ints(op: str, params: Params) -> list[int] | None:
     """The e-node integers of an op of :data:`FLOAT_PARAMS` or :data:`INT_PARAMS` (the inverse
     of :func:`int_params`); None for other ops.
 
-    >>> param_ints("slice", Params(axis=3, start=0, end=32))
-    [3, 0, 32]
+    >>> param_ints("slice", Params(axis=3, start=0, end=32, step=1))
+    [3, 0, 32, 1]
     """
     if op in FLOAT_PARAMS:
         return [f32_bits(params[FLOAT_PARAMS[op]])]

@@ -2,20 +2,19 @@
 spell them with, and the fused kernels onnxruntime runs them as.
 
 Import (:data:`HANDLERS` for the default domain, :data:`CONTRIB_HANDLERS` for ``com.microsoft``):
-Reciprocal, Neg; Slice with constant bounds and step 1 (one ``slice`` per axis it cuts; a Slice
-that keeps everything is the tensor itself); a Cast of a float32 tensor to float32 (what the
+Reciprocal, Neg; Slice with constant bounds and positive steps (one ``slice`` per axis it cuts;
+a Slice that keeps everything is the tensor itself); a Cast of a float32 tensor to float32 (what the
 legacy exporter writes around an RMSNorm) is the tensor itself; RMSNormalization (opset 23) and
 ``com.microsoft`` SimplifiedLayerNormalization over the last axis with a ``[N]`` scale (and only
 their first output read) are ``rmsnorm`` (onnxruntime's optimizer writes the latter in the
 default domain, which the ONNX checker, and so the importer, refuses); RotaryEmbedding (opset
 23) on 4-D ``[B, H, S, D]`` input, whole head size rotated, tables given per position or
-gathered at constant position ids, is ``rotary``. (That a rotary table's two halves are equal,
-transformers' ``cat(freqs, freqs)``, is a fact of values the e-graph keeps: :mod:`relsat.graph.
-facts`.) GPT-J's interleaved rotation is read from its pieces: the Reshape
-ending torch's ``rotate_every_two`` (strided Slices, Neg, Unsqueeze, Concat) is ``turnpairs``,
-the Reshape ending a table's ``repeat_interleave(t, 2, -1)`` (Unsqueeze, Expand or Tile) and a
-constant whose entries come in equal pairs are ``repeat2``. Anything else — another axis, a
-scale of shape ``[1, N]``, partial rotation, position ids computed at run time — stays opaque.
+gathered at constant position ids, is ``rotary``. The spelled-out rotations (transformers'
+rotate_half, GPT-J's rotate_every_two) are read one operator at a time and fused by rules of
+``rules/decoder.rules``; that a rotary table's halves or pairs are equal (``cat(freqs, freqs)``,
+``repeat_interleave(t, 2, -1)``) is a fact of values the e-graph keeps (:mod:`relsat.graph.
+facts`). Anything else — another axis, a scale of shape ``[1, N]``, partial rotation, position
+ids computed at run time — stays opaque.
 
 Export (:func:`emit`): ``rmsnorm`` as RMSNormalization and ``rotary`` as RotaryEmbedding (on
 ``[B, S, H, D]`` input, GPT-J's layout, a ``[B, S, H*D]`` view with ``num_heads``), both opset
@@ -45,11 +44,8 @@ from relsat.onnx.context import (
     Handler,
     ImportContext,
     Unmapped,
-    attrs_of,
-    axes_of,
 )
-from relsat.onnx.opmap import HANDLERS as OPMAP_HANDLERS
-from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
+from relsat.onnx.errors import OnnxError
 from relsat.onnx.transformer_ops import repeat_heads_out
 
 __all__ = [
@@ -98,7 +94,8 @@ def _ints(imp: ImportContext, node: NodeProto, i: int) -> list[int] | None:
 
 
 def _slice(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Slice with constant starts, ends, axes and steps of 1: one ``slice`` per axis it cuts."""
+    """Slice with constant starts, ends, axes and positive steps: one ``slice`` per axis it
+    cuts."""
     x = imp.tensor(node.input[0])
     if imp.opset >= 10:
         starts, ends = _ints(imp, node, 1), _ints(imp, node, 2)
@@ -109,20 +106,21 @@ def _slice(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[st
         raise Unmapped
     axes = list(axes) if axes is not None else list(range(len(starts)))
     steps = list(steps) if steps is not None else [1] * len(starts)
-    if len(axes) != len(starts) or len(steps) != len(starts) or any(s != 1 for s in steps):
-        raise Unmapped  # strided or reversed slices
+    if len(axes) != len(starts) or len(steps) != len(starts) or any(s < 1 for s in steps):
+        raise Unmapped  # reversed slices
     if any(not -x.rank <= ax < x.rank for ax in axes) or len({ax % x.rank for ax in axes}) != len(
         axes
     ):
         raise Unmapped
     out = x
-    for axis, start, end in sorted(zip((ax % x.rank for ax in axes), starts, ends, strict=True)):
+    cuts = sorted(zip((ax % x.rank for ax in axes), starts, ends, steps, strict=True))
+    for axis, start, end, step in cuts:
         dim = x.shape[axis]
         lo, hi = (min(max(v + dim if v < 0 else v, 0), dim) for v in (start, end))
         if lo >= hi:
             raise Unmapped  # an empty tensor
-        if (lo, hi) != (0, dim):
-            out = imp.g.slice(out, axis, lo, hi)
+        if (lo, hi, step) != (0, dim, 1):
+            out = imp.g.slice(out, axis, lo, hi, step)
     return {node.output[0]: out}
 
 
@@ -211,61 +209,6 @@ def _rotary_embedding(
     return {node.output[0]: out}
 
 
-def _table_value(imp: ImportContext, name: str, other: str) -> np.ndarray | None:
-    """The value of constant ``name`` when it may be a rotary table multiplying ``other``:
-    float32, rank >= 2, an even last dim that is ``other``'s (not a constant); else None."""
-    value = imp.const(name)
-    shape = imp.static_shape(other)
-    if value is None or value.dtype != np.float32 or value.ndim < 2 or imp.const(other) is not None:
-        return None
-    d = value.shape[-1]
-    if d < 2 or d % 2 or shape is None or not shape or shape[-1] != d:
-        return None
-    return value
-
-
-def _pairwise_table(imp: ImportContext, name: str, other: str) -> Tensor | None:
-    """Constant ``name`` as ``repeat2(half)`` when it is an interleaved rotary table
-    (:func:`_table_value`): each entry of its last axis twice in place (``repeat_interleave(t,
-    2, -1)``, folded by the exporter), not one value throughout; else None."""
-    value = _table_value(imp, name, other)
-    if value is None:
-        return None
-    half = value[..., 0::2]
-    if not np.array_equal(half, value[..., 1::2]) or half.min() == half.max():
-        return None
-    piece = imp.derived_weight(name, "pairs", lambda: np.ascontiguousarray(half))
-    return imp.g.repeat2(piece)
-
-
-def _mul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Mul, reading a constant interleaved rotary table as ``repeat2(half)``; ``x * 1`` as
-    ``x``; any other Mul as the transformer operators read it."""
-    first, second = node.input
-    for table_name, other in ((second, first), (first, second)):
-        table = _pairwise_table(imp, table_name, other)
-        if table is not None:
-            x = imp.tensor(other)
-            pair = (x, table) if table_name == second else (table, x)
-            return {node.output[0]: imp.g.mul(*pair, name=node.output[0])}
-    out = TRANSFORMER_HANDLERS["Mul"](imp, node, a)  # the scalar operand second
-    inside = _scaled_inside(imp, out[node.output[0]])
-    return out if inside is None else {node.output[0]: inside}
-
-
-def _scaled_inside(imp: ImportContext, product: Tensor) -> Tensor | None:
-    """``x * 1`` as ``x`` (bit for bit: transformers' ``attention_scaling`` of 1 on a rotary
-    table); else None."""
-    mul, ins = imp.g.producer(product)
-    if mul.op != "ewmul" or len(ins) != 2:
-        return None
-    x, factor = ins
-    scalar = imp.g.producer(factor)[0]
-    if scalar.op != "scalar":
-        return None
-    return x if scalar.params["value"] == 1.0 else None
-
-
 def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """Expand of a computed float tensor to a constant shape: ``expand`` to the shape ONNX
     infers (transformers' repeat_kv — Unsqueeze, Expand, Reshape — becomes ``repeatkv`` by a
@@ -279,86 +222,6 @@ def _expand(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[s
     return {node.output[0]: imp.g.expand(imp.tensor(node.input[0]), shape, name=node.output[0])}
 
 
-def _last_unit_of(imp: ImportContext, name: str) -> str | None:
-    """The input of Unsqueeze ``name`` when it inserts one unit axis at the end, else None."""
-    node = imp.producer(name)
-    shape = imp.static_shape(name)
-    if node is None or node.op_type != "Unsqueeze" or not shape:
-        return None
-    axes = axes_of(node, imp.const)
-    if axes is None or len(axes) != 1 or axes[0] not in (-1, len(shape) - 1):
-        return None
-    return node.input[0]
-
-
-def _strided_of(imp: ImportContext, name: str) -> tuple[str, int] | None:
-    """``(x, start)`` when ``name`` is ``x[..., start::2]`` (a Slice of the last axis, step 2,
-    to the end), else None."""
-    node = imp.producer(name)
-    if node is None or node.op_type != "Slice" or imp.opset < 10:
-        return None
-    shape = imp.static_shape(node.input[0])
-    bounds = [_ints(imp, node, i) if len(node.input) > i else None for i in (1, 2, 3, 4)]
-    if shape is None or not shape or any(b is None or len(b) != 1 for b in bounds):
-        return None
-    (start,), (end,), (axis,), (step,) = bounds  # type: ignore[misc]
-    if axis not in (-1, len(shape) - 1) or step != 2 or start not in (0, 1) or end < shape[-1]:
-        return None
-    return node.input[0], start
-
-
-def _turned_pairs(imp: ImportContext, node: NodeProto) -> Tensor | None:
-    """GPT-J's ``rotate_every_two(x)``, ``stack((-x[..., 1::2], x[..., 0::2]), -1)`` flattened
-    back to ``x``'s shape (Slice step 2 twice, Neg, Unsqueeze twice, Concat, this Reshape), as
-    ``turnpairs(x)``; else None."""
-    concat = imp.producer(node.input[0])
-    if concat is None or concat.op_type != "Concat" or len(concat.input) != 2:
-        return None
-    shape = imp.static_shape(node.input[0])
-    if not shape or shape[-1] != 2 or attrs_of(concat).get("axis") not in (-1, len(shape) - 1):
-        return None
-    odd, even = (_last_unit_of(imp, n) for n in concat.input)
-    neg = imp.producer(odd) if odd else None
-    if neg is None or neg.op_type != "Neg" or even is None:
-        return None
-    first, second = _strided_of(imp, neg.input[0]), _strided_of(imp, even)
-    if first is None or second is None or first != (second[0], 1) or second[1] != 0:
-        return None
-    x = imp.static_shape(first[0])
-    if x is None or tuple(imp.inferred_shape(node.output[0]) or ()) != tuple(x) or x[-1] % 2:
-        return None
-    return imp.g.turnpairs(imp.tensor(first[0]), name=node.output[0])
-
-
-def _repeated_pairs(imp: ImportContext, node: NodeProto) -> Tensor | None:
-    """``repeat_interleave(t, 2, -1)`` as torch writes it, ``t`` given a unit axis at the end,
-    doubled there (Expand, or Tile) and flattened back (this Reshape): ``repeat2(t)``; else
-    None."""
-    doubled = imp.producer(node.input[0])
-    if doubled is None or doubled.op_type not in ("Expand", "Tile"):
-        return None
-    column, wide = imp.static_shape(doubled.input[0]), imp.static_shape(node.input[0])
-    out = imp.inferred_shape(node.output[0])
-    if column is None or wide is None or out is None or len(column) < 2 or column[-1] != 1:
-        return None
-    if tuple(wide) != (*column[:-1], 2) or tuple(out) != (*column[:-2], 2 * column[-2]):
-        return None  # anything but the last axis doubled: another Expand or Tile
-    if not imp.is_float(doubled.input[0]):
-        return None
-    t = imp.g.reshape(imp.tensor(doubled.input[0]), column[:-1])
-    return imp.g.repeat2(t, name=node.output[0])
-
-
-def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Reshape ending an interleaved rotary's pieces (:func:`_turned_pairs`,
-    :func:`_repeated_pairs`); any other as :mod:`relsat.onnx.opmap` reads it."""
-    for read in (_turned_pairs, _repeated_pairs):
-        out = read(imp, node)
-        if out is not None:
-            return {node.output[0]: out}
-    return OPMAP_HANDLERS["Reshape"](imp, node, a)
-
-
 #: Default-domain ONNX op_type → handler (Mul replaces the transformer operators' one).
 HANDLERS: dict[str, Handler] = {
     "Reciprocal": _unary,
@@ -367,9 +230,7 @@ HANDLERS: dict[str, Handler] = {
     "Sin": _unary,
     "Cast": _cast,
     "Slice": _slice,
-    "Mul": _mul,
     "Expand": _expand,
-    "Reshape": _reshape,
     "RMSNormalization": _rmsnorm,
     "RotaryEmbedding": _rotary_embedding,
 }
@@ -405,7 +266,8 @@ def emit(
     elif op in ("cos", "sin"):
         ex.emit(op.capitalize(), ins, outs)
     elif op == "slice":
-        _slice_out(ex, ins[0], outs[0], params["axis"], params["start"], params["end"])
+        p = params
+        _slice_out(ex, ins[0], outs[0], p["axis"], p["start"], p["end"], p.get("step", 1))
     elif op == "rmsnorm":
         eps = float(params["epsilon"])
         if ex.opset >= RMSNORM_OPSET:
@@ -441,12 +303,17 @@ def _rmsnorm_spelled(ex: ExportContext, ins: list[str], out: str, eps: float, ra
     ex.emit("Mul", [normed, scale], [out])
 
 
-def _slice_out(ex: ExportContext, x: str, out: str, axis: int, start: int, end: int) -> None:
+def _slice_out(
+    ex: ExportContext, x: str, out: str, axis: int, start: int, end: int, step: int = 1
+) -> None:
     if ex.opset >= 10:
-        bounds = [ex.const(k, [v]) for k, v in (("starts", start), ("ends", end), ("axes", axis))]
-        ex.emit("Slice", [x, *bounds], [out])
-    else:
+        named = [("starts", start), ("ends", end), ("axes", axis)]
+        named += [("steps", step)] if step != 1 else []
+        ex.emit("Slice", [x, *(ex.const(k, [v]) for k, v in named)], [out])
+    elif step == 1:
         ex.emit("Slice", [x], [out], starts=[start], ends=[end], axes=[axis])
+    else:
+        raise OnnxError(f"a strided slice needs opset 10 or later, not {ex.opset}")
 
 
 def _view_out(ex: ExportContext, x: str, out: str, lead: int, tail: list[int]) -> None:

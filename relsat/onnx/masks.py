@@ -104,10 +104,20 @@ def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts
             else:
                 products = [x * y for x in a for y in b]
                 found = (min(products), max(products))
-    if found is None:
-        return None
-    f = Facts(*bounded(*found))
-    return f if f.finite else None  # past float32's range: an intermediate may overflow
+    first_is_tensor = meta.get("inputs", [None])[:1] == ["t"]
+    layout = op in ("Tile", "Expand") and first_is_tensor and _uniform_last(graph, node)
+    f = Facts(*bounded(*found)) if found is not None else Facts()
+    if not f.finite:  # past float32's range: an intermediate may overflow
+        f = Facts()
+    f = Facts(f.lo, f.hi, layout, layout)
+    return None if f.empty else f
+
+
+def _uniform_last(graph: Graph, node: Node) -> bool:
+    """A Tile or Expand of a tensor whose last dim is 1 to an even one: one value along the last
+    axis, so equal halves and equal pairs (torch's repeat_interleave(t, 2, -1) of a column)."""
+    shape, out = graph.shape(node.inputs[0]), node.shape
+    return bool(shape) and shape[-1] == 1 and bool(out) and out[-1] % 2 == 0
 
 
 def _operands(meta: dict, ins: Sequence[Facts | None]) -> list[tuple[Range | None, int | None]]:

@@ -1,7 +1,7 @@
 """Values in rules: parameter variables, arithmetic, and conditions over variables and facts.
 
 A rule's left-hand side may bind an operator's parameter to a typed variable instead of a literal
-(``(scalar ?eps:float)``, ``(repeatkv ?n:int ?kv)``, ``(slice 3 ?h:int ?d:int ?x)``): a
+(``(scalar ?eps:float)``, ``(repeatkv ?n:int ?kv)``, ``(slice 3 ?h:int ?d:int 1 ?x)``): a
 :class:`Param`. The right-hand side may use it at a parameter position, as it is or in arithmetic
 (``(repeatkv (* ?n 2) ?kv)``, an :class:`Expr` in s-expression form). A ``where`` line may be a
 :class:`Cond`: a boolean expression over parameter variables, literals and **facts** of the

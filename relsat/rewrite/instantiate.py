@@ -201,7 +201,7 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value
     "repeat2": lambda b, i, xs: b.repeat2(xs[0]),
     "cos": lambda b, i, xs: b.cos(xs[0]),
     "sin": lambda b, i, xs: b.sin(xs[0]),
-    "slice": lambda b, i, xs: b.slice(xs[0], i[0], i[1], i[2]),
+    "slice": lambda b, i, xs: b.slice(xs[0], i[0], i[1], i[2], i[3]),
     "rmsnorm": lambda b, i, xs: b.rmsnorm(xs[0], xs[1], from_f32_bits(i[0])),
     "rotary": lambda b, i, xs: b.rotary(xs[0], xs[1], xs[2], interleaved=bool(i[0])),
     "gqa": lambda b, i, xs: b.gqa(xs[0], xs[1], xs[2], xs[3], from_f32_bits(i[0])),

@@ -126,7 +126,7 @@ OPERATORS: dict[str, OpSignature] = {
     "repeat2": _sig("x"),
     "cos": _sig("x"),
     "sin": _sig("x"),
-    "slice": _sig("axis:int start:int end:int x"),
+    "slice": _sig("axis:int start:int end:int step:int x"),
     "rmsnorm": _sig("epsilon:int x scale"),
     "rotary": _sig("interleaved:int x cos sin"),
     "gqa": _sig("scale:int q kt v bias"),

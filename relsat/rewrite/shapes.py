@@ -495,8 +495,9 @@ class _Solver:
                     d.unify(x, y)  # them reshapes into any other
             return target
         if op == "slice":
-            axis, start, end = ints
-            return [("const", end - start) if i == axis else e for i, e in enumerate(kids[0])]
+            axis, start, end, step = ints
+            size = -(-(end - start) // step)
+            return [("const", size) if i == axis else e for i, e in enumerate(kids[0])]
         if op == "turnpairs":
             return kids[0]
         if op == "repeat2":
