@@ -112,8 +112,8 @@ def test_list_functions_evaluate_as_the_engine_computes_them() -> None:
     db = EGraph().db  # the engine's SQL for the same condition, the list given as a literal
     # (1 0): the composition points past the list, undefined in both (a refused match)
     for p, want in (((2, 0, 1), True), ((0, 2, 1), False), ((1, 0), False)):
-        literal = expr_sql(p, str, str, str)
-        sql = expr_sql(cond.expr, lambda _, lit=literal: lit, str, str)  # type: ignore[union-attr]
+        literal = expr_sql(p, str, str)
+        sql = expr_sql(cond.expr, lambda _, lit=literal: lit, str)  # type: ignore[union-attr]
         assert bool(evaluate(cond.expr, {"p": p}, {})) is want  # type: ignore[union-attr]
         assert bool(db.scalar(f"SELECT coalesce({sql}, false)")) is want
 
@@ -145,12 +145,12 @@ def test_computed_lists_and_take_append_prod_agree_with_the_engine(
     f = (math.prod(shape[:-1]), 4)
     sql = expr_sql(
         cond.expr,  # type: ignore[union-attr]
-        lambda _: expr_sql(f, str, str, str),
-        lambda _: expr_sql(shape, str, str, str),
-        str,
+        lambda _: expr_sql(f, str, str),
+        lambda _: "g",  # the e-class row: its shape
     )
     assert bool(evaluate(cond.expr, {"f": f}, {"x": shape})) is want  # type: ignore[union-attr]
-    assert bool(db.scalar(f"SELECT coalesce({sql}, false)")) is want
+    row = f"(SELECT {expr_sql(shape, str, str)} AS shape) g"
+    assert bool(db.scalar(f"SELECT coalesce({sql}, false) FROM {row}")) is want
 
 
 def test_the_apply_sql_reads_computed_lists_past_the_variable_slots() -> None:

@@ -614,7 +614,10 @@ def _format_rule(rule: Rule) -> str:
     if rule.sources:
         out.append(f"# from: {', '.join(rule.sources)}")
     out += [f"# {line}".rstrip() for line in rule.doc.splitlines()]
-    body = "\n".join(f"{lhs} => {rhs}" for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True))
+    body = "\n".join(
+        f"{lhs} => {rhs.args[0] if rhs.op == 'same' else rhs}"  # (same ?x) is written ?x
+        for lhs, rhs in zip(rule.lhs, rule.rhs, strict=True)
+    )
     for p in (p for p in rule.params if not p.wild):  # each one's type where it first appears
         body = re.sub(rf"\?{p.name}(?![A-Za-z0-9_:])", f"?{p.name}:{p.type}", body, count=1)
     out.append(body)
