@@ -162,6 +162,7 @@ _UNARY: dict[str, Callable[[float | None, float | None], tuple[float | None, flo
     "gelu_tanh": lambda lo, hi: (None, None),
     "quickgelu": lambda lo, hi: (None, None),
     "softmax": lambda lo, hi: (0.0, 1.0),
+    "reducemean": lambda lo, hi: (lo, hi),  # a mean lies between the least and the greatest
 }  # fmt: skip
 _BINARY = frozenset({"ewadd", "ewsub", "ewmul", "ewdiv", "ewpow"})
 #: The operators :func:`transfer` knows (the others' facts are unknown).
@@ -189,7 +190,7 @@ def transfer(
         return _moved(op, params, shapes, out, x)
     if op in _UNARY:
         lo, hi = bounded(*_UNARY[op](x.lo, x.hi))
-        keep = op not in ("softmax",)  # softmax mixes the last axis
+        keep = op not in ("softmax", "reducemean")  # these mix the last axis
         return _some(Facts(lo, hi, keep and x.halves, keep and x.pairs))
     if op == "concat":
         return _concat(params, shapes, out, ins, same)
@@ -222,6 +223,10 @@ def _binary(op: str, a: Facts, b: Facts) -> tuple[float | None, float | None]:
     if op == "ewmul" and a.finite and b.finite:
         products = [x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]  # type: ignore[operator]
         return bounded(min(products), max(products))
+    if op == "ewpow" and b.lo is not None and b.lo == b.hi and b.lo % 2 == 0 and b.lo > 0:
+        # an even power: never negative (x ^ 2, the RMSNorm's square)
+        top = None if not a.finite else max(abs(a.lo), abs(a.hi)) ** b.lo  # type: ignore[arg-type]
+        return bounded(0.0, top)
     return None, None
 
 
