@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from relsat.errors import SettingsError, check_number
+from relsat.errors import RuleError, SettingsError, check_number
 from relsat.graph.ops import f32_bits
 from relsat.rewrite.exprs import Param
 from relsat.rewrite.params import specialize
@@ -216,9 +216,7 @@ class Spellings:
         write_atomic(Path(path), self.text().encode())
 
 
-def spell(
-    settings: GoalSettings, *, progress: Callable[[str], None] | None = None
-) -> Spellings:
+def spell(settings: GoalSettings, *, progress: Callable[[str], None] | None = None) -> Spellings:
     """Look for each goal's spellings (the module docstring); ``progress`` gets a line per
     step."""
     say = progress or (lambda _: None)
@@ -354,7 +352,13 @@ def _rules(
     found.sort(key=lambda p: (size_of(p), canonical_text(p)))
     st.spellings = len(found)
     for k, lhs in enumerate(found[:_MAX_SPELLINGS]):
-        rule = Rule(f"syn-{name}-{k + 1:02d}", (lhs,), (goal.pattern,), sources=("synthesized",))
+        try:
+            rule = Rule(
+                f"syn-{name}-{k + 1:02d}", (lhs,), (goal.pattern,), sources=("synthesized",)
+            )
+        except RuleError:  # a spelling without one of the goal's variables: no rule
+            st.dropped += 1
+            continue
         concrete = specialize(rule, floats)[0] if rule.params else rule
         why = edge_case(concrete, dict(shapes), settings.seed)
         outcome = verify(rule, seed=settings.seed)

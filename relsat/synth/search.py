@@ -12,9 +12,12 @@ under a division, ``t ^ (1/a)`` under a power by a constant. A target is kept on
 (its cheapest ways, and those within ``slack`` operators of it), so targets grow like the table's
 classes, not like terms. Targets are settled in order of cost (operators spent on the way down)
 and each is looked up among the table's values (``sql/synth/goal_hits.sql``: a range join on a
-random projection, then the values compared within a tolerance): a hit is a spelling of the goal
-whose size is that cost plus the hit's. The first hits are the smallest spellings; the search
-goes on ``slack`` operators further for other spellings (the exporters' variants).
+random projection, then the values compared within a tolerance relative to the target's largest
+magnitude): a hit is a spelling of the goal whose size is that cost plus the hit's. The first
+hits are the smallest spellings; the search goes on ``slack`` operators further for other
+spellings (the exporters' variants), expanding targets only ``slack`` costs past the first hit
+(spellings of the same size with less in the table and more top-down are not looked for: they
+would cost most of the targets).
 
 ``erf`` has no inverse here (SciPy is no dependency) and ``reducemean`` none at all: such an
 operator enters a spelling only inside a table term.
@@ -56,6 +59,8 @@ _BINARY: dict[tuple[str, bool], Callable[[np.ndarray, np.ndarray], np.ndarray]] 
 _CHUNK = 1 << 20
 #: Quantization of a target's values for its key (mantissa bits).
 _KEY_BITS = 20
+#: The largest magnitude a target may have, between these (the tolerance is relative to it).
+_SCALE = (1e-4, 1e4)
 
 
 @dataclass(frozen=True)
@@ -137,9 +142,11 @@ class Search:
         data = {"id": self.ids, "size": self.sizes.astype(np.int32), "proj": proj}
         terms.db.insert_arrow("synth_value", pa.table(data))
         # Siblings: small table terms and the variables kept out of the table.
-        self.sib_terms: list[Pattern | Var] = [terms.pattern[i] for i, s in zip(ids, sizes) if s <= siblings]
+        self.sib_terms: list[Pattern | Var] = [
+            terms.pattern[i] for i, s in zip(ids, sizes, strict=True) if s <= siblings
+        ]
         self.sib_sizes = [s for s in sizes if s <= siblings]
-        sib_rows = [r for r, s in zip(rows, sizes) if s <= siblings]
+        sib_rows = [r for r, s in zip(rows, sizes, strict=True) if s <= siblings]
         for name in extra:
             full = self._full(Var(name))
             if full is not None:
@@ -162,6 +169,7 @@ class Search:
         self.hits: list[tuple[int, int]] = []  # (target, table term id)
         self.looked = 0
         self.top = float("inf")  # the smallest spelling's size so far
+        self.first: int | None = None  # the cost at which the first hit came
         self._add(goal.reshape(1, -1), None, [0])
 
     def _full(self, term: Pattern | Var) -> np.ndarray | None:
@@ -182,8 +190,11 @@ class Search:
 
     def _add(self, values: np.ndarray, ways: list[Way] | None, costs: Sequence[int]) -> None:
         """Add rows of target values, reached by ``ways`` (None: the goal) at ``costs``."""
+        scale = np.abs(values).max(axis=1, initial=0.0)
         keys = _keys(values)
         for k in range(len(values)):
+            if not _SCALE[0] <= scale[k] <= _SCALE[1]:
+                continue  # all but zero, or huge: a power's inverse run away, no spelling
             cost = int(costs[k])
             key = int(keys[k])
             t = self.key.get(key)
@@ -209,16 +220,19 @@ class Search:
         """Settle targets cost by cost up to ``max_size`` operators (and ``slack`` beyond the
         first hit); why it stopped."""
         for c in range(max_size + 1):
-            limit = min(max_size, self.top + self.slack)
+            limit = int(min(max_size, self.top + self.slack))
             if c > limit:
                 return "done"
             frontier = sorted({t for t in self.bucket.pop(c, []) if self.best[t] == c})
             if not frontier:
                 continue
+            found = self.top
             self._lookup(frontier, limit - c)
-            limit = min(max_size, self.top + self.slack)
-            if c + 1 > limit:
-                continue
+            if self.top < found and self.first is None:
+                self.first = c
+            limit = int(min(max_size, self.top + self.slack))
+            if c + 1 > limit or (self.first is not None and c >= self.first + self.slack):
+                continue  # past the first hit: the targets made so far are looked up, no more
             if time.perf_counter() > deadline:
                 return f"time limit: at cost {c}"
             if self.targets > max_targets:
@@ -231,7 +245,8 @@ class Search:
         operators (``sql/synth/goal_hits.sql``), keep the hits whose values agree."""
         vals = self.tv[frontier]
         proj = vals @ self.mix
-        tol = (self.rtol * np.abs(vals) + self.atol) @ np.abs(self.mix)
+        atol = self.atol * np.abs(vals).max(axis=1, keepdims=True)
+        tol = (self.rtol * np.abs(vals) + atol) @ np.abs(self.mix)
         db = self.terms.db
         data = {
             "tid": np.array(frontier, dtype=np.int64),
@@ -245,7 +260,9 @@ class Search:
         self.looked += len(frontier)
         for tid, id_ in rows:
             tid, id_ = int(tid), int(id_)
-            if np.allclose(self.values[self.row[id_]], self.tv[tid], self.rtol, self.atol):
+            t = self.tv[tid]
+            atol = self.atol * float(np.abs(t).max())
+            if np.allclose(self.values[self.row[id_]], t, self.rtol, atol):
                 self.hits.append((tid, id_))
                 self.top = min(self.top, self.best[tid] + int(self.sizes[self.row[id_]]))
 
@@ -271,9 +288,9 @@ class Search:
                 if time.perf_counter() > deadline:
                     return
                 part, fp = f[lo : lo + step], parents[lo : lo + step]
-                for (op, left), inverse in _BINARY.items():
+                for (op, left), binary in _BINARY.items():
                     if (op, left) in self.binary:
-                        x = inverse(part[:, None, :], a[None, :, :])
+                        x = binary(part[:, None, :], a[None, :, :])
                         self._add_grid(x, fp, usable, op, left, c)
                 if self.power:
                     self._powers(part, fp, usable, c)

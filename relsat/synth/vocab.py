@@ -3,7 +3,8 @@ fixed) and typed variables (names with small concrete shapes), chosen from an op
 
 A template's ``kind`` tells the enumeration query (``sql/synth/enumerate.sql``) which children
 can fit: ``leaf`` (a constant, no children), ``unary``, ``same`` (element-wise: equal shapes or a
-rank-0 scalar), ``broadcast`` (element-wise: shapes that broadcast, not two scalars), ``matmul``, ``conv`` (4-D input and weight), ``concat`` (equal but for the axis),
+rank-0 scalar), ``broadcast`` (element-wise: shapes that broadcast, not two scalars), ``matmul``,
+``conv`` (4-D input and weight), ``concat`` (equal but for the axis),
 ``split`` (a piece of a split of a term with a concat boundary on the axis), ``enlarge`` (two
 4-D weights), ``merge`` (a 4-D weight: TASO's ``merge_gconv``, the weight of a conv with half as
 many groups). The graph builder
