@@ -16,6 +16,13 @@ exploration and 30 s ILP limit), rows appended to ``bench/results/synthesize_use
     python bench/synthesize.py --sets tensat --depths 1 2 --time-limit 600
     python bench/synthesize.py --sets tensat --depths 3 --use --rules-dir /tmp/syn
     python bench/synthesize.py --use-rules /tmp/syn/tensat-d3.rules
+    python bench/synthesize.py --goals rmsnorm gelu --goals-out /tmp/syn/goals.rules
+
+``--goals``: the goal mode (``relsat rules synthesize --goals``) in this process: per goal the
+table (terms per size), targets, hits, the smallest spelling, rules kept, seconds; the peak RSS;
+then which of the shipped hand-written fusion rules of those goals the rules found rediscover
+(the same left-hand side up to commutative operand order), or derive (``relsat rules derive``),
+or neither.
 """
 
 from __future__ import annotations
@@ -140,6 +147,54 @@ USE_COLS = [
 ]  # fmt: skip
 
 
+#: The goal a shipped rule fuses into: its right-hand side's operator (rsqrt: that rule).
+_GOAL_OF = {"rmsnorm": "rmsnorm", "layernorm": "layernorm", "gelu": "gelu"}
+_GOAL_OF |= {"gelu_tanh": "gelu_tanh", "quickgelu": "quickgelu"}
+
+
+def goals(names: list[str], out: str | None, slack: int, time_limit: float) -> None:
+    """The goal mode's run and the shipped fusion rules it rediscovers (Markdown on stdout)."""
+    from relsat.rewrite.rulefile import load_rules
+    from relsat.synth.derive import derive_rules
+    from relsat.synth.goals import GoalSettings, spell
+    from relsat.synth.search import canonical_text
+
+    s = spell(
+        GoalSettings(goals=tuple(names), slack=slack, time_limit=time_limit),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    if out:
+        s.write(out)
+    print("| goal | table terms per size | targets | smallest | spellings | kept | s |")
+    print("|---|---|---|---|---|---|---|")
+    for g in s.goals:
+        table = " / ".join(str(t) for t, _ in g.table)
+        print(
+            f"| {g.goal} | {table} | {g.targets} | {g.smallest} | {g.spellings} | {g.kept} "
+            f"| {g.seconds:.1f} |"
+        )
+    print(f"\n{len(s.rules)} rules, {s.seconds:.1f} s, peak {peak} MiB\n")
+    found = {canonical_text(r.lhs[0]).replace("?eps:float", "?eps") for r in s.rules}
+    shipped = [
+        r
+        for r in load_rules()
+        if len(r.lhs) == 1
+        and not r.sources
+        and (
+            _GOAL_OF.get(r.rhs[0].op) in names
+            or (r.name == "reciprocal-sqrt-from-pow" and "rsqrt" in names)
+        )
+    ]
+    d = derive_rules(shipped, s.rules)
+    print("| hand-written rule | rediscovered |")
+    print("|---|---|")
+    for rule, x in zip(shipped, d.derivations, strict=True):
+        literal = canonical_text(rule.lhs[0]) in found
+        how = "literally" if literal else "derived" if x.derived else "no"
+        print(f"| {rule.name} | {how} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sets", nargs="+", default=["tensat"], help=f"of {sorted(SETS)}")
@@ -151,10 +206,16 @@ def main() -> None:
     p.add_argument("--use-iterations", type=int, default=3, help="exploration iterations")
     p.add_argument("--one", nargs=3, help=argparse.SUPPRESS)  # ops depth time: the child
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--goals", nargs="+", help="goal mode: these goals (relsat.synth.goals)")
+    p.add_argument("--goals-out", help="goal mode: write the rules found here")
+    p.add_argument("--goal-slack", type=int, default=1)
     args = p.parse_args()
     if args.one:
         ops, depth, limit = args.one
         print(json.dumps(one(ops, int(depth), float(limit), args.out)))
+        return
+    if args.goals:
+        goals(args.goals, args.goals_out, args.goal_slack, args.time_limit)
         return
     if args.use_rules:
         _use(args.use_rules, args.use_iterations)

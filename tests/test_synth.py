@@ -275,3 +275,113 @@ def test_equation_with_a_concat_gives_the_enlarge_merge_pair():
     tensat = [r for r in load_rules() if r.name == "conv-pair-shared-input-enlarge-merge"]
     assert any(r.is_multi and "enlarge" in str(r.rhs[0]) for r in s.rules)
     assert derive_rules(tensat, s.rules).derivations[0].derived
+
+
+# Goal mode (relsat rules synthesize --goals): the spelled-out forms of fused kernels.
+
+
+def _goal_rules(goal, **kw):
+    from relsat.synth.goals import GoalSettings, spell
+
+    return spell(GoalSettings(goals=(goal,), **kw))
+
+
+def _same(rule_text, rules):
+    """Whether ``rule_text``'s left side is among ``rules``' up to commutative operand order."""
+    from relsat.synth.search import canonical_text
+
+    want = canonical_text(parse_rules(f"# name: w\n{rule_text}\n")["w"].lhs[0])
+    return any(canonical_text(r.lhs[0]) == want for r in rules)
+
+
+def test_goal_gelu_finds_the_erf_spellings():
+    s = _goal_rules("gelu", table=2, slack=0)
+    (st,) = s.goals
+    assert st.smallest == 5
+    x_s2 = "(erf (ewdiv ?x (scalar 1.4142135)))"
+    assert _same(
+        f"(ewmul (ewmul ?x (ewadd {x_s2} (scalar 1.0))) (scalar 0.5)) => (gelu ?x)", s.rules
+    )
+    assert _same(
+        f"(ewmul (ewmul ?x (scalar 0.5)) (ewadd {x_s2} (scalar 1.0))) => (gelu ?x)", s.rules
+    )
+    inv = "(erf (ewmul ?x (scalar 0.70710677)))"
+    assert _same(
+        f"(ewmul (ewmul ?x (ewadd {inv} (scalar 1.0))) (scalar 0.5)) => (gelu ?x)", s.rules
+    )
+    assert all(r.sources == ("synthesized",) and "rules check ok" in r.doc for r in s.rules)
+    assert all(str(r.rhs[0]) == "(gelu ?x)" for r in s.rules)
+
+
+def test_goal_rmsnorm_finds_a_spelling_with_epsilon_a_float_variable(tmp_path):
+    s = _goal_rules("rmsnorm", slack=0)
+    assert s.goals[0].smallest == 6
+    ms = "(ewadd (reducemean (ewmul ?x ?x)) (scalar ?eps:float))"
+    assert _same(f"(ewmul ?g (ewdiv ?x (sqrt {ms}))) => (rmsnorm ?eps ?x ?g)", s.rules)
+    assert _same(
+        f"(ewmul ?g (ewmul ?x (ewpow {ms} (scalar -0.5)))) => (rmsnorm ?eps ?x ?g)", s.rules
+    )
+    out = tmp_path / "goals.rules"
+    s.write(out)
+    again = load_rules([out])
+    assert [r.name for r in again] == [r.name for r in s.rules]
+    assert "?eps:float" in out.read_text()
+    assert main(["rules", "check", str(out)]) == 0
+
+
+def test_goal_rsqrt_finds_pow_and_the_edge_case_refutes_it():
+    # pow(-0.0, -0.5) is +inf, reciprocal(sqrt(-0.0)) is -inf: found, then dropped.
+    s = _goal_rules("rsqrt")
+    assert s.goals[0].smallest == 1
+    assert any(
+        str(r.lhs[0]) == "(ewpow ?y (scalar -0.5))" and "edge" in why for r, why in s.dropped
+    )
+    # sqrt(y)'s class is represented by pow(y, 0.5) (enumerated first): 1 / sqrt is spelled so.
+    assert _same("(ewdiv (scalar 1.0) (ewpow ?y (scalar 0.5))) => (reciprocal (sqrt ?y))", s.rules)
+
+
+def test_cli_goals_writes_the_rules(tmp_path, capsys):
+    out = tmp_path / "q.rules"
+    assert main(["rules", "synthesize", "--goals", "quickgelu", "--out", str(out)]) == 0
+    assert "goal quickgelu" in capsys.readouterr().out
+    (rule,) = load_rules([out])
+    assert str(rule.rhs[0]) == "(quickgelu ?alpha ?x)"
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--goals", "rmsnorm,bogus"], "--goals"),
+        (["--goals", ","], "--goals"),
+        (["--goals", "gelu", "--goal-slack", "-1"], "--goal-slack"),
+        (["--goals", "gelu", "--goal-size", "0"], "--goal-size"),
+    ],
+)
+def test_cli_bad_goals_exit_2(args, option, tmp_path, capsys):
+    out = tmp_path / "x.rules"
+    with pytest.raises(SystemExit) if option == "--goal-size" else _no_raise() as e:
+        code = main(["rules", "synthesize", "--out", str(out), *args])
+    code = e.value.code if option == "--goal-size" else code
+    assert code == 2
+    assert option in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_goal_settings_refuse_bad_values():
+    from relsat.synth.goals import GoalSettings
+
+    with pytest.raises(SettingsError):
+        GoalSettings(goals=("bogus",))
+    with pytest.raises(SettingsError):
+        GoalSettings(goals=("gelu",), slack=-1)
+
+
+def test_broadcast_templates_pair_a_row_mean_with_its_row():
+    from relsat.synth.terms import Terms
+
+    t = Terms([("x", (2, 3))], ["ewsub", "reducemean"], broadcast=True)
+    t.grow(1, deadline=float("inf"))
+    t.grow(2, deadline=float("inf"))
+    texts = {str(p) for p in t.pattern.values()}
+    t.close()
+    assert "(ewsub ?x (reducemean ?x))" in texts

@@ -36,6 +36,7 @@ def _positive_number(text: str) -> float:
 
 def add(rules_sub: Subparsers) -> None:
     """Add ``synthesize`` and ``derive`` to the ``rules`` sub-commands."""
+    from relsat.synth.goals import GOALS
     from relsat.synth.vocab import ENUMERABLE, KINDS, TENSAT_OPS
 
     p = rules_sub.add_parser(
@@ -66,6 +67,22 @@ def add(rules_sub: Subparsers) -> None:
         "--batch", type=_positive_int, default=2, help="equations checked between two derivations"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the checks")
+    p.add_argument(
+        "--goals",
+        help="goal mode: instead of all equations, the spelled-out forms of these goals, "
+        f"comma-separated ({', '.join(GOALS)}): terms enumerated modulo values, put together "
+        "top-down until one equals the goal; rules 'spelling => goal' (--ops, --depth, --vars, "
+        "--strides and --batch do not apply: each goal has its own vocabulary)",
+    )
+    p.add_argument(
+        "--goal-size", type=_positive_int, default=11, help="goal mode: operators per spelling"
+    )
+    p.add_argument(
+        "--goal-slack",
+        type=int,
+        default=1,
+        help="goal mode: also the spellings up to this many operators larger than the smallest",
+    )
     p.set_defaults(run=_synthesize)
 
     p = rules_sub.add_parser(
@@ -94,6 +111,9 @@ def add(rules_sub: Subparsers) -> None:
 def _synthesize(args: argparse.Namespace) -> int:
     from relsat.synth import Settings, synthesize
     from relsat.synth.vocab import ENUMERABLE, environment, parse_counts, unknown_ops
+
+    if args.goals is not None:
+        return _spell(args)
 
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
     bad = unknown_ops(ops)
@@ -136,6 +156,33 @@ def _synthesize(args: argparse.Namespace) -> int:
     result = synthesize(settings, progress=say, on_depth=lambda s: s.write(args.out))
     result.write(args.out)
     print(f"stop: {result.stop}")
+    print(f"{len(result.rules)} rules written to {args.out} in {result.seconds:.1f} s")
+    return 0
+
+
+def _spell(args: argparse.Namespace) -> int:
+    from relsat.synth.goals import GOALS, GoalSettings, spell, unknown_goals
+
+    goals = tuple(g.strip() for g in args.goals.split(",") if g.strip())
+    bad = unknown_goals(goals)
+    if bad or not goals:
+        known = ", ".join(GOALS)
+        raise Usage(
+            f"--goals: unknown goal {bad[0]!r} (goals: {known})"
+            if bad
+            else f"--goals: no goal given (goals: {known})"
+        )
+    if args.goal_slack < 0:
+        raise Usage(f"--goal-slack: an integer >= 0, got {args.goal_slack}")
+    settings = GoalSettings(
+        goals=goals,
+        size=args.goal_size,
+        slack=args.goal_slack,
+        time_limit=args.time_limit,
+        seed=args.seed,
+    )
+    result = spell(settings, progress=lambda line: print(line, flush=True))
+    result.write(args.out)
     print(f"{len(result.rules)} rules written to {args.out} in {result.seconds:.1f} s")
     return 0
 

@@ -19,14 +19,15 @@ True
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from relsat.engine.db import Database
 from relsat.rewrite.rules import Pattern, Term, Var
 from relsat.synth.values import Evaluated, Evaluator
-from relsat.synth.vocab import templates
+from relsat.synth.vocab import CONSTANTS, templates
 
 __all__ = ["Terms"]
 
@@ -36,8 +37,11 @@ _CLOCK_EVERY = 64
 
 class Terms:
     """The enumerated terms over ``vars`` (name, shape) and the templates of ``ops`` (convolutions
-    of each of ``strides``); the variables named in ``weights`` are weights (a convolution's
-    weight, what enlarge pads)."""
+    of each of ``strides``, the scalar ``constants``, element-wise operators that ``broadcast``
+    or not: :func:`~relsat.synth.vocab.templates`); the variables named in ``weights`` are
+    weights (a convolution's weight, what enlarge pads); ``values``: variables' values given
+    (:class:`~relsat.synth.values.Evaluator`); ``hidden``: variables the evaluator knows but the
+    enumeration does not use (a goal's scale vector, joined top-down)."""
 
     def __init__(
         self,
@@ -46,17 +50,22 @@ class Terms:
         seed: int = 0,
         weights: Collection[str] = (),
         strides: Sequence[int] = (1,),
+        *,
+        constants: Sequence[float] = CONSTANTS,
+        broadcast: bool = False,
+        values: Mapping[str, np.ndarray] | None = None,
+        hidden: Collection[str] = (),
     ) -> None:
         self.db = Database()
         self.db.script("synth/schema")
-        self.evaluator = Evaluator(vars, seed)
+        self.evaluator = Evaluator(vars, seed, values=values)
         self.pattern: dict[int, Pattern | Var] = {}
         self.vars = dict(vars)
-        ts = templates(ops, strides)
+        ts = templates(ops, strides, constants=constants, broadcast=broadcast)
         rows = [(t.op, t.kind, t.arity, *(list(t.params) + [None] * 4)[:4]) for t in ts]
         self.db.con.executemany("INSERT INTO synth_op VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         leaves: list[tuple[Pattern | Var, tuple[object, ...], bool]] = [
-            (Var(n), ("var",), n in weights) for n in self.vars
+            (Var(n), ("var",), n in weights) for n in self.vars if n not in hidden
         ]
         leaves += [(Pattern(t.op, t.params), (t.op, *t.params), False) for t in ts if not t.arity]
         self._insert(0, [(p, cols, None, None, w) for p, cols, w in leaves])

@@ -24,7 +24,7 @@ True
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -98,8 +98,15 @@ class Evaluator:
     """Builds terms over the variables ``vars`` (name, shape) and keeps each node's values."""
 
     def __init__(
-        self, vars: Sequence[tuple[str, tuple[int, ...]]], seed: int = 0, *, edge: bool = False
+        self,
+        vars: Sequence[tuple[str, tuple[int, ...]]],
+        seed: int = 0,
+        *,
+        edge: bool = False,
+        values: Mapping[str, np.ndarray] | None = None,
     ) -> None:
+        """``values``: the float values of some variables, given (a positive epsilon, say), in
+        place of the random draw."""
         self.builder = GraphBuilder()
         self.memo: Memo = {}
         rng = np.random.default_rng(seed)
@@ -112,6 +119,8 @@ class Evaluator:
             floats = rng.uniform(-2.0, 2.0, size=shape)
             if edge:  # the values where division, roots and powers have edges
                 floats = rng.choice(EDGE_VALUES, size=shape)
+            if values is not None and name in values:
+                floats = np.broadcast_to(np.asarray(values[name], dtype=np.float64), shape)
             self.floats[t.ref] = floats
             self.exact[t.ref] = rng.integers(1, PRIME, size=shape, dtype=np.int64)
 

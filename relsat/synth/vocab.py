@@ -3,7 +3,8 @@ fixed) and typed variables (names with small concrete shapes), chosen from an op
 
 A template's ``kind`` tells the enumeration query (``sql/synth/enumerate.sql``) which children
 can fit: ``leaf`` (a constant, no children), ``unary``, ``same`` (element-wise: equal shapes or a
-rank-0 scalar), ``matmul``, ``conv`` (4-D input and weight), ``concat`` (equal but for the axis),
+rank-0 scalar), ``broadcast`` (element-wise: shapes that broadcast, not two scalars), ``matmul``,
+``conv`` (4-D input and weight), ``concat`` (equal but for the axis),
 ``split`` (a piece of a split of a term with a concat boundary on the axis), ``enlarge`` (two
 4-D weights), ``merge`` (a 4-D weight: TASO's ``merge_gconv``, the weight of a conv with half as
 many groups). The graph builder
@@ -79,14 +80,22 @@ def unknown_ops(ops: Sequence[str]) -> list[str]:
     return [op for op in ops if op not in ENUMERABLE]
 
 
-def templates(ops: Sequence[str], strides: Sequence[int] = (1,)) -> list[Template]:
+def templates(
+    ops: Sequence[str],
+    strides: Sequence[int] = (1,),
+    *,
+    constants: Sequence[float] = CONSTANTS,
+    broadcast: bool = False,
+) -> list[Template]:
     """The templates of ``ops``, in the order given; parameter values as in TENSAT's rules
     (convolutions of each of ``strides``, SAME padding, no or a fused ReLU activation; concat and
-    split on axes 0, 1)."""
+    split on axes 0, 1); ``scalar`` brings in each of ``constants``. With ``broadcast`` the
+    element-wise operators take operands of any shapes that broadcast (kind ``broadcast``: a
+    row's mean beside its row, a scale vector beside a matrix), else equal shapes or a scalar."""
     out: list[Template] = []
     for op in dict.fromkeys(ops):
         if op in _ELEMENTWISE:
-            out.append(Template(op, "same", 2))
+            out.append(Template(op, "broadcast" if broadcast else "same", 2))
         elif op in _UNARY:
             out.append(Template(op, "unary", 1))
         elif op == "matmul":
@@ -102,7 +111,7 @@ def templates(ops: Sequence[str], strides: Sequence[int] = (1,)) -> list[Templat
         elif op == "merge":
             out.append(Template(op, "merge", 1, (2,)))
         elif op == "scalar":
-            out += [Template(op, "leaf", 0, (f32_bits(v),)) for v in CONSTANTS]
+            out += [Template(op, "leaf", 0, (f32_bits(v),)) for v in constants]
         else:
             raise ValueError(f"not enumerable: {op}")
     assert all(t.op in OPERATORS for t in out)

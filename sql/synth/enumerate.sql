@@ -3,8 +3,9 @@
 -- builder checks the rest). A convolution's weight is a weight term, its input is not; enlarge
 -- pads a weight to the kernel of a weight variable of another size (only its shape matters).
 -- A split piece splits a term with a concat boundary recorded on its axis (a concat, or an
--- operator over one: TASO's multi-output graphs); merge takes a weight that is no merge. A rank-0 constant takes part only beside a
--- tensor.
+-- operator over one: TASO's multi-output graphs); merge takes a weight that is no merge. A rank-0
+-- constant takes part only beside a tensor; a `broadcast` operator's operands broadcast (NumPy's
+-- rule, dims compared from the last).
 -- Parameters: $size.
 WITH rep AS (
     SELECT id, size, op, p0, shape, splits, weight, len(shape) AS rank
@@ -29,6 +30,9 @@ JOIN rep b ON a.size + b.size = $size - 1
 WHERE o.arity = 2
   AND CASE o.kind
     WHEN 'same' THEN (a.shape = b.shape AND a.rank > 0) OR (a.rank = 0) <> (b.rank = 0)
+    WHEN 'broadcast' THEN (a.rank > 0 OR b.rank > 0) AND list_bool_and(list_transform(
+        list_zip(list_reverse(a.shape), list_reverse(b.shape)),
+        lambda p: p[1] IS NULL OR p[2] IS NULL OR p[1] = p[2] OR p[1] = 1 OR p[2] = 1))
     WHEN 'matmul' THEN a.rank = 2 AND b.rank = 2 AND a.shape[2] = b.shape[1]
     WHEN 'conv' THEN a.rank = 4 AND b.rank = 4 AND a.shape[2] % b.shape[2] = 0
         AND NOT a.weight AND b.weight
