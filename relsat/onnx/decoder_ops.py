@@ -403,18 +403,58 @@ def _rotary_cache(
         return ex.float_array(f"{name}_cache", np.broadcast_to(value, full).reshape(cache))
     source = _through_reshapes(ex, ref)
     node = ex.graph.nodes[source.node]
-    if node.op not in ("cos", "sin"):
+    column = _evens_of_pairs(ex, node)  # repeat_interleave(t, 2, -1)[..., ::2]: t itself
+    if column is not None:
+        source, node = column, ex.graph.nodes[column.node]
+    halved = _first_half(ex, node)  # the table as the first half of one of equal halves
+    if halved:
+        node = ex.graph.nodes[_through_reshapes(ex, node.inputs[0]).node]
+    angles = _through_reshapes(ex, node.inputs[0]) if node.op in ("cos", "sin") else None
+    if angles is not None and halved:  # cos(concat(h, h)): the cosine of h
+        wide = ex.graph.nodes[angles.node]
+        same = wide.op == "concat" and len(wide.inputs) == 2 and wide.inputs[0] == wide.inputs[1]
+        last = same and wide.params["axis"] == len(wide.shape) - 1
+        angles = _through_reshapes(ex, wide.inputs[0]) if last else None
+    if angles is None:
         name = ex.name_of(source, rotary)
         return _laid_out(ex, name, ex.graph.shape(source), (table[0], table[seq]), cache)
-    angles = _through_reshapes(ex, node.inputs[0])
     angles_name = ex.name_of(angles, rotary)
     key = ("rotary-angles", angles_name, cache)
     if key not in ex.memo:
         rows = (table[0], table[seq])
         ex.memo[key] = _laid_out(ex, angles_name, ex.graph.shape(angles), rows, cache)
-    out = ex.fresh(f"{name}_cache")
-    ex.emit(node.op.capitalize(), [ex.memo[key]], [out])
-    return out
+    made = ("rotary-table", node.op, angles_name, cache)  # one per angles: the layers share it
+    if made not in ex.memo:
+        ex.memo[made] = ex.fresh(f"{name}_cache")
+        ex.emit(node.op.capitalize(), [ex.memo[key]], [ex.memo[made]])
+    return str(ex.memo[made])
+
+
+def _evens_of_pairs(ex: ExportContext, node: Node) -> Ref | None:
+    """The column ``t`` when ``node`` takes every other entry (from the first) of the last axis
+    of ``t`` doubled in place (``t`` with a unit axis at the end, expanded or tiled to 2 there,
+    flattened back: how torch writes ``repeat_interleave(t, 2, -1)``); else None."""
+    p = node.params
+    if node.op != "slice" or p.get("step", 1) != 2 or p["start"] != 0:
+        return None
+    wide = _through_reshapes(ex, node.inputs[0])
+    doubled = ex.graph.nodes[wide.node]
+    tiled = doubled.op == "opaque" and doubled.params["type"] == "Tile"
+    if (doubled.op != "expand" and not tiled) or doubled.shape[-1:] != (2,):
+        return None
+    merged = ex.graph.shape(node.inputs[0])[-1] == 2 * doubled.shape[-2]  # [..., D/2, 2] as D
+    if ex.graph.shape(doubled.inputs[0])[-1:] != (1,) or len(doubled.shape) < 2 or not merged:
+        return None
+    return _through_reshapes(ex, doubled.inputs[0])
+
+
+def _first_half(ex: ExportContext, node: Node) -> bool:
+    """Whether ``node`` is the first half of its input's last axis (a rotary table cut from one
+    of equal halves, as the rules write it)."""
+    if node.op != "slice" or node.params.get("step", 1) != 1 or node.params["start"] != 0:
+        return False
+    shape = ex.graph.shape(node.inputs[0])
+    return node.params["axis"] == len(shape) - 1 and 2 * node.params["end"] == shape[-1]
 
 
 def _through_reshapes(ex: ExportContext, ref: Ref) -> Ref:

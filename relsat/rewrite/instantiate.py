@@ -25,6 +25,7 @@ from relsat.errors import GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph
 from relsat.graph.ops import TensorType, from_f32_bits
+from relsat.rewrite.exprs import Expr, evaluate, sexpr
 from relsat.rewrite.rules import Guard, Pattern, Rule, Term, Var
 
 __all__ = [
@@ -97,8 +98,14 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
     make = _MAKERS.get(term.op)
     if make is None:
         raise GraphError(f"operator {term.op!r} cannot be built from a rule", op=term.op)
-    ints = tuple(a for a in term.args if isinstance(a, int | tuple))  # a list: as one item
-    args = [_build(builder, a, env, memo) for a in term.args if not isinstance(a, int | tuple)]
+    ints = tuple(  # a list: as one item; arithmetic over shapes: its value here
+        _value(a, env, term) if isinstance(a, Expr) else a
+        for a in term.args
+        if isinstance(a, int | tuple | Expr)
+    )
+    args = [
+        _build(builder, a, env, memo) for a in term.args if not isinstance(a, int | tuple | Expr)
+    ]
     if term.op in ("split_0", "split_1"):
         (pair,) = args
         if not isinstance(pair, tuple):
@@ -116,6 +123,14 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
             ) from None
     memo[term] = value
     return value
+
+
+def _value(e: Expr, env: Mapping[str, Tensor], parent: Pattern) -> int:
+    """An integer parameter computed from the shapes of the tensors bound (``(- (rank ?t) 1)``)."""
+    v = evaluate(e, {}, {name: t.shape for name, t in env.items()})
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise InvalidInstance(f"{sexpr(e)} has no integer value here", pattern=parent)
+    return v
 
 
 def _tensor(value: Value, parent: Pattern) -> Tensor:

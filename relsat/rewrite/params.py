@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from relsat.graph.ops import ACTIVATIONS, PADDINGS, f32_bits, from_f32_bits
-from relsat.rewrite.exprs import Cond, Expr, Num, Param, evaluate, params_of
+from relsat.rewrite.exprs import Cond, Expr, Num, Param, evaluate, params_of, tensors_of
 from relsat.rewrite.pins import equations, pins
 from relsat.rewrite.rules import OPERATORS, Guard, Pattern, Rule, Term, param_type
 from relsat.rewrite.shapes import Choose
@@ -170,6 +170,8 @@ def specialize(rule: Rule, values: Mapping[str, Num | tuple[int, ...]]) -> tuple
     :class:`Undefined` where a right-hand side's arithmetic has no value."""
 
     def lit(op: str, index: int, term: object) -> Any:
+        if isinstance(term, Expr) and any(True for _ in tensors_of(term)):
+            return term  # reads a tensor's shape: computed as the side is built (instantiate)
         if isinstance(term, Param) and term.type == "ints" and _key(term) not in values:
             return term  # a list pinned to the shapes: the shape solver draws it
         if any(p.type == "ints" and _key(p) not in values for p in params_of(term)):

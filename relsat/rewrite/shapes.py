@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from relsat.errors import RuleError
+from relsat.rewrite.exprs import Expr as ValueExpr
 from relsat.rewrite.exprs import Param
 from relsat.rewrite.pins import NotSymbolic, OutOfRange, Pin, length, one, symbolic
 from relsat.rewrite.rules import Pattern, Rule, Term, Var
@@ -120,7 +121,7 @@ def _text(key: Any) -> str:
 
 
 def _tensor_args(p: Pattern) -> list[Term]:
-    return [a for a in p.args if not isinstance(a, int | tuple | Param)]
+    return [a for a in p.args if not isinstance(a, int | tuple | Param | ValueExpr)]
 
 
 def _list(p: Pattern) -> tuple[int, ...]:
@@ -405,6 +406,8 @@ class _Solver:
         shape rule adds. (Long: one branch per operator, as ``relsat.graph.ops`` has one shape
         rule per operator.)"""
         d, ints, op = self.dims, [a for a in p.args if isinstance(a, int)], p.op
+        if op == "slice" and len(ints) < 4:  # an axis computed from a shape: any dims
+            return [d.fresh() for _ in kids[0]]
         if op not in ("split_0", "split_1") and any(isinstance(k, _SplitDims) for k in kids):
             raise Unsolvable(f"a split pair is an argument of {op}")
         if op in ("ewadd", "ewmul", "ewsub", "ewdiv", "ewpow"):
