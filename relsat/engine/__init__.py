@@ -23,6 +23,9 @@ sigmoid, 2 relu, 3 tanh; padding 0 SAME, 1 VALID; absent parameters and children
 ``eclass``          ``id``, ``kind`` (``tensor``, ``pair`` for a split, ``unit`` for a noop),
                     ``shape``/``shape2``, ``splits`` (TASO's split history), ``all_weights``
                     (computable from weights alone), ``born``
+``fact``            ``class``, ``lo``/``hi`` (bounds of every value, NULL unknown), ``halves``,
+                    ``pairs`` (the last axis's halves, pairs equal), ``digest`` (a constant's
+                    value): facts of values, :mod:`relsat.graph.facts`; merged on union
 ``uf``              ``id``, ``root``: union-find, fully path-compressed
 ``output``          ``pos``, ``class``: graph outputs
 ``iteration_stats`` one row per iteration and phase (``multi``, ``single``): ``matches``,
