@@ -134,6 +134,7 @@ def test_the_egraph_keeps_facts_per_class_and_merges_them_on_union() -> None:
     explore(eg, list(rules))
     rows = eg.db.execute("SELECT class, count(*) FROM fact GROUP BY class HAVING count(*) > 1")
     assert rows == []  # one row per class
+    assert not any(eg.audit().values())
     merged = eg.db.execute("SELECT f.lo, f.hi FROM output o JOIN fact f ON f.class = o.class")
     assert merged == [(0.0, 7.0)]  # the output is h: its bounds
 
