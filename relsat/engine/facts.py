@@ -69,6 +69,12 @@ def propagate(db: Database, epoch: int) -> int:
     their classes, to a fixpoint; returns how many classes' facts changed."""
     ops = sorted(OPS)
     changed_total = 0
+    if not db.scalar(
+        "SELECT EXISTS (SELECT 1 FROM fact) OR EXISTS (SELECT 1 FROM enode "
+        "WHERE stamp = $epoch AND op = 'scalar')",
+        {"epoch": epoch},
+    ):
+        return 0  # nothing known, nothing new to know (TENSAT's graphs): no join to run
     for _ in range(MAX_ROUNDS):
         rows = db.run_arrow("analysis/fact_inputs", epoch=epoch, ops=ops).to_pylist()
         db.execute("DELETE FROM fact_changed")

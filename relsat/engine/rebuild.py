@@ -62,7 +62,8 @@ def rebuild(db: Database, epoch: int) -> Rebuilt:
         db.insert_arrow(
             "remap", pa.table({"old": pa.array(old, pa.int64()), "new": pa.array(new, pa.int64())})
         )
-        db.run("rebuild/merge_facts")
+        if db.scalar("SELECT EXISTS (SELECT 1 FROM fact)"):
+            db.run("rebuild/merge_facts")
         db.run("rebuild/apply_remap", epoch=epoch)
         merged += len(old)
         ((found,),) = db.run("rebuild/congruence", epoch=epoch)

@@ -22,10 +22,18 @@ INSERT INTO enode
     WHERE n.class IN (SELECT class FROM used) AND n.op <> 'same'
       AND n.class >= (SELECT min(class) FROM cand WHERE fresh);
 INSERT INTO pending
-    SELECT DISTINCT m.root0, CASE WHEN c.op = 'same' THEN c.c0 ELSE c.class END AS b
+    SELECT DISTINCT m.root0, c.class
     FROM match m JOIN cand c ON c.mid = m.mid JOIN tnode t ON t.tid = c.tid
-    WHERE m.ok AND t.root_of & 1 = 1 AND m.root0 <> b
+    WHERE m.ok AND t.root_of & 1 = 1 AND m.root0 <> c.class AND c.op <> 'same'
     UNION
-    SELECT DISTINCT m.root1, CASE WHEN c.op = 'same' THEN c.c0 ELSE c.class END AS b
+    SELECT DISTINCT m.root1, c.class
     FROM match m JOIN cand c ON c.mid = m.mid JOIN tnode t ON t.tid = c.tid
-    WHERE m.ok AND t.root_of & 2 = 2 AND m.root1 <> b
+    WHERE m.ok AND t.root_of & 2 = 2 AND m.root1 <> c.class AND c.op <> 'same'
+    UNION
+    SELECT DISTINCT m.root0, c.c0
+    FROM match m JOIN cand c ON c.mid = m.mid JOIN tnode t ON t.tid = c.tid
+    WHERE m.ok AND t.root_of & 1 = 1 AND m.root0 <> c.c0 AND c.op = 'same'
+    UNION
+    SELECT DISTINCT m.root1, c.c0
+    FROM match m JOIN cand c ON c.mid = m.mid JOIN tnode t ON t.tid = c.tid
+    WHERE m.ok AND t.root_of & 2 = 2 AND m.root1 <> c.c0 AND c.op = 'same'
