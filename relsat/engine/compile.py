@@ -25,7 +25,7 @@ AND p1 = 1 AND p2 = 0 AND p3 = 2`` with ``?x = c0`` and ``?w = c1``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,9 @@ class Program:
     #: (arithmetic on parameter variables) to each match's slots.
     cond_sql: str | None = None
     derive_sql: str | None = None
+    #: The rules whose conditions read facts of values (``finite(?m)``, ``halves(?c)``, …):
+    #: table ``fact`` is brought up to date before their matches are checked.
+    value_rules: tuple[int, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -198,6 +201,7 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     # (rule, its values and their texts as SQL lists, whether its lists have every item)
     derives: list[tuple[int, str, str, str]] = []
     conds_sql: list[tuple[int, str]] = []  # (rule, its conditions as one SQL expression)
+    value_rules: list[int] = []  # rules whose conditions read facts of values
     cond_reads: tuple[set[int], set[int]] = (set(), set())  # e-classes, lists
     derive_reads: tuple[set[int], set[int]] = (set(), set())
     for rid, rule in enumerate(rules):
@@ -227,6 +231,8 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         conds += _implicit(derived)
         if conds:
             conds_sql.append((rid, " AND ".join(_cond_sql(c, slots) for c in conds)))
+            if any(t.op in VALUE_FACTS for c in conds for t in _subexprs(c)):
+                value_rules.append(rid)
             for have, new in zip(cond_reads, _read_slots(conds, slots), strict=True):
                 have.update(new)
         memo: dict[Pattern, int] = {}
@@ -268,7 +274,15 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         max((r["height"] for r in trows), default=0),
         _cond_statement(conds_sql, _joins(*cond_reads)),
         _derive_statement(derives, _joins(*derive_reads)),
+        tuple(value_rules),
     )
+
+
+def _subexprs(term: object) -> Iterator[Expr]:
+    if isinstance(term, Expr):
+        yield term
+        for a in term.args:
+            yield from _subexprs(a)
 
 
 def _slots(rule: Rule) -> dict[str, int]:

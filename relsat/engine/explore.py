@@ -206,6 +206,7 @@ def explore(
     loop = _Loop(egraph, runner, limits, start, on_phase, audit)
     with egraph.db.deadline(limits.seconds - (time.perf_counter() - start)):
         stop = loop.run(first, schedule.k_multi)
+    runner.refresh_facts()  # table fact as complete as the e-graph, for SQL and a resumed run
     seconds = time.perf_counter() - start
     enodes, eclasses = egraph.counts()
     db = egraph.db

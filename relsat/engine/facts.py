@@ -1,12 +1,15 @@
 """Facts of values kept per e-class (table ``fact``; :mod:`relsat.graph.facts` says what they are).
 
-The input graph's facts are loaded with it (:meth:`relsat.engine.egraph.EGraph.load`). After each
-phase, :func:`propagate` computes the facts of the e-nodes the phase built or re-canonicalized,
+The input graph's facts are loaded with it (:meth:`relsat.engine.egraph.EGraph.load`).
+:func:`propagate` computes the facts of the e-nodes built or re-canonicalized since it last ran,
 and of the readers of classes whose facts changed, with the same transfer functions
-(:func:`relsat.graph.facts.transfer`), until nothing changes: like the shape analysis, computed
-where e-nodes are made, so that a guard of the next search reads them. Unions merge the facts of
-the classes they join (``sql/rebuild/merge_facts.sql``). Facts only grow (bounds tighten, layout
-facts are added), so the rounds end; :data:`MAX_ROUNDS` bounds them all the same.
+(:func:`relsat.graph.facts.transfer`), until nothing changes. It runs before the matches of a
+rule whose guard reads a fact of values are checked, and at the end of an exploration
+(:meth:`relsat.engine.phase.Phases.refresh_facts`): up to date wherever it is read, and a
+phase that no such guard reads (every phase on TENSAT's graphs) runs no fact query. Unions
+merge the facts of the classes they join (``sql/rebuild/merge_facts.sql``). Facts only grow
+(bounds tighten, layout facts are added), so the rounds end; :data:`MAX_ROUNDS` bounds them
+all the same.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ __all__ = ["MAX_ROUNDS", "insert_facts", "propagate", "read_facts"]
 
 #: Rounds of :func:`propagate` after one phase (a chain of readers one class deeper per round).
 MAX_ROUNDS = 32
-_SIDES = "abcd"
 _SCHEMA = pa.schema(
     [
         ("class", pa.int64()),
@@ -55,43 +57,56 @@ def insert_facts(db: Database, facts: Mapping[int, Facts]) -> None:
 
 def read_facts(db: Database, classes: list[int] | None = None) -> dict[int, Facts]:
     """The stored facts (of ``classes``, or all)."""
-    rows = db.execute("SELECT class, lo, hi, halves, pairs, digest FROM fact")
-    wanted = None if classes is None else set(classes)
-    return {
-        int(c): Facts(lo, hi, bool(h), bool(p), d)
-        for c, lo, hi, h, p, d in rows
-        if wanted is None or c in wanted
-    }
+    sql = "SELECT class, lo, hi, halves, pairs, digest FROM fact"
+    rows = (
+        db.execute(sql)
+        if classes is None
+        else db.execute(f"{sql} WHERE list_contains($ids, class)", {"ids": classes})
+    )
+    return {int(c): Facts(lo, hi, bool(h), bool(p), d) for c, lo, hi, h, p, d in rows}
 
 
-def propagate(db: Database, epoch: int) -> int:
-    """Compute the facts the e-nodes stamped ``epoch`` and the readers of changed classes give
-    their classes, to a fixpoint; returns how many classes' facts changed."""
-    ops = sorted(OPS)
-    changed_total = 0
-    if not db.scalar(
-        "SELECT EXISTS (SELECT 1 FROM fact) OR EXISTS (SELECT 1 FROM enode "
-        "WHERE stamp = $epoch AND op = 'scalar')",
-        {"epoch": epoch},
+def propagate(db: Database, since: int, *, known: bool = True) -> bool:
+    """Compute the facts the e-nodes stamped ``since`` or later and the readers of changed
+    classes give their classes, to a fixpoint; returns whether any fact is known now.
+    ``known``: whether any was before (if not, only a scalar built since can bring one)."""
+    if not known and not db.scalar(
+        "SELECT EXISTS (SELECT 1 FROM enode WHERE stamp >= $since AND op = 'scalar')",
+        {"since": since},
     ):
-        return 0  # nothing known, nothing new to know (TENSAT's graphs): no join to run
+        return False
+    ops = sorted(OPS)
     for _ in range(MAX_ROUNDS):
-        rows = db.run_arrow("analysis/fact_inputs", epoch=epoch, ops=ops).to_pylist()
+        rows = db.run("analysis/fact_inputs", since=since, ops=ops)
         db.execute("DELETE FROM fact_changed")
         if not rows:
             break
+        classes = sorted({c for r in rows for c in (r[0], *r[10:14]) if c >= 0})
+        shapes = dict(
+            db.execute(
+                "SELECT id, shape FROM eclass WHERE list_contains($ids, id)", {"ids": classes}
+            )
+        )
+        stored = read_facts(db, classes)
         found: dict[int, Facts] = {}
         memo: dict[tuple[Any, ...], Facts | None] = {}
         for r in rows:
-            key = tuple(
-                tuple(v) if isinstance(v, list) else v for k, v in r.items() if k != "class"
+            cls, op, *p, s, arity = r[:10]
+            kids = r[10 : 10 + arity]
+            key = (
+                op,
+                *p,
+                s,
+                *(tuple(shapes.get(c) or ()) for c in kids),
+                *(stored.get(c) for c in kids),
+                len(set(kids)) == 1 and arity == 2,
+                tuple(shapes.get(cls) or ()),
             )
             if key not in memo:
-                memo[key] = _transfer(r)
+                memo[key] = _transfer(op, p, s, kids, shapes, stored, tuple(shapes.get(cls) or ()))
             f = memo[key]
             if f is not None:
-                found[r["class"]] = f.merge(found.get(r["class"]))
-        stored = read_facts(db, list(found))
+                found[cls] = f.merge(found.get(cls))
         new = {
             c: f.merge(stored.get(c))
             for c, f in found.items()
@@ -101,28 +116,27 @@ def propagate(db: Database, epoch: int) -> int:
             break
         insert_facts(db, new)
         db.insert_arrow("fact_changed", pa.table({"class": pa.array(list(new), pa.int64())}))
-        changed_total += len(new)
-        epoch = -1  # later rounds: only the readers of what changed
-    return changed_total
+        since = 1 << 62  # later rounds: only the readers of what changed
+    return bool(db.scalar("SELECT EXISTS (SELECT 1 FROM fact)"))
 
 
-def _transfer(r: dict[str, Any]) -> Facts | None:
-    """One e-node's facts from its row of ``analysis/fact_inputs``."""
-    op, arity = r["op"], r["arity"]
+def _transfer(
+    op: str,
+    p: list[int],
+    s: str,
+    kids: tuple[int, ...],
+    shapes: Mapping[int, Any],
+    known: Mapping[int, Facts],
+    out: tuple[int, ...],
+) -> Facts | None:
+    """One e-node's facts from its children's shapes and facts."""
     try:
-        params = _params(op, [r[f"p{i}"] for i in range(6)], r["s"])
+        params = _params(op, p, s)
     except (OpError, ValueError):
         return None
-    sides = _SIDES[:arity]
-    shapes = [tuple(r[f"{s}_shape"] or ()) for s in sides]
-    facts = [
-        None
-        if r[f"{s}_halves"] is None
-        else Facts(r[f"{s}_lo"], r[f"{s}_hi"], r[f"{s}_halves"], r[f"{s}_pairs"])
-        for s in sides
-    ]
-    same = arity == 2 and r["c0"] == r["c1"]
-    return transfer(op, params, shapes, tuple(r["out"] or ()), facts, same)
+    child_shapes = [tuple(shapes.get(c) or ()) for c in kids]
+    same = len(kids) == 2 and kids[0] == kids[1]
+    return transfer(op, params, child_shapes, out, [known.get(c) for c in kids], same)
 
 
 def _params(op: str, p: list[int], s: str) -> Params:

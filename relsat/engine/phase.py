@@ -137,6 +137,10 @@ class Phases:
         # phase to run.
         ((stamp, epoch, multi_since, single_since, last),) = self.db.run("stats/resume_point")
         self.epoch = max(int(stamp), int(epoch))
+        # facts of values: whether any is known, and the epoch from which e-nodes' facts are
+        # still to be computed (brought up to date only before a guard reads them)
+        self.facts = bool(self.db.scalar("SELECT EXISTS (SELECT 1 FROM fact)"))
+        self.facts_since = self.epoch + 1
         self.until: dict[bool, int] = {}
         self.since = {True: int(multi_since), False: int(single_since)}
         if last is None:
@@ -221,6 +225,15 @@ class Phases:
                 cycle_s = time.perf_counter() - t1
             if guarded:
                 db.run("apply/check_guards")
+            if (
+                conditioned
+                and self.program.value_rules
+                and db.scalar(
+                    "SELECT EXISTS (SELECT 1 FROM match WHERE ok AND list_contains($r, rule))",
+                    {"r": list(self.program.value_rules)},
+                )
+            ):
+                self.refresh_facts()  # the facts these matches' guards read
             if conditioned and self.program.cond_sql is not None:  # 'where' conditions
                 db.execute(self.program.cond_sql)
             if deriving and self.program.derive_sql is not None:  # values right-hand sides compute
@@ -235,8 +248,7 @@ class Phases:
             matches, applied, _, rejected_cycle, new_enodes, capped = (
                 sum(r[i] for r in per_rule) for i in range(2, 8)
             )
-            rebuilt = rebuild(db, self.epoch)
-            propagate(db, self.epoch)  # facts of values, for the next search's guards
+            rebuilt = rebuild(db, self.epoch, facts=self.facts)
         matches += banned
         t3 = time.perf_counter()
         # The first post-pass of a run looks at everything (the stored e-graph may come from a
@@ -286,6 +298,12 @@ class Phases:
             fields,
         )
         return stats
+
+    def refresh_facts(self) -> None:
+        """Bring table ``fact`` up to date: the facts of the e-nodes built or re-canonicalized
+        since it last was (:func:`relsat.engine.facts.propagate`)."""
+        self.facts = propagate(self.db, self.facts_since, known=self.facts)
+        self.facts_since = self.epoch + 1
 
     def _schedule(self, iteration: int, since: int, *, multi: bool) -> int:
         """The scheduler after a search (see the module docstring): after a single-pattern one,

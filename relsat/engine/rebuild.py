@@ -51,9 +51,9 @@ def components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids[moved], ids[parent[moved]]
 
 
-def rebuild(db: Database, epoch: int) -> Rebuilt:
+def rebuild(db: Database, epoch: int, *, facts: bool = True) -> Rebuilt:
     """Process ``pending`` to a fixpoint; returns how many classes were merged away and how many
-    e-nodes were removed."""
+    e-nodes were removed. ``facts``: whether table ``fact`` may hold anything to merge."""
     merged = 0
     edges = db.run_arrow("rebuild/pending_edges")
     while edges.num_rows:
@@ -62,8 +62,10 @@ def rebuild(db: Database, epoch: int) -> Rebuilt:
         db.insert_arrow(
             "remap", pa.table({"old": pa.array(old, pa.int64()), "new": pa.array(new, pa.int64())})
         )
-        if db.scalar("SELECT EXISTS (SELECT 1 FROM fact)"):
-            db.run("rebuild/merge_facts")
+        if facts and db.scalar(
+            "SELECT EXISTS (SELECT 1 FROM fact WHERE class IN (SELECT old FROM remap))"
+        ):
+            db.run("rebuild/merge_facts")  # (the root's own facts stay as they are)
         db.run("rebuild/apply_remap", epoch=epoch)
         merged += len(old)
         ((found,),) = db.run("rebuild/congruence", epoch=epoch)

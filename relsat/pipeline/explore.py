@@ -21,7 +21,6 @@ from relsat.engine.egraph import EGraph
 from relsat.errors import DatabaseError
 from relsat.graph.facts import Facts, analyse, weakest
 from relsat.graph.graph import Graph, Ref
-from relsat.onnx.masks import opaque_facts
 from relsat.pipeline.run import Run
 
 __all__ = ["explore", "graph_facts", "stored_egraph"]
@@ -51,6 +50,8 @@ def explore(run: Run) -> Run:
 def graph_facts(run: Run) -> dict[Ref, Facts]:
     """The facts of values of ``run.explored``'s tensors (of the original graph, read at each
     occurrence, for a folded block's inputs)."""
+    from relsat.onnx.masks import opaque_facts  # (onnx is imported only where it is used)
+
     inputs: dict[str, Facts] = {}
     folding = run.folding
     if folding is not None:
