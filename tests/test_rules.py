@@ -369,3 +369,20 @@ def test_fuzz_only_rule_errors(text: str) -> None:
     for parse in (parse_rules, parse_tensat, lambda t: parse_tensat(t, multi=True)):
         with contextlib.suppress(RuleError):  # anything else (IndexError, …) fails the test
             parse(text)
+
+
+def test_no_family_of_own_rules_differs_only_in_numbers() -> None:
+    """Issue 39: what varies between spellings is a variable, not a copy of the rule. Among
+    relsat's own rules (TENSAT's converted ones stay as they are), no two are the same rule
+    with other numbers: each rule's text (sides and conditions) with every number replaced by
+    a placeholder is unique."""
+    import re
+
+    seen: dict[str, str] = {}
+    for name in (FUSION, TRANSFORMER, DECODER, LAYOUT):
+        for rule in load_rules(RULES_DIR / name):
+            sides = " ; ".join(f"{a} => {b}" for a, b in zip(rule.lhs, rule.rhs, strict=True))
+            text = sides + " where " + " and ".join(map(str, rule.guards))
+            skeleton = re.sub(r"(?<![?\w])-?\d+(\.\d+)?(e-?\d+)?", "#", text)
+            assert skeleton not in seen, f"{rule.name} is {seen.get(skeleton)} with other numbers"
+            seen[skeleton] = rule.name
