@@ -188,3 +188,21 @@ def test_a_user_rule_file_guarded_by_a_fact_fuses_with_no_python(tmp_path) -> No
     spelled = b.add(b.mul(x, c), b.mul(rot, c))
     result = optimize(b.build(spelled), Options(rules=load_rules(rule)))
     assert "rotary" not in result.graph.op_counts()
+
+
+def test_the_rule_check_masks_a_row_where_a_softmax_adds_a_mask() -> None:
+    """An eager attention fused without ``finite(?m)`` differs where a mask row is all -inf
+    (NaN unfused, 0 fused): the check draws that edge case and prints it; the shipped rule,
+    which requires the fact, passes."""
+    from relsat.rewrite.check import check_rule
+    from relsat.rewrite.rulefile import RULES_DIR
+
+    bad = parse_rules(
+        "# name: eager-unguarded\n"
+        "(matmul 0 (softmax (ewadd (matmul 0 ?q ?kt) ?m)) ?v) => (attention 1.0 ?q ?kt ?v ?m)\n"
+    )["eager-unguarded"]
+    verdict = check_rule(bad)
+    assert verdict.status == "numeric-mismatch" and "a row of -inf in ?m" in verdict.line()
+    shipped = load_rules(RULES_DIR / "transformer.rules")
+    assert check_rule(shipped["attention-eager-fuse"]).ok
+    assert check_rule(shipped["attention-masked-fuse"]).ok

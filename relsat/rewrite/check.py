@@ -44,7 +44,7 @@ from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, insta
 from relsat.rewrite.params import Undefined, draw_params, specialize
 from relsat.rewrite.pins import pins
 from relsat.rewrite.pins import ranks as fixed_ranks
-from relsat.rewrite.rules import Guard, Pattern, Rule, canonical
+from relsat.rewrite.rules import Guard, Pattern, Rule, Var, canonical
 from relsat.rewrite.shapes import NEAR_MISSES, Choose, NoInstance, Unsolvable, draw_shapes
 
 __all__ = [
@@ -219,9 +219,46 @@ def _evaluate(
             result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
         else:
             result = compare_outputs(run(lhs, drawn), run(rhs, drawn), rtol=RTOL, atol=ATOL)
+        masked = _masked(rule, lhs, conds, drawn) if result.ok else None
+        if masked is not None:  # the edge case of an additive mask: a row of -inf
+            names, rows_inf = masked
+            result = compare_outputs(run(lhs, rows_inf), run(rhs, rows_inf), rtol=RTOL, atol=ATOL)
+            if not result.ok:
+                rows = ", ".join(f"?{n}" for n in names)
+                detail = f"with a row of -inf in {rows}: {result.report()}"
+                return Instance(shapes, "different", detail, grouped)
     except ExecutionError as err:  # an op the NumPy executor cannot run: say so, go on
         return Instance(shapes, "not-run", str(err), grouped)
     return Instance(shapes, "equal" if result.ok else "different", result.report(), grouped)
+
+
+def _masked(
+    rule: Rule, g: Graph, conds: Sequence[Expr], drawn: dict[str, np.ndarray] | None
+) -> tuple[list[str], dict[str, np.ndarray]] | None:
+    """Values with a row of -inf in each variable added to the scores of a softmax on the left
+    (an attention's additive mask, which masks a row entirely there) that no condition requires
+    finite; None when the rule has none. A row masked entirely is where an eager softmax gives
+    NaN and a fused attention 0: a rule that fuses one into the other needs ``finite(?m)``."""
+    finite = {
+        str(getattr(t.args[0], "name", "")) for c in conds for t in _subterms(c) if t.op == "finite"
+    }
+    names: list[str] = []
+    stack: list[object] = list(rule.lhs)
+    while stack:
+        p = stack.pop()
+        if not isinstance(p, Pattern):
+            continue
+        stack.extend(p.args)
+        if p.op == "softmax" and isinstance(p.args[0], Pattern) and p.args[0].op == "ewadd":
+            names += [a.name for a in p.args[0].args if isinstance(a, Var) and a.name not in finite]
+    if not names:
+        return None
+    values = {k: v.copy() for k, v in (drawn or random_values(g, seed=0)).items()}
+    for name in names:
+        v = values[name]
+        if v.ndim:
+            v[(0,) * (v.ndim - 1)] = -np.inf
+    return names, values
 
 
 def _drawn(g: Graph, conds: Sequence[Expr]) -> dict[str, np.ndarray] | None:
