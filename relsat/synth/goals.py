@@ -283,7 +283,9 @@ def _let(
     floats = {n: float(np.float32(v)) for n, v in goal.floats}
     out = {}
     for name, term in goal.lets.items():
-        value = ev.floats_of(_bind(term, floats))
+        bound = _bind(term, floats)
+        assert isinstance(bound, Pattern)
+        value = ev.floats_of(bound)
         assert value is not None, f"shared subterm {name} = {term} cannot be evaluated"
         out[name] = np.array(value)
     values |= out
