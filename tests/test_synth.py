@@ -329,6 +329,32 @@ def test_goal_rmsnorm_finds_a_spelling_with_epsilon_a_float_variable(tmp_path):
     assert main(["rules", "check", str(out)]) == 0
 
 
+def test_goal_layernorm_with_the_shared_difference_finds_the_hand_written_spelling(tmp_path):
+    # d = x - mean(x) is let-bound: the table is over d, the rules spell it out (twice).
+    s = _goal_rules("layernorm", slack=0)  # table 3: 20 s (table 2: 90 s, more targets)
+    assert s.goals[0].smallest == 7  # d counted as a variable: 11 operators spelled out
+    d = "(ewsub ?x (reducemean ?x))"
+    var = f"(ewadd (reducemean (ewpow {d} (scalar 2.0))) (scalar ?eps:float))"
+    # layernorm-fuse, literally (pow(d, 2) is a member of d * d's class at its size)
+    assert _same(
+        f"(ewadd (ewmul (ewdiv {d} (sqrt {var})) ?g) ?b) => (layernorm ?eps ?x ?g ?b)", s.rules
+    )
+    square = f"(ewadd (reducemean (ewmul {d} {d})) (scalar ?eps:float))"
+    assert _same(
+        f"(ewadd (ewmul (ewdiv {d} (sqrt {square})) ?g) ?b) => (layernorm ?eps ?x ?g ?b)", s.rules
+    )
+    assert all(str(r.rhs[0]) == "(layernorm ?eps ?x ?g ?b)" for r in s.rules)
+    out = tmp_path / "layernorm.rules"
+    s.write(out)
+    assert main(["rules", "check", str(out)]) == 0
+
+
+def test_goal_rmsnorm_spells_the_square_as_a_power_too():
+    s = _goal_rules("rmsnorm", slack=0)
+    ms = "(ewadd (reducemean (ewpow ?x (scalar 2.0))) (scalar ?eps:float))"
+    assert _same(f"(ewmul ?g (ewdiv ?x (sqrt {ms}))) => (rmsnorm ?eps ?x ?g)", s.rules)
+
+
 def test_goal_rsqrt_finds_pow_and_the_edge_case_refutes_it():
     # pow(-0.0, -0.5) is +inf, reciprocal(sqrt(-0.0)) is -inf: found, then dropped.
     s = _goal_rules("rsqrt")

@@ -38,6 +38,7 @@ from relsat.rewrite.rules import Pattern, Rule, Term, Var
 from relsat.synth.candidates import size_of
 from relsat.synth.search import Search, canonical_text
 from relsat.synth.terms import Terms
+from relsat.synth.values import Evaluator
 from relsat.synth.verify import edge_case, verify
 
 __all__ = ["GOALS", "Goal", "GoalSettings", "GoalStats", "Spellings", "spell"]
@@ -47,8 +48,10 @@ __all__ = ["GOALS", "Goal", "GoalSettings", "GoalStats", "Spellings", "spell"]
 class Goal:
     """One goal: ``term`` (a rule side), its ``tensors`` (name, shape; ``positive`` ones drawn
     in (0.25, 2), the others in (-2, 2)), ``floats`` (name, the value the search uses), the
-    ``ops`` and ``constants`` of its vocabulary, the ``table`` size enumerated bottom-up by
-    default, the variables kept out of the table (``outer``), and a line of ``doc``."""
+    ``ops`` and ``constants`` of its vocabulary, the ``table`` size enumerated bottom-up and the
+    largest ``siblings`` by default, the variables kept out of the table (``outer``), the
+    ``shared`` subterms (name, term over the other variables: let-bound, each a table variable at
+    the values of its term, spelled out in the rules found), and a line of ``doc``."""
 
     term: str
     tensors: tuple[tuple[str, tuple[int, ...]], ...]
@@ -56,15 +59,26 @@ class Goal:
     constants: tuple[float, ...] = ()
     floats: tuple[tuple[str, float], ...] = ()
     table: int = 3
+    siblings: int = 1
     outer: tuple[str, ...] = ()
     positive: tuple[str, ...] = ()
+    shared: tuple[tuple[str, str], ...] = ()
     doc: str = ""
 
     @property
     def pattern(self) -> Pattern:
         """``term`` as a pattern (float variables as typed parameters)."""
-        rule = parse_rules(f"# name: goal\n{self.term} => {self.term}\n")["goal"]
-        return rule.lhs[0]
+        return _parse(self.term)
+
+    @property
+    def lets(self) -> dict[str, Pattern]:
+        """The ``shared`` subterms by name, as patterns."""
+        return {name: _parse(text) for name, text in self.shared}
+
+
+def _parse(text: str) -> Pattern:
+    """A term's text as a pattern."""
+    return parse_rules(f"# name: t\n{text} => {text}\n")["t"].lhs[0]
 
 
 _X = ("x", (3, 4))
@@ -109,9 +123,11 @@ GOALS: dict[str, Goal] = {
         (*_NORM, "ewsub"),
         (2.0,),
         floats=(("eps", 0.2837),),
-        table=4,
-        outer=("g", "b"),
-        doc="(x - mean x) / sqrt(var x + eps) * g + b over the last axis (LayerNormalization)",
+        siblings=0,  # every step down takes a variable: b, g, d, eps
+        outer=("g", "b", "x"),
+        shared=(("d", "(ewsub ?x (reducemean ?x))"),),
+        doc="(x - mean x) / sqrt(var x + eps) * g + b over the last axis (LayerNormalization); "
+        "d = x - mean x used twice, let-bound: the table is over d (rmsnorm-shaped), not x",
     ),
     "rsqrt": Goal(
         "(reciprocal (sqrt ?y))",
@@ -135,13 +151,14 @@ class GoalSettings:
     """What to look for: ``goals`` (names in :data:`GOALS`), spellings of at most ``size``
     operators, ``slack`` operators beyond the smallest (other spellings), the ``table`` size
     (None: each goal's own), ``siblings`` (the largest table term a top-down step takes as an
-    operand), ``max_targets`` per goal, ``time_limit`` (seconds, shared by the goals), ``seed``."""
+    operand; None: each goal's own), ``max_targets`` per goal, ``time_limit`` (seconds, shared by
+    the goals), ``seed``."""
 
     goals: tuple[str, ...] = tuple(GOALS)
     size: int = 11
     slack: int = 1
     table: int | None = None
-    siblings: int = 1
+    siblings: int | None = None
     max_targets: int = 2_000_000
     time_limit: float = 600.0
     seed: int = 0
@@ -150,12 +167,16 @@ class GoalSettings:
         bad = unknown_goals(self.goals)
         if bad or not self.goals:
             raise SettingsError("goals", ",".join(bad), f"goal names ({', '.join(GOALS)})")
-        for name in ("size", "slack", "siblings", "max_targets"):
+        for name in ("size", "slack", "max_targets"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SettingsError(name, value, "an integer >= 0")
-        if self.table is not None and (not isinstance(self.table, int) or self.table < 0):
-            raise SettingsError("table", self.table, "an integer >= 0 or None")
+        for name in ("table", "siblings"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise SettingsError(name, value, "an integer >= 0 or None")
         check_number("time_limit", self.time_limit, 0)
         if self.time_limit <= 0:
             raise SettingsError("time_limit", self.time_limit, "a number > 0")
@@ -204,7 +225,8 @@ class Spellings:
         s = self.settings
         header = [
             f"Synthesized by relsat rules synthesize --goals {','.join(s.goals)}: size "
-            f"{s.size}, slack {s.slack}, siblings {s.siblings}, seed {s.seed}",
+            f"{s.size}, slack {s.slack}, siblings {_or_own(s.siblings)}, table {_or_own(s.table)}, "
+            f"seed {s.seed}",
             *(g.line() for g in self.goals),
             f"{len(self.rules)} rules",
             *(f"dropped: {r.lhs[0]} => {r.rhs[0]}: {why}" for r, why in self.dropped),
@@ -246,6 +268,39 @@ def _values(goal: Goal, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
+def _let(
+    goal: Goal,
+    shapes: tuple[tuple[str, tuple[int, ...]], ...],
+    values: dict[str, np.ndarray],
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """The values of ``goal``'s shared subterms, from the variables' values the table's
+    evaluator draws (the same seed and order: the shared variables come last, so they change
+    no other draw); added to ``values``."""
+    if not goal.shared:
+        return {}
+    ev = Evaluator(shapes, seed, values=values)
+    floats = {n: float(np.float32(v)) for n, v in goal.floats}
+    out = {}
+    for name, term in goal.lets.items():
+        bound = _bind(term, floats)
+        assert isinstance(bound, Pattern)
+        value = ev.floats_of(bound)
+        assert value is not None, f"shared subterm {name} = {term} cannot be evaluated"
+        out[name] = np.array(value)
+    values |= out
+    return out
+
+
+def _unlet(term: Term, lets: dict[str, Pattern]) -> Term:
+    """``term`` with its shared variables spelled out."""
+    if isinstance(term, Var) and term.name in lets:
+        return lets[term.name]
+    if isinstance(term, Pattern):
+        return Pattern(term.op, tuple(_unlet(a, lets) for a in term.args))
+    return term
+
+
 def _bind(term: Term, values: dict[str, float]) -> Term:
     """``term`` with its float parameters as literals (float32 bits)."""
     if isinstance(term, Param):
@@ -279,8 +334,9 @@ def _one(
     shapes = (*goal.tensors, *((n, ()) for n in floats))
     ops = goal.ops + (("scalar",) if goal.constants else ())
     values = _values(goal, settings.seed)
+    lets = _let(goal, shapes, values, settings.seed)
     terms = Terms(
-        shapes,
+        (*shapes, *((n, v.shape) for n, v in lets.items())),
         ops,
         settings.seed,
         constants=goal.constants,
@@ -307,7 +363,7 @@ def _one(
                 value,
                 ops,
                 table=table,
-                siblings=settings.siblings,
+                siblings=goal.siblings if settings.siblings is None else settings.siblings,
                 slack=settings.slack,
                 extra=goal.outer,
                 seed=settings.seed,
@@ -346,7 +402,7 @@ def _rules(
     for term, _ in search.spellings(limit):
         if _nested_quotient(term):
             continue
-        typed = _typed(term, set(floats))
+        typed = _typed(_unlet(term, goal.lets), set(floats))
         text = canonical_text(typed) if isinstance(typed, Pattern) else ""
         if isinstance(typed, Pattern) and text not in seen:
             seen.add(text)
@@ -382,3 +438,8 @@ def _nested_quotient(term: Term) -> bool:
     if isinstance(inner, Pattern) and inner.op in ("ewdiv", "ewmul", "reciprocal"):
         return True
     return any(_nested_quotient(a) for a in term.args)
+
+
+def _or_own(value: int | None) -> str:
+    """A per-goal setting in the header: its value, or each goal's own."""
+    return "each goal's own" if value is None else str(value)

@@ -57,6 +57,8 @@ _BINARY: dict[tuple[str, bool], Callable[[np.ndarray, np.ndarray], np.ndarray]] 
 }
 #: Targets compared in one batch of (frontier x siblings) rows.
 _CHUNK = 1 << 20
+#: Targets looked up in one batch (the time limit is looked at between batches).
+_LOOKUP = 1 << 16
 #: Quantization of a target's values for its key (mantissa bits).
 _KEY_BITS = 20
 #: The largest magnitude a target may have, between these (the tolerance is relative to it).
@@ -227,7 +229,10 @@ class Search:
             if not frontier:
                 continue
             found = self.top
-            self._lookup(frontier, limit - c)
+            for lo in range(0, len(frontier), _LOOKUP):
+                if time.perf_counter() > deadline:
+                    return f"time limit: looking up the targets of cost {c}"
+                self._lookup(frontier[lo : lo + _LOOKUP], limit - c)
             if self.top < found and self.first is None:
                 self.first = c
             limit = int(min(max_size, self.top + self.slack))
@@ -328,10 +333,12 @@ class Search:
 
     def spellings(self, limit: int) -> Iterator[tuple[Pattern | Var, int]]:
         """Each spelling of at most ``limit`` operators (term, size), from each hit up through
-        every way of its targets."""
+        every way of its targets (the hit spelled each way its class holds at its size:
+        :meth:`~relsat.synth.terms.Terms.variants`)."""
         for tid, id_ in self.hits:
             size = int(self.sizes[self.row[id_]])
-            yield from self._up(tid, self.terms.pattern[id_], size, limit)
+            for term in self.terms.variants(id_):
+                yield from self._up(tid, term, size, limit)
 
     def _up(
         self, t: int, term: Pattern | Var, acc: int, limit: int

@@ -61,6 +61,7 @@ class Terms:
         self.evaluator = Evaluator(vars, seed, values=values)
         self.pattern: dict[int, Pattern | Var] = {}
         self.vars = dict(vars)
+        self._variants: dict[int, list[Pattern | Var]] = {}
         ts = templates(ops, strides, constants=constants, broadcast=broadcast)
         rows = [(t.op, t.kind, t.arity, *(list(t.params) + [None] * 4)[:4]) for t in ts]
         self.db.con.executemany("INSERT INTO synth_op VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
@@ -125,6 +126,30 @@ class Terms:
         rows = self.db.run("synth/concat_pairs", size=size)
         return [(int(c), int(u), int(axis)) for c, u, axis in rows]
 
+    def variants(self, id_: int, most: int = 8) -> list[Pattern | Var]:
+        """The spellings of representative ``id_``'s value at its size (at most ``most``): the
+        members of its class of that size (``sql/synth/class_members.sql``), each with its
+        children's variants in turn (only representatives are built upon, so ``pow(d, 2)``
+        beside the representative ``d * d`` appears only here), the representative first."""
+        if id_ in self._variants:
+            return self._variants[id_]
+        out: list[Pattern | Var] = []
+        for m, c0, c1 in self.db.run("synth/class_members", id=id_):
+            term = self.pattern[int(m)]
+            kids = [int(c) for c in (c0, c1) if c is not None]
+            if not isinstance(term, Pattern) or not kids or term.op in _OPAQUE:
+                out.append(term)
+                continue
+            n = len(term.args) - len(kids)  # the template's parameters come first
+            combos: list[list[Pattern | Var]] = [[]]
+            for c in kids:
+                combos = [[*a, v] for a in combos for v in self.variants(c, most)][:most]
+            out += [Pattern(term.op, (*term.args[:n], *args)) for args in combos]
+            if len(out) >= most:
+                break
+        self._variants[id_] = out[:most]
+        return self._variants[id_]
+
     def counts(self, size: int) -> tuple[int, int]:
         """(terms, classes) of ``size``."""
         ((terms, classes),) = self.db.run("synth/size_counts", size=size)
@@ -145,6 +170,8 @@ def _term(op: str, params: tuple[int, ...], children: list[Pattern | Var]) -> Pa
     return Pattern(op, args)
 
 
+#: Operators whose pattern does not end with its children (:func:`_term`).
+_OPAQUE = frozenset({"split_0", "split_1", "merge"})
 #: A term to insert: pattern, (op, p0…p3), children, whether it is computed from weights alone.
 _Built = tuple[Pattern | Var, tuple, int | None, int | None, bool]
 _COLUMNS = (
