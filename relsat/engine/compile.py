@@ -25,14 +25,23 @@ AND p1 = 1 AND p2 = 0 AND p3 = 2`` with ``?x = c0`` and ``?w = c1``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from relsat.errors import RuleError
-from relsat.rewrite.exprs import FACTS, LIST, Cond, Expr, Param, expr_type, params_of
+from relsat.rewrite.exprs import (
+    FACTS,
+    LIST,
+    Cond,
+    Expr,
+    Param,
+    expr_type,
+    params_of,
+    subexprs,
+)
 from relsat.rewrite.rules import COMMUTATIVE, OPERATORS, Pattern, Rule, Term, Var, canonical
 
 __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "rule_sql"]
@@ -231,7 +240,7 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         conds += _implicit(derived)
         if conds:
             conds_sql.append((rid, " AND ".join(_cond_sql(c, slots) for c in conds)))
-            if any(t.op in VALUE_FACTS for c in conds for t in _subexprs(c)):
+            if any(t.op in VALUE_FACTS for c in conds for t in subexprs(c)):
                 value_rules.append(rid)
             for have, new in zip(cond_reads, _read_slots(conds, slots), strict=True):
                 have.update(new)
@@ -276,13 +285,6 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         _derive_statement(derives, _joins(*derive_reads)),
         tuple(value_rules),
     )
-
-
-def _subexprs(term: object) -> Iterator[Expr]:
-    if isinstance(term, Expr):
-        yield term
-        for a in term.args:
-            yield from _subexprs(a)
 
 
 def _slots(rule: Rule) -> dict[str, int]:

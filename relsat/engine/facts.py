@@ -20,8 +20,9 @@ from typing import Any
 import pyarrow as pa
 
 from relsat.engine.db import Database
+from relsat.engine.shapecheck import enode_params
 from relsat.graph.facts import OPS, Facts, transfer
-from relsat.graph.ops import INT_PARAMS, OpError, Params, int_params
+from relsat.graph.ops import OpError, Params
 
 __all__ = ["MAX_ROUNDS", "insert_facts", "propagate", "read_facts"]
 
@@ -93,17 +94,17 @@ def propagate(db: Database, since: int, *, known: bool = True) -> bool:
         for r in rows:
             cls, op, *p, s, arity = r[:10]
             kids = r[10 : 10 + arity]
-            key = (
+            key = (  # what the transfer reads: op, parameters, the children's shapes and facts
                 op,
-                *p,
+                tuple(p),
                 s,
-                *(tuple(shapes.get(c) or ()) for c in kids),
-                *(stored.get(c) for c in kids),
-                len(set(kids)) == 1 and arity == 2,
+                tuple(tuple(shapes.get(c) or ()) for c in kids),
+                tuple(stored.get(c) for c in kids),
+                arity == 2 and kids[0] == kids[1],
                 tuple(shapes.get(cls) or ()),
             )
             if key not in memo:
-                memo[key] = _transfer(op, p, s, kids, shapes, stored, tuple(shapes.get(cls) or ()))
+                memo[key] = _transfer(*key)
             f = memo[key]
             if f is not None:
                 found[cls] = f.merge(found.get(cls))
@@ -122,29 +123,17 @@ def propagate(db: Database, since: int, *, known: bool = True) -> bool:
 
 def _transfer(
     op: str,
-    p: list[int],
+    p: tuple[int, ...],
     s: str,
-    kids: tuple[int, ...],
-    shapes: Mapping[int, Any],
-    known: Mapping[int, Facts],
+    shapes: tuple[tuple[int, ...], ...],
+    facts: tuple[Facts | None, ...],
+    same: bool,
     out: tuple[int, ...],
 ) -> Facts | None:
-    """One e-node's facts from its children's shapes and facts."""
-    try:
-        params = _params(op, p, s)
+    """One e-node's facts from its children's shapes and facts (``same``: its first two children
+    are one class)."""
+    try:  # the e-graph's split keeps its axis where the graph's keeps it (p0)
+        params = Params(axis=p[0]) if op == "split" else enode_params(op, list(p), s)
     except (OpError, ValueError):
         return None
-    child_shapes = [tuple(shapes.get(c) or ()) for c in kids]
-    same = len(kids) == 2 and kids[0] == kids[1]
-    return transfer(op, params, child_shapes, out, [known.get(c) for c in kids], same)
-
-
-def _params(op: str, p: list[int], s: str) -> Params:
-    """The parameters :func:`~relsat.graph.facts.transfer` reads, from an e-node's columns."""
-    if op in ("concat", "split"):
-        return Params(axis=p[0])
-    if op == "transpose":
-        return Params(perm=tuple(int(v) for v in s.split("_")) if s else ())
-    if op == "scalar" or op in INT_PARAMS:
-        return int_params(op, p) or Params()
-    return Params()
+    return transfer(op, params, shapes, out, facts, same)

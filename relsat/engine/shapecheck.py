@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from relsat.engine.db import Database, sql_text
 from relsat.graph.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer, int_params
 
-__all__ = ["check_new", "infer_enode", "shape_disagreements"]
+__all__ = ["check_new", "enode_params", "infer_enode", "shape_disagreements"]
 
 _INTS = pa.list_(pa.int32())
 _NEWNODE = pa.schema(
@@ -83,11 +83,13 @@ def infer_enode(
         return "pair", first, second
     if op == "concat" and any(t.rank != p[1] for t in types):
         raise OpError(f"concat of rank {p[1]} built from inputs of other ranks")
-    (out,) = infer(op, _params(op, p, s), types)
+    (out,) = infer(op, enode_params(op, p, s), types)
     return "tensor", out, None
 
 
-def _params(op: str, p: list[int], s: str = "") -> Params:
+def enode_params(op: str, p: list[int], s: str = "") -> Params:
+    """An e-node's parameters from its columns ``p0…p5`` and ``s`` (as the graph layer names
+    them)."""
     floats = int_params(op, p)  # an op with a float parameter (float32 bits in p0)
     if floats is not None:
         return floats

@@ -38,7 +38,7 @@ from relsat.graph.builder import GraphBuilder
 from relsat.graph.execute import compare, compare_outputs, random_values, run
 from relsat.graph.graph import Graph
 from relsat.graph.ops import TensorType
-from relsat.rewrite.exprs import VALUE_FACTS, Cond, Expr, Num
+from relsat.rewrite.exprs import VALUE_FACTS, Cond, Expr, Num, subexprs
 from relsat.rewrite.exprs import evaluate as value_of
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
 from relsat.rewrite.params import Undefined, draw_params, specialize
@@ -240,7 +240,7 @@ def _masked(
     finite; None when the rule has none. A row masked entirely is where an eager softmax gives
     NaN and a fused attention 0: a rule that fuses one into the other needs ``finite(?m)``."""
     finite = {
-        str(getattr(t.args[0], "name", "")) for c in conds for t in _subterms(c) if t.op == "finite"
+        str(getattr(t.args[0], "name", "")) for c in conds for t in subexprs(c) if t.op == "finite"
     }
     names: list[str] = []
     stack: list[object] = list(rule.lhs)
@@ -268,7 +268,7 @@ def _drawn(g: Graph, conds: Sequence[Expr]) -> dict[str, np.ndarray] | None:
     wanted = [
         (t.op, str(getattr(t.args[0], "name", "")))
         for c in conds
-        for t in _subterms(c)
+        for t in subexprs(c)
         if t.op in VALUE_FACTS
     ]
     if not wanted:
@@ -284,12 +284,6 @@ def _drawn(g: Graph, conds: Sequence[Expr]) -> dict[str, np.ndarray] | None:
         elif fact == "nonneg":
             np.abs(v, out=v)
     return values
-
-
-def _subterms(term: object) -> list[Expr]:
-    if not isinstance(term, Expr):
-        return []
-    return [term, *(t for a in term.args for t in _subterms(a))]
 
 
 def draw(

@@ -58,6 +58,7 @@ __all__ = [
     "expr_type",
     "params_of",
     "sexpr",
+    "subexprs",
     "tensors_of",
 ]
 
@@ -230,6 +231,14 @@ def params_of(term: object) -> Iterator[Param]:
     elif isinstance(term, Expr):
         for a in term.args:
             yield from params_of(a)
+
+
+def subexprs(term: object) -> Iterator[Expr]:
+    """Every operation of ``term``, outermost first."""
+    if isinstance(term, Expr):
+        yield term
+        for a in term.args:
+            yield from subexprs(a)
 
 
 def tensors_of(term: object) -> Iterator[object]:
