@@ -134,6 +134,24 @@ def test_the_fused_kernel_reads_the_keys_the_transpose_came_from() -> None:
     assert "Transpose" in {n.op_type for n in ronnx.to_model(graph).graph.node}
 
 
+
+def test_keys_transposed_from_another_layout_take_one_transpose() -> None:
+    """``kt`` a transpose of the heads layout ``[B, S, H, D]`` (torch's dynamo export of ViT:
+    ``k.permute(0, 2, 1, 3).transpose(-1, -2)``, which the rules compose): ONNX Attention reads
+    the keys through one Transpose, not the composed one and a second back."""
+    b = GraphBuilder()
+    q, v = (b.input([B, H, S, D], name=x) for x in "qv")
+    k = b.input([B, S, H, D], name="k")
+    graph = b.build(b.attention(q, b.transpose(k, [0, 2, 3, 1]), v, b.scalar(0.0), 0.5))
+    written = ronnx.to_model(graph)
+    transposes = [n for n in written.graph.node if n.op_type == "Transpose"]
+    assert [list(t.attribute[0].ints) for t in transposes] == [[0, 2, 1, 3]]
+    feeds = {x: RNG.standard_normal((B, H, S, D)).astype(np.float32) for x in "qv"}
+    feeds["k"] = RNG.standard_normal((B, S, H, D)).astype(np.float32)
+    session = ort.InferenceSession(written.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, feeds), run(graph, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
 # --- ONNX: torch's spelling -----------------------------------------------------------------
 
 

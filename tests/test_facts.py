@@ -118,6 +118,23 @@ def test_an_onnx_mask_is_finite_when_its_fills_are(fill: float, finite: bool) ->
     assert (f is not None and f.finite) == finite
 
 
+
+@pytest.mark.parametrize(("condition", "bounds"), [(True, (0.0, 0.0)), (False, (-1e9, -1e9))])
+def test_a_settled_condition_picks_one_branch_of_where(
+    condition: bool, bounds: tuple[float, float]
+) -> None:
+    """``Where(c, 0, -1e9)`` with ``c`` a constant all true (torch's ViT export: no padding to
+    mask) is 0 everywhere, all false -1e9: the mask's bounds are one branch's, not both."""
+    model = _masked_add(-1e9)
+    graph_ = model.graph
+    graph_.input.pop()  # the mask becomes a constant
+    value = np.full((1, 1, 4, 4), condition)
+    graph_.initializer.append(onnx.numpy_helper.from_array(value, "mask"))
+    graph = ronnx.load(model)
+    mask = next(n for n in graph.nodes if n.op == "opaque" and n.params["type"] == "Where")
+    f = analyse(graph, opaque=opaque_facts)[Ref(mask.id)]
+    assert (f.lo, f.hi) == bounds
+
 def test_the_egraph_keeps_facts_per_class_and_merges_them_on_union() -> None:
     b = GraphBuilder()
     h = b.weight([2, 4], name="h", value=np.arange(8, dtype=np.float32).reshape(2, 4))

@@ -7,8 +7,9 @@ the mask is finite, which the rule ``attention-eager-fuse`` requires (``where fi
 masks exporters build pass through ONNX operators relsat does not model (comparisons, ``Where``,
 ``Cast``): :func:`opaque_facts` bounds their outputs (float64 intervals within float32's range)
 from ``Cast`` from bool (0 or 1) and from integer types (the type's range), comparisons and logic
-ops (0 or 1), ``Where`` (the union of its two branches: the condition is never needed), the
-arithmetic of Add/Sub/Mul/Neg, and the data-movement ops that keep values (Reshape, Expand,
+ops (0 or 1), ``Where`` (the union of its two branches; the one branch where the condition is
+settled: torch's ViT export masks nothing with a constant all-true condition), the arithmetic of
+Add/Sub/Mul/Neg, and the data-movement ops that keep values (Reshape, Expand,
 Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat, Identity, Flatten, Tile); relsat's own
 operators are bounded by :func:`relsat.graph.facts.transfer`.
 
@@ -88,7 +89,7 @@ def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts
     elif op == "Cast" and operands:
         found = _INTEGER_RANGES.get(operands[0][1] or 0) or of(0)
     elif op == "Where":
-        found = _union(of(1), of(2))
+        found = _where(of(0), of(1), of(2))
     elif op == "Concat":
         found = _union(*(r for r, _ in operands)) if operands else None
     elif op == "Neg" and of(0) is not None:
@@ -144,6 +145,16 @@ def _operands(meta: dict, ins: Sequence[Facts | None]) -> list[tuple[Range | Non
         else:
             out.append((None, None))
     return out
+
+
+def _where(cond: Range | None, then: Range | None, other: Range | None) -> Range | None:
+    """``Where(cond, then, other)``: one branch where the condition is settled (every value
+    true, or every value false: a padding mask of a model given no padding), else both."""
+    if cond is not None and cond[0] > 0:
+        return then
+    if cond is not None and cond[1] <= 0:
+        return other
+    return _union(then, other)
 
 
 def _union(*parts: Range | None) -> Range | None:

@@ -398,7 +398,8 @@ def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, no
 
 def _untransposed(ex: ExportContext, node: Node, out: str) -> str | None:
     """The keys ``[B, H, T, D]`` an attention's ``kt`` was transposed from, read directly: its
-    producer a transpose of the last two axes (every exporter writes ``k.transpose(-1, -2)``),
+    producer a transpose of the last two axes (every exporter writes ``k.transpose(-1, -2)``;
+    a transpose of another layout, e.g. ``[B, T, H, D]``, becomes one transpose to the keys),
     or that transpose times a scalar (torch's SDPA export scales q and kt by sqrt(scale) each:
     the keys are scaled instead). The transpose is then left out of the written model unless
     another node reads it. None for keys computed otherwise."""
@@ -412,9 +413,14 @@ def _untransposed(ex: ExportContext, node: Node, out: str) -> str | None:
         if ex.graph.nodes[scalar.node].op != "scalar":
             return None
         factor, producer = ex.name_of(scalar, producer), ex.graph.nodes[inner.node]
-    if producer.op != "transpose" or tuple(producer.params["perm"]) != (0, 1, 3, 2):
+    if producer.op != "transpose":
         return None
     keys = ex.name_of(producer.inputs[0], node)
+    perm = [tuple(producer.params["perm"])[i] for i in (0, 1, 3, 2)]
+    if perm != [0, 1, 2, 3]:  # kt a transpose of [B, S, H, D] (dynamo's K): one transpose
+        moved = ex.fresh(f"{out}_keys")
+        ex.emit("Transpose", [keys], [moved], perm=perm)
+        keys = moved
     if factor is None:
         return keys
     scaled = ex.fresh(f"{out}_key")
