@@ -134,7 +134,6 @@ def test_the_fused_kernel_reads_the_keys_the_transpose_came_from() -> None:
     assert "Transpose" in {n.op_type for n in ronnx.to_model(graph).graph.node}
 
 
-
 def test_keys_transposed_from_another_layout_take_one_transpose() -> None:
     """``kt`` a transpose of the heads layout ``[B, S, H, D]`` (torch's dynamo export of ViT:
     ``k.permute(0, 2, 1, 3).transpose(-1, -2)``, which the rules compose): ONNX Attention reads
@@ -151,6 +150,7 @@ def test_keys_transposed_from_another_layout_take_one_transpose() -> None:
     session = ort.InferenceSession(written.SerializeToString(), providers=["CPUExecutionProvider"])
     for got, want in zip(session.run(None, feeds), run(graph, feeds), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
 
 # --- ONNX: torch's spelling -----------------------------------------------------------------
 

@@ -118,7 +118,6 @@ def test_an_onnx_mask_is_finite_when_its_fills_are(fill: float, finite: bool) ->
     assert (f is not None and f.finite) == finite
 
 
-
 @pytest.mark.parametrize(("condition", "bounds"), [(True, (0.0, 0.0)), (False, (-1e9, -1e9))])
 def test_a_settled_condition_picks_one_branch_of_where(
     condition: bool, bounds: tuple[float, float]
@@ -134,6 +133,7 @@ def test_a_settled_condition_picks_one_branch_of_where(
     mask = next(n for n in graph.nodes if n.op == "opaque" and n.params["type"] == "Where")
     f = analyse(graph, opaque=opaque_facts)[Ref(mask.id)]
     assert (f.lo, f.hi) == bounds
+
 
 def test_the_egraph_keeps_facts_per_class_and_merges_them_on_union() -> None:
     b = GraphBuilder()
