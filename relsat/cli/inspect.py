@@ -173,26 +173,47 @@ def add_rules(sub: Subparsers) -> None:
         "check",
         help="check rules on random shapes: parse, types (shape, split history), values",
         description="Check rule files: each rule is instantiated on random shapes its guards "
-        "allow; its right-hand side must compute the left-hand side's type and values. One "
+        "allow; its right-hand side must compute the left-hand side's type and values. A rule "
+        "holding an operator exported as a fused onnxruntime kernel (gelu, layernorm, rmsnorm, "
+        "rotary, attention, ...) is also run in onnxruntime at a few of those instances. One "
         "line per rule; exit 0 when every rule is ok, 1 otherwise.",
     )
     p.add_argument("files", nargs="*", help="rule files or folders (default: the shipped rules)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random shapes and values")
+    p.add_argument(
+        "--no-ort",
+        dest="ort",
+        action="store_false",
+        help="do not run the rules with fused kernels in onnxruntime (NumPy only)",
+    )
     p.set_defaults(run=_rules_check)
     synth.add(rules_sub)
 
 
 def _rules_check(args: argparse.Namespace) -> int:
-    """One line per rule (ok, type-mismatch, numeric-mismatch, untested: the reason), then a
-    count; exit 1 unless every rule is ok (a file that does not parse: one error line, exit 1)."""
+    """One line per rule (ok, type-mismatch, numeric-mismatch, untested: the reason; what
+    onnxruntime gave), then a count; exit 1 unless every rule is ok (a file that does not
+    parse: one error line, exit 1)."""
     from relsat.rewrite.check import STATUSES, check_rule
+    from relsat.rewrite.ortcheck import STATUSES as ORT_STATUSES
+    from relsat.rewrite.ortcheck import with_ort
     from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
     rules = load_rules(args.files or [RULES_DIR], check=False)  # checked here, rule by rule
     counts = dict.fromkeys(STATUSES, 0)
+    ort = dict.fromkeys(ORT_STATUSES, 0)
     for rule in rules:
         verdict = check_rule(rule, seed=args.seed)
+        if args.ort:
+            verdict = with_ort(verdict)
         counts[verdict.status] += 1
+        if verdict.ort is not None:
+            ort[verdict.ort.status] += 1
         print(verdict.line(), flush=True)
-    print(f"{len(rules)} rules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    line = f"{len(rules)} rules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    if any(ort.values()):
+        line += f"; in onnxruntime {sum(ort.values())}: " + ", ".join(
+            f"{n} {s}" for s, n in ort.items() if n
+        )
+    print(line)
     return 0 if counts["ok"] == len(rules) else EXIT_ERROR

@@ -475,6 +475,10 @@ def _skip_layernorm(params: Params, inputs: Sequence[TensorType]) -> tuple[Tenso
     _float(params, "epsilon", positive=True)
     x, skip, packed = inputs
     n = _last_axis(x, "skiplayernorm")
+    if x.rank not in (2, 3):
+        # onnxruntime's kernel refuses any other rank when it runs (measured, onnxruntime 1.32:
+        # "input is expected to have 3 or 2 dimensions"); such a norm is left unfused.
+        raise OpError(f"skiplayernorm takes an input of rank 2 or 3, got {list(x.shape)}")
     if skip.shape != x.shape:
         # onnxruntime's kernel takes equal shapes; a broadcast residual is left unfused.
         raise OpError(f"skiplayernorm skip {list(skip.shape)} differs from {list(x.shape)}")
@@ -761,8 +765,9 @@ OPS: dict[str, OpSpec] = {
             "epsilon",
             _skip_layernorm,
             "layernorm(x + skip) with scale and bias packed as one [2N] tensor (com.microsoft "
-            "SkipLayerNormalization): one fused kernel; packed [3N], layernorm(x + skip + b) "
-            "with the input bias b third (a projection's bias: rules/transformer.rules)",
+            "SkipLayerNormalization, input of rank 2 or 3): one fused kernel; packed [3N], "
+            "layernorm(x + skip + b) with the input bias b third (a projection's bias: "
+            "rules/transformer.rules)",
         ),
         _spec("gelu", 1, "", _unary, "x * (1 + erf(x / sqrt 2)) / 2 (com.microsoft Gelu)"),
         _spec(

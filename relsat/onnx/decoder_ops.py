@@ -51,6 +51,7 @@ from relsat.onnx.transformer_ops import repeat_heads_out
 __all__ = [
     "CONTRIB_HANDLERS",
     "EXPORTED",
+    "FUSED",
     "HANDLERS",
     "OPSET_23_OPS",
     "RMSNORM_OPSET",
@@ -245,6 +246,9 @@ CONTRIB_HANDLERS: dict[str, Handler] = {
 # ---------------------------------------------------------------------------------------------
 # Export
 
+#: The relsat ops :func:`emit` writes as one fused onnxruntime kernel, with that kernel's ONNX
+#: operator (opset 23; spelled out below it, and a rotary where the kernel's layout does not fit).
+FUSED = {"rmsnorm": "RMSNormalization", "rotary": "RotaryEmbedding"}
 #: The relsat ops :func:`emit` writes.
 EXPORTED = frozenset(
     {"reciprocal", "neg", "cos", "sin", "slice", "rmsnorm", "rotary", "repeatkv"}
@@ -271,7 +275,7 @@ def emit(
     elif op == "rmsnorm":
         eps = float(params["epsilon"])
         if ex.opset >= RMSNORM_OPSET:
-            ex.emit("RMSNormalization", ins, outs, axis=-1, epsilon=eps)
+            ex.emit(FUSED[op], ins, outs, axis=-1, epsilon=eps)
         else:
             _rmsnorm_spelled(ex, ins, outs[0], eps, len(ex.graph.shape(node.inputs[0])))
     elif op == "rotary":
@@ -365,12 +369,12 @@ def _rotary_out(ex: ExportContext, ins: list[str], out: str, node: Node, interle
             ex.memo[key] = _rotary_cache(ex, node, ref, name, t, seq, (b, s, d // 2))
         caches.append(ex.memo[key])
     if heads == 1:
-        ex.emit("RotaryEmbedding", [ins[0], *caches], [out], interleaved=int(interleaved))
+        ex.emit(FUSED["rotary"], [ins[0], *caches], [out], interleaved=int(interleaved))
         return
     packed, rotated = ex.fresh(f"{out}_packed"), ex.fresh(f"{out}_rotated")
     _view_out(ex, ins[0], packed, 2, [-1])
     ex.emit(
-        "RotaryEmbedding",
+        FUSED["rotary"],
         [packed, *caches],
         [rotated],
         interleaved=int(interleaved),

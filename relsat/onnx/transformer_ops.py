@@ -34,7 +34,15 @@ from relsat.graph.graph import Node, Ref
 from relsat.onnx import masks
 from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
 
-__all__ = ["ATTENTION_OPSET", "CONTRIB", "CONTRIB_HANDLERS", "EXPORTED", "HANDLERS", "emit"]
+__all__ = [
+    "ATTENTION_OPSET",
+    "CONTRIB",
+    "CONTRIB_HANDLERS",
+    "EXPORTED",
+    "FUSED",
+    "HANDLERS",
+    "emit",
+]
 
 #: The domain of onnxruntime's contrib operators.
 CONTRIB = "com.microsoft"
@@ -190,6 +198,8 @@ def _skip_layernorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -
     outs = [*node.output, "", "", ""][:4]
     if any(o and imp.readers(o) for o in outs[1:3]) or skip.shape != x.shape:
         raise Unmapped
+    if x.rank not in (2, 3):  # onnxruntime runs no other rank: the op refuses it
+        raise Unmapped
     n = x.shape[-1]
     scale, bias = _vector(imp, node, 2, n), _vector(imp, node, 3, n, zeros=True)
     if len(node.input) > 4 and node.input[4]:
@@ -274,15 +284,20 @@ CONTRIB_HANDLERS: dict[str, Handler] = {
 
 _SIMPLE = {"ewsub": "Sub", "ewdiv": "Div", "ewpow": "Pow", "sqrt": "Sqrt", "erf": "Erf"}
 _CONTRIB_OPS = {"gelu": "Gelu", "gelu_tanh": "FastGelu", "biasgelu": "BiasGelu"}
-#: The relsat ops :func:`emit` writes.
-EXPORTED = frozenset({*_SIMPLE, *_CONTRIB_OPS, "reducemean", "softmax", "layernorm"}) | {
-    "skiplayernorm",
-    "quickgelu",
-    "nanzero",
-    "attention",
-    "gqa",
-    "mha",
+#: The relsat ops :func:`emit` writes as one fused onnxruntime kernel, with that kernel's ONNX
+#: operator (``com.microsoft`` contrib ops; LayerNormalization and Attention of the default
+#: domain, spelled out below their opsets): what :func:`emit` reads the operator's name from.
+FUSED = {
+    **_CONTRIB_OPS,
+    "quickgelu": "QuickGelu",
+    "skiplayernorm": "SkipLayerNormalization",
+    "layernorm": "LayerNormalization",
+    "attention": "Attention",
+    "gqa": "Attention",
+    "mha": "Attention",
 }
+#: The relsat ops :func:`emit` writes.
+EXPORTED = frozenset({*_SIMPLE, *FUSED, "reducemean", "softmax", "nanzero"})
 
 
 def emit(
@@ -301,14 +316,14 @@ def emit(
     elif op == "layernorm":
         eps = float(params["epsilon"])
         if ex.opset >= 17:
-            ex.emit("LayerNormalization", ins, outs, axis=-1, epsilon=eps)
+            ex.emit(FUSED[op], ins, outs, axis=-1, epsilon=eps)
         else:
             _layernorm_spelled(ex, ins, outs[0], eps, rank)
     elif op == "skiplayernorm":
         attrs = {"epsilon": float(params["epsilon"])}
-        _contrib(ex, "SkipLayerNormalization", [*ins[:2], *_unpacked(ex, node)], outs, **attrs)
+        _contrib(ex, FUSED[op], [*ins[:2], *_unpacked(ex, node)], outs, **attrs)
     elif op == "quickgelu":
-        _contrib(ex, "QuickGelu", ins, outs, alpha=float(params["alpha"]))
+        _contrib(ex, FUSED[op], ins, outs, alpha=float(params["alpha"]))
     elif op == "nanzero":
         _nanzero(ex, ins[0], outs[0])
     elif op in ("attention", "gqa"):
@@ -393,7 +408,7 @@ def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, no
         key = ex.fresh(f"{out}_key")
         ex.emit("Transpose", [kt], [key], perm=[0, 1, 3, 2])
     bias = _mask_in(ex, node, out, s, t, nudge=True)
-    ex.emit("Attention", [q, key, v, *([bias] if bias else [])], [out], scale=scale)
+    ex.emit(FUSED["attention"], [q, key, v, *([bias] if bias else [])], [out], scale=scale)
 
 
 def _untransposed(ex: ExportContext, node: Node, out: str) -> str | None:
@@ -439,7 +454,7 @@ def _mha_out(ex: ExportContext, params: Any, ins: list[str], out: str, node: Nod
     attrs = {"num_heads": int(params["heads"]), "scale": float(params["scale"])}
     finite = masks.no_infinity(ex.graph, node.inputs[3])
     raw = ex.fresh(f"{out}_unguarded") if bias and not finite else out
-    _contrib(ex, "Attention", [*ins[:3], *(["", "", bias] if bias else [])], [raw], **attrs)
+    _contrib(ex, FUSED["mha"], [*ins[:3], *(["", "", bias] if bias else [])], [raw], **attrs)
     if raw != out:
         _nanzero(ex, raw, out)
 

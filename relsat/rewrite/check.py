@@ -29,22 +29,21 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from relsat.errors import ExecutionError, GraphError, RuleError
 from relsat.graph.builder import GraphBuilder
-from relsat.graph.execute import compare, compare_outputs, random_values, run
+from relsat.graph.execute import compare, compare_outputs, run
 from relsat.graph.graph import Graph
 from relsat.graph.ops import TensorType
-from relsat.rewrite.exprs import VALUE_FACTS, Cond, Expr, Num, subexprs
+from relsat.rewrite import inputs
+from relsat.rewrite.exprs import Cond, Expr, Num
 from relsat.rewrite.exprs import evaluate as value_of
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
 from relsat.rewrite.params import Undefined, draw_params, specialize
 from relsat.rewrite.pins import pins
 from relsat.rewrite.pins import ranks as fixed_ranks
-from relsat.rewrite.rules import Guard, Pattern, Rule, Var, canonical
+from relsat.rewrite.rules import Guard, Pattern, Rule, canonical
 from relsat.rewrite.shapes import NEAR_MISSES, Choose, NoInstance, Unsolvable, draw_shapes
 
 __all__ = [
@@ -80,6 +79,9 @@ SEARCH_NEAR_MISSES = (0, 1, 2, 2, 3)
 _CYCLE = ("joint", "lhs", "joint", "both")
 _TYPE_CYCLE = ("lhs", "both", "lhs", "joint")
 
+if TYPE_CHECKING:
+    from relsat.rewrite.ortcheck import OrtCheck
+
 Shapes = Mapping[str, tuple[int, ...]]
 
 
@@ -98,7 +100,7 @@ def _value_text(v: object) -> str:
 
 def _where(inst: Instance) -> str:
     """An instance's shapes and parameter values, as a counterexample names them."""
-    return _shapes_text(inst.shapes, inst.values)
+    return inst.where
 
 
 def _type_text(t: TensorType) -> str:
@@ -134,6 +136,11 @@ class Instance:
         return self.kind not in ("too-big", "guards-fail", "lhs-invalid")
 
     @property
+    def where(self) -> str:
+        """Its shapes and parameter values, as a counterexample names them."""
+        return _shapes_text(self.shapes, self.values)
+
+    @property
     def equal(self) -> bool | None:
         """Whether both sides agree (types and, if compared, numbers); None: not comparable."""
         if self.kind in ("type-mismatch", "different"):
@@ -147,6 +154,19 @@ def _side(rule: Rule, patterns: Sequence[Pattern], shapes: Shapes) -> Graph:
     env = {v.name: b.input(shapes[v.name], name=v.name) for v in rule.bound}
     memo: Memo = {}
     return b.build(*(instantiate(b, p, env, memo) for p in patterns))
+
+
+def sides(
+    rule: Rule, shapes: Shapes, values: Mapping[str, Num | tuple[int, ...]] | None = None
+) -> tuple[Graph, Graph, list[Expr]]:
+    """Both sides of ``rule`` as graphs at these variable shapes and parameter ``values`` (one
+    input per variable, named after it) and its conditions (what the input values are drawn
+    for: :mod:`relsat.rewrite.inputs`): an instance that :func:`evaluate` found valid, built
+    again. Raises what building a side raises where it is not valid."""
+    concrete = specialize(rule, values or {})[0] if rule.params else rule
+    conds = [g.expr for g in rule.guards if isinstance(g, Cond)]
+    shapes = {n: tuple(s) for n, s in shapes.items()}
+    return _side(concrete, concrete.lhs, shapes), _side(concrete, concrete.rhs, shapes), conds
 
 
 def _grouped(g: Graph) -> bool:
@@ -214,12 +234,12 @@ def _evaluate(
     if not numeric:
         return Instance(shapes, "typed", grouped=grouped)
     try:
-        drawn = _drawn(lhs, conds)
+        drawn = inputs.drawn(lhs, conds)
         if drawn is None:
             result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
         else:
             result = compare_outputs(run(lhs, drawn), run(rhs, drawn), rtol=RTOL, atol=ATOL)
-        masked = _masked(rule, lhs, conds, drawn) if result.ok else None
+        masked = inputs.masked(rule, lhs, conds, drawn) if result.ok else None
         if masked is not None:  # the edge case of an additive mask: a row of -inf
             names, rows_inf = masked
             result = compare_outputs(run(lhs, rows_inf), run(rhs, rows_inf), rtol=RTOL, atol=ATOL)
@@ -230,60 +250,6 @@ def _evaluate(
     except ExecutionError as err:  # an op the NumPy executor cannot run: say so, go on
         return Instance(shapes, "not-run", str(err), grouped)
     return Instance(shapes, "equal" if result.ok else "different", result.report(), grouped)
-
-
-def _masked(
-    rule: Rule, g: Graph, conds: Sequence[Expr], drawn: dict[str, np.ndarray] | None
-) -> tuple[list[str], dict[str, np.ndarray]] | None:
-    """Values with a row of -inf in each variable added to the scores of a softmax on the left
-    (an attention's additive mask, which masks a row entirely there) that no condition requires
-    finite; None when the rule has none. A row masked entirely is where an eager softmax gives
-    NaN and a fused attention 0: a rule that fuses one into the other needs ``finite(?m)``."""
-    finite = {
-        str(getattr(t.args[0], "name", "")) for c in conds for t in subexprs(c) if t.op == "finite"
-    }
-    names: list[str] = []
-    stack: list[object] = list(rule.lhs)
-    while stack:
-        p = stack.pop()
-        if not isinstance(p, Pattern):
-            continue
-        stack.extend(p.args)
-        if p.op == "softmax" and isinstance(p.args[0], Pattern) and p.args[0].op == "ewadd":
-            names += [a.name for a in p.args[0].args if isinstance(a, Var) and a.name not in finite]
-    if not names:
-        return None
-    values = {k: v.copy() for k, v in (drawn or random_values(g, seed=0)).items()}
-    for name in names:
-        v = values[name]
-        if v.ndim:
-            v[(0,) * (v.ndim - 1)] = -np.inf
-    return names, values
-
-
-def _drawn(g: Graph, conds: Sequence[Expr]) -> dict[str, np.ndarray] | None:
-    """Random values for ``g``'s inputs with the facts of values the conditions require (equal
-    halves or pairs of the last axis, values >= 0; drawn values are finite), or None when the
-    conditions require none. (A fact under ``not`` or ``or`` is drawn as if required.)"""
-    wanted = [
-        (t.op, str(getattr(t.args[0], "name", "")))
-        for c in conds
-        for t in subexprs(c)
-        if t.op in VALUE_FACTS
-    ]
-    if not wanted:
-        return None
-    values = random_values(g, seed=0)
-    for fact, name in wanted:
-        v = values[name]
-        d = v.shape[-1] if v.ndim else 0
-        if fact == "halves" and d % 2 == 0:
-            v[..., d // 2 :] = v[..., : d // 2]
-        elif fact == "pairs" and d % 2 == 0:
-            v[..., 1::2] = v[..., 0::2]
-        elif fact == "nonneg":
-            np.abs(v, out=v)
-    return values
 
 
 def draw(
@@ -338,22 +304,28 @@ def _rng(rule: Rule, seed: int) -> random.Random:
 class Verdict:
     """What :func:`check_rule` found: ``status`` one of :data:`STATUSES`; ``detail`` says why
     (the counterexample's shapes and what differed, or why the rule went untested);
-    ``instances`` how many instances were compared numerically."""
+    ``instances`` how many instances were compared numerically, ``examples`` those instances;
+    ``ort``: what the check in onnxruntime found (:func:`relsat.rewrite.ortcheck.with_ort`),
+    None where it did not run."""
 
     rule: Rule
     status: str
     detail: str = ""
     instances: int = 0
     shapes: dict[str, tuple[int, ...]] | None = None
+    examples: tuple[Instance, ...] = field(default=(), repr=False)
+    ort: OrtCheck | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     def line(self) -> str:
-        """One line: status, rule name, place, detail."""
+        """One line: status, rule name, place, detail (and the onnxruntime check's)."""
         where = f" ({self.rule.location})" if self.rule.location else ""
         detail = self.detail or f"{self.instances} instances equal"
+        if self.ort is not None and self.ort.status != "mismatch":  # a mismatch is the detail
+            detail += f"; {self.ort.text()}"
         return f"{self.status:<16} {self.rule.name}{where}: {detail}"
 
 
@@ -378,6 +350,7 @@ def check_rule(
         return Verdict(rule, "type-mismatch", detail, 0, mismatch.shapes)
     rng = _rng(rule, seed + 1)
     compared = valid = 0
+    equal: list[Instance] = []
     rhs_invalid: Instance | None = None
     not_run: Instance | None = None
     unsolvable: dict[str, str] = {}  # solver mode -> why it cannot draw shapes
@@ -403,9 +376,11 @@ def check_rule(
             rhs_invalid = inst
         if inst.kind == "not-run" and not_run is None:
             not_run = inst
-        compared += inst.kind == "equal"
+        if inst.kind == "equal":
+            compared += 1
+            equal.append(inst)
     if compared >= MIN_INSTANCES:
-        return Verdict(rule, "ok", instances=compared)
+        return Verdict(rule, "ok", instances=compared, examples=tuple(equal))
     if compared == 0 and rhs_invalid is not None:
         detail = (
             f"the right-hand side never builds where the left-hand side does ({valid} "

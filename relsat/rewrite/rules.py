@@ -251,6 +251,10 @@ class Pattern:
             elif isinstance(term, Pattern):
                 stack.extend(reversed(term.args))
 
+    def ops(self) -> Iterator[str]:
+        """The operator of each of its nodes, depth first, repeats included."""
+        return (node.op for node in _nodes(self))
+
     def params(self) -> Iterator[Param]:
         """Parameter variables in order of appearance (depth first), repeats included."""
         for node in _nodes(self):
