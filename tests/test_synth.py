@@ -313,6 +313,14 @@ def test_goal_gelu_finds_the_erf_spellings():
     assert all(str(r.rhs[0]) == "(gelu ?x)" for r in s.rules)
 
 
+def test_goal_silu_finds_swish_as_quickgelu_at_alpha_one():
+    s = _goal_rules("silu")
+    assert s.goals[0].smallest == 2
+    (rule,) = s.rules
+    assert f"{rule.lhs[0]} => {rule.rhs[0]}" == "(ewmul ?x (sigmoid ?x)) => (quickgelu 1.0 ?x)"
+    assert "onnxruntime ok (4 instances: QuickGelu)" in rule.doc  # a fused kernel: run there
+
+
 def test_goal_rmsnorm_finds_a_spelling_with_epsilon_a_float_variable(tmp_path):
     s = _goal_rules("rmsnorm", slack=0)
     assert s.goals[0].smallest == 6

@@ -76,6 +76,9 @@ def test_shape_checks_refuse_near_misses() -> None:
         b.layernorm(x, b.weight([1, 8]), b.weight([8]))
     with pytest.raises(GraphError, match="skip"):
         b.skiplayernorm(x, b.input([1, 3, 8]), b.weight([16]))  # a broadcast residual
+    y = b.input([2, 2, 3, 8])  # onnxruntime's SkipLayerNormalization runs rank 2 or 3 only
+    with pytest.raises(GraphError, match="rank 2 or 3"):
+        b.skiplayernorm(y, y, b.weight([16]))
     with pytest.raises(GraphError, match="bias must have shape"):
         b.biasgelu(x, b.weight([3, 8]))
     with pytest.raises(GraphError, match="epsilon"):
@@ -228,6 +231,18 @@ def test_skip_layernorm_whose_sum_is_read_imports_as_add_and_layernorm() -> None
     counts = graph.op_counts()
     assert counts["layernorm"] == 1 and counts["ewadd"] == 3 and not counts["opaque"]
     assert ronnx.verify(model, ronnx.to_model(graph, like=model)).ok
+
+
+def test_skip_layernorm_of_another_rank_stays_opaque() -> None:
+    """onnxruntime runs SkipLayerNormalization on 2-D and 3-D input only (a 4-D one fails when
+    it runs): the op refuses other ranks, so such a node is kept as it is."""
+    shape = (1, 2, 4, 16)
+    sln = helper.make_node(
+        "SkipLayerNormalization", ["x", "s", "g", "b"], ["y"], domain="com.microsoft"
+    )
+    model = _model([sln], {"x": shape, "s": shape}, {"y": shape}, [_vec("g", 16), _vec("b", 16)])
+    counts = ronnx.load(model).op_counts()
+    assert counts["opaque"] == 1 and not counts["skiplayernorm"]
 
 
 def _gelu_torch(b: GraphBuilder, x: object) -> object:

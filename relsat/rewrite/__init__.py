@@ -60,10 +60,16 @@ verification catches.
 instantiates each rule on random shapes its guards allow and prints one line per rule:
 ``type-mismatch`` (the right-hand side computes another type, or never builds),
 ``numeric-mismatch`` (both sides differ on the same random values), ``untested`` (fewer than 5
-instances could be compared) or ``ok``; exit 0 only when every rule is ok. ``load_rules(path)``
-(and so ``relsat optimize --rules FILE``) runs the cheap type half on a user's file.
+instances could be compared) or ``ok``; exit 0 only when every rule is ok. A rule holding an
+operator exported as a fused onnxruntime kernel (gelu, quickgelu, layernorm, rmsnorm, rotary,
+attention, ...) also runs in onnxruntime at a few of those instances
+(:mod:`~relsat.rewrite.ortcheck`; ``--no-ort`` leaves it out): its sides must agree there, and
+with relsat's NumPy model of the kernel; a side onnxruntime cannot run is reported skipped.
+``load_rules(path)`` (and so ``relsat optimize --rules FILE``) runs the cheap type half on a
+user's file.
 
 Modules: ``rules`` (the rule IR: :class:`~relsat.rewrite.rules.Rule`, ``RuleSet``), ``rulefile``
-(the ``.rules`` and TENSAT formats), ``check`` (rule checks), ``shapes`` (shapes for a rule's
+(the ``.rules`` and TENSAT formats), ``check`` (rule checks), ``inputs`` (the values a check
+compares the sides on), ``ortcheck`` (the check in onnxruntime), ``shapes`` (shapes for a rule's
 variables), ``instantiate`` (rule patterns as graphs).
 """

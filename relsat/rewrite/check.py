@@ -6,7 +6,12 @@ whose left-hand side builds and whose guards hold:
 * **types**: the right-hand side must build and compute, root by root, the left-hand side's
   type: shape and split history (relsat has one dtype, float32, so there is no dtype to differ);
 * **numbers**: both sides run in the NumPy executor on the same random values and must agree
-  (:data:`RTOL`, :data:`ATOL`: float64-tight, far below what a wrong rewrite gives).
+  (:data:`RTOL`, :data:`ATOL`: float64-tight, far below what a wrong rewrite gives); the values
+  have the facts the rule's conditions require (:mod:`relsat.rewrite.inputs`).
+
+A rule holding an operator the exporter writes as a fused onnxruntime kernel is checked in
+onnxruntime too, at the instances compared here (:mod:`relsat.rewrite.ortcheck`: its result is
+the verdict's ``ort``); :func:`sides` builds an instance's two graphs again for it.
 
 :func:`check_rule` gives a :class:`Verdict` per rule (``ok``, ``type-mismatch``,
 ``numeric-mismatch`` or ``untested`` with the reason), the same check the shipped rules pass in

@@ -11,7 +11,9 @@ operators, one per value (:class:`~relsat.synth.terms.Terms`, element-wise opera
 broadcasting), then :class:`~relsat.synth.search.Search` puts spellings together top-down (the
 goal's scale and bias vectors only there: ``outer``). Each spelling becomes ``spelling => goal``,
 checked as every synthesized rule is (:func:`~relsat.synth.verify.verify`; the edge cases at the
-search's parameter values), and is kept if it passes.
+search's parameter values) and, the goal being a fused kernel, in onnxruntime too
+(:mod:`relsat.rewrite.ortcheck`: the rule's ``checked:`` comment says what onnxruntime gave), and
+is kept if it passes.
 
 >>> s = spell(GoalSettings(goals=("quickgelu",)))
 >>> [str(r.rhs[0]) for r in s.rules]  # x * sigmoid(x * alpha), in either operand order
@@ -107,6 +109,13 @@ GOALS: dict[str, Goal] = {
         floats=(("alpha", 1.702),),
         table=2,
         doc="x * sigmoid(alpha * x) (com.microsoft QuickGelu)",
+    ),
+    "silu": Goal(
+        "(quickgelu 1.0 ?x)",
+        (_X,),
+        ("ewmul", "sigmoid"),
+        table=2,
+        doc="x * sigmoid(x) (SiLU, swish: com.microsoft QuickGelu at alpha 1)",
     ),
     "rmsnorm": Goal(
         "(rmsnorm ?eps:float ?x ?g)",
@@ -419,7 +428,7 @@ def _rules(
             continue
         concrete = specialize(rule, floats)[0] if rule.params else rule
         why = edge_case(concrete, dict(shapes), settings.seed)
-        outcome = verify(rule, seed=settings.seed)
+        outcome = verify(rule, seed=settings.seed, ort=True)
         if why is None and outcome.kept:
             st.kept += 1
             rules.append(outcome.rule)

@@ -19,7 +19,9 @@ Random draws miss the points where a rule breaks: ``a / a = 1`` fails at 0 only.
 variables' shapes, :func:`verify` also evaluates both sides on inputs drawn from
 :data:`~relsat.synth.values.EDGE_VALUES` (zeros of both signs, ±1, a half); a rule whose sides
 differ there (NaN against a number included) holds only on a domain the guard vocabulary cannot
-say, and is dropped (``edge case``).
+say, and is dropped (``edge case``). With ``ort`` (goal mode), a rule that passes and holds a
+fused kernel is checked in onnxruntime too (:func:`relsat.rewrite.ortcheck.with_ort`): a
+mismatch there fails it, and its ``checked:`` doc says what onnxruntime gave.
 
 >>> from relsat.rewrite.rulefile import parse_rules
 >>> verify(parse_rules("# name: r\\n(ewadd ?a ?b) => (ewmul ?a ?b)\\n")["r"]).status
@@ -34,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from relsat.rewrite.check import Verdict, check_rule
+from relsat.rewrite.ortcheck import with_ort
 from relsat.rewrite.rules import Guard, Pattern, Rule, Var
 from relsat.synth.values import Evaluator
 
@@ -123,38 +126,57 @@ def _elementwise(rule: Rule) -> bool:
     return all(p.op in _ELEMENTWISE or p.op in _SHAPELESS for p, _ in _nodes(rule.lhs + rule.rhs))
 
 
-def _check(rule: Rule, seed: int) -> Verdict:
+def _check(rule: Rule, seed: int, ort: bool) -> Verdict:
     """The first failing verdict of :data:`SEEDS` checks (twice as many for a rule that could
-    broadcast), or the last (passing) one."""
+    broadcast), or the last (passing) one, checked in onnxruntime too (``ort``:
+    :func:`~relsat.rewrite.ortcheck.with_ort`, for a rule with a fused kernel)."""
     for k in range(SEEDS * (2 if _broadcasts(rule) else 1)):
         verdict = check_rule(rule, seed=seed + k)
         if not verdict.ok:
             return verdict
-    return verdict
+    return with_ort(verdict) if ort else verdict
+
+
+def _ort_words(verdict: Verdict) -> str:
+    """What the onnxruntime check of a passing verdict said, for the rule's doc ("" if none)."""
+    ort = verdict.ort
+    if ort is None:
+        return ""
+    if ort.ok:
+        return f", onnxruntime ok ({ort.instances} instances: {', '.join(ort.kernels)})"
+    return f", onnxruntime skipped ({ort.detail})"
 
 
 def verify(
-    rule: Rule, *, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] | None = None
+    rule: Rule,
+    *,
+    seed: int = 0,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    ort: bool = False,
 ) -> Outcome:
     """Check ``rule`` (and, failing that, ``rule`` with guards), then (given the variables'
-    ``shapes``) on edge cases; the outcome."""
+    ``shapes``) on edge cases; the outcome. ``ort``: a rule with a fused kernel must pass in
+    onnxruntime too (:mod:`relsat.rewrite.ortcheck`; its doc says so)."""
     if shapes is not None and not rule.is_multi:
         why = edge_case(rule, shapes, seed)
         if why is not None:
             return Outcome(rule, "dropped", f"edge case       {rule.name}: {why}")
-    verdict = _check(rule, seed)
+    verdict = _check(rule, seed, ort)
     if verdict.ok and _broadcasts(rule) and not _elementwise(rule):
         verdict = replace(verdict, status="broadcast-prone")
     if verdict.ok:
-        doc = f"checked: fingerprint, relsat rules check ok ({verdict.instances} instances)"
+        doc = (
+            f"checked: fingerprint, relsat rules check ok ({verdict.instances} instances)"
+            + _ort_words(verdict)
+        )
         return Outcome(replace(rule, doc=doc), "ok", verdict.line())
     for guards in _guards(rule) if verdict.status != "untested" else []:
         guarded = replace(rule, guards=tuple(guards))
-        second = _check(guarded, seed)
+        second = _check(guarded, seed, ort)
         if second.ok:
             doc = (
                 f"checked: fingerprint, relsat rules check ok with guards ({second.instances} "
-                f"instances); without them: {verdict.status}"
+                f"instances){_ort_words(second)}; without them: {verdict.status}"
             )
             return Outcome(replace(guarded, doc=doc), "guarded", second.line())
     return Outcome(rule, "dropped", verdict.line())
