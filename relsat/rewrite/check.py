@@ -67,6 +67,7 @@ __all__ = [
     "evaluate",
     "find_counterexample",
     "guards_alone",
+    "sides",
 ]
 
 RTOL, ATOL = 1e-6, 1e-9
@@ -101,11 +102,6 @@ def _value_text(v: object) -> str:
     if isinstance(v, tuple):  # a list
         return "[" + " ".join(map(str, v)) + "]"
     return f"{v:g}"
-
-
-def _where(inst: Instance) -> str:
-    """An instance's shapes and parameter values, as a counterexample names them."""
-    return inst.where
 
 
 def _type_text(t: TensorType) -> str:
@@ -351,7 +347,7 @@ def check_rule(
     """
     mismatch = _type_mismatch(rule, seed, tries=24, enough=8)
     if mismatch is not None:
-        detail = f"{mismatch.detail}, at {_where(mismatch)}"
+        detail = f"{mismatch.detail}, at {mismatch.where}"
         return Verdict(rule, "type-mismatch", detail, 0, mismatch.shapes)
     rng = _rng(rule, seed + 1)
     compared = valid = 0
@@ -372,10 +368,10 @@ def check_rule(
             continue
         valid += inst.valid
         if inst.kind == "type-mismatch":
-            detail = f"{inst.detail}, at {_where(inst)}"
+            detail = f"{inst.detail}, at {inst.where}"
             return Verdict(rule, "type-mismatch", detail, compared, inst.shapes)
         if inst.kind == "different":
-            detail = f"sides differ at {_where(inst)}: {inst.detail.splitlines()[0]}"
+            detail = f"sides differ at {inst.where}: {inst.detail.splitlines()[0]}"
             return Verdict(rule, "numeric-mismatch", detail, compared, inst.shapes)
         if inst.kind == "rhs-invalid" and rhs_invalid is None:
             rhs_invalid = inst
@@ -389,7 +385,7 @@ def check_rule(
     if compared == 0 and rhs_invalid is not None:
         detail = (
             f"the right-hand side never builds where the left-hand side does ({valid} "
-            f"instances), e.g. at {_where(rhs_invalid)}: {rhs_invalid.detail}"
+            f"instances), e.g. at {rhs_invalid.where}: {rhs_invalid.detail}"
         )
         return Verdict(rule, "type-mismatch", detail, 0, rhs_invalid.shapes)
     if valid == 0:
@@ -434,7 +430,7 @@ def check_types(rules: Iterable[Rule], *, seed: int = 0) -> None:
         if inst is not None:
             loc = rule.location
             raise RuleError(
-                f"{inst.detail}, at {_where(inst)} ('relsat rules check' checks a rule file)",
+                f"{inst.detail}, at {inst.where} ('relsat rules check' checks a rule file)",
                 path=loc.path if loc else None,
                 line=loc.line if loc else None,
                 rule=rule.name,
