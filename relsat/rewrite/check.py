@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from relsat.errors import ExecutionError, GraphError, RuleError
 from relsat.graph.builder import GraphBuilder
 from relsat.graph.execute import compare, compare_outputs, run
@@ -197,7 +199,8 @@ def evaluate(
             return Instance(shapes, "guards-fail", str(err), values=values)
     conds = [g.expr for g in chosen if isinstance(g, Cond)]
     named = [g for g in chosen if isinstance(g, Guard)]
-    inst = _evaluate(rule, shapes, named, conds, values, numeric)
+    with np.errstate(all="ignore"):  # a NaN both sides compute (sqrt of a negative) is compared
+        inst = _evaluate(rule, shapes, named, conds, values, numeric)
     return replace(inst, values=values) if values else inst
 
 
