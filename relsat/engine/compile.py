@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from relsat.errors import RuleError
 from relsat.rewrite.exprs import (
+    BOUNDS,
     FACTS,
     LIST,
     Cond,
@@ -324,8 +325,8 @@ def expr_sql(term: object, value: Any, klass: Any) -> str:
     op, args = term.op, term.args
     sub = [expr_sql(a, value, klass) if not isinstance(a, Var) else "" for a in args]
     if op in VALUE_FACTS:
-        row = f"FROM fact f WHERE f.class = {klass(args[0])}.id"
-        return f"coalesce((SELECT {VALUE_FACTS[op]} {row}), false)"
+        row = f"(SELECT {VALUE_FACTS[op]} FROM fact f WHERE f.class = {klass(args[0])}.id)"
+        return row if op in BOUNDS else f"coalesce({row}, false)"  # a bound: NULL if unknown
     if op == "shape":
         return f"CAST({klass(args[0])}.shape AS BIGINT[])"
     if op == "defined":  # a list computed with every item (compose within the permutation)
@@ -346,6 +347,12 @@ def expr_sql(term: object, value: Any, klass: Any) -> str:
         return f"list_append({sub[0]}, {sub[1]})"
     if op == "prod":
         return f"CAST(coalesce(list_aggregate({sub[0]}, 'product'), 1) AS BIGINT)"
+    if op == "ones":  # NULL for a negative count
+        n = sub[0]
+        ones = f"CAST(list_transform(range(0, {n}), lambda i: 1) AS BIGINT[])"
+        return f"CASE WHEN {n} >= 0 THEN {ones} END"
+    if op == "+" and expr_type(term) == "ints":
+        return f"list_concat({sub[0]}, {sub[1]})"
     if op == LIST:
         return f"CAST(list_value({', '.join(sub)}) AS BIGINT[])"
     if op == "compose":  # compose(p, q)[i] = p[q[i]]; NULL items where q points past p
@@ -374,12 +381,15 @@ def expr_sql(term: object, value: Any, klass: Any) -> str:
     return f"({sub[0]} {_SQL_OPS.get(op, op)} {sub[1]})"
 
 
-#: Facts of values (relsat.graph.facts) as SQL over a ``fact`` row ``f``.
+#: Facts of values (relsat.graph.facts) as SQL over a ``fact`` row ``f``: conditions, and the
+#: bounds (``lo``, ``hi``: NULL where unknown, so that a condition comparing one fails).
 VALUE_FACTS = {
     "finite": "f.lo IS NOT NULL AND f.hi IS NOT NULL",
     "nonneg": "f.lo >= 0",
     "halves": "f.halves",
     "pairs": "f.pairs",
+    "lo": "f.lo",
+    "hi": "f.hi",
 }
 
 

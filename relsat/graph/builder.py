@@ -607,6 +607,38 @@ class GraphBuilder:
         rotate by ``(cos[i], sin[i])``."""
         return self._one("rotary", [x, cos, sin], name, interleaved=int(bool(interleaved)))
 
+    # --- normalizations of images ------------------------------------------------------------
+
+    def instancenorm(
+        self,
+        x: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: float = 1e-5,
+        name: str | None = None,
+    ) -> Tensor:
+        """Instance normalization of ``x`` ``[N, C, D1, ...]`` (ONNX ``InstanceNormalization``):
+        each sample's channel normalized over its positions, then ``* scale + bias``, ``[C]``
+        each."""
+        return self._one("instancenorm", [x, scale, bias], name, epsilon=f32(epsilon))
+
+    def groupnorm(
+        self,
+        x: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        groups: int,
+        epsilon: float = 1e-5,
+        name: str | None = None,
+    ) -> Tensor:
+        """Group normalization of ``x`` ``[N, C, D1, ...]`` as one fused op (ONNX
+        ``GroupNormalization``, opset 21; ``torch.nn.GroupNorm``): each sample's ``groups``
+        groups of ``C / groups`` channels normalized over the group and the positions, then
+        ``* scale + bias`` per channel, ``[C]`` each."""
+        return self._one(
+            "groupnorm", [x, scale, bias], name, groups=groups, epsilon=f32(epsilon)
+        )
+
     def opaque(
         self,
         type: str,

@@ -363,6 +363,25 @@ def _rmsnorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (x / np.sqrt(mean_square + node.params["epsilon"]) * scale,)
 
 
+def _channel_view(v: np.ndarray, rank: int) -> np.ndarray:
+    """A per-channel ``[C]`` vector as ``[C, 1, ...]``: broadcast over x ``[N, C, D1, ...]``."""
+    return v.reshape(v.shape + (1,) * (rank - 2))
+
+
+def _instancenorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, scale, bias = args
+    flat = x.reshape(*x.shape[:2], -1)  # each sample's channel over all its positions
+    normed = _normalize(flat, node.params["epsilon"]).reshape(x.shape)
+    return (normed * _channel_view(scale, x.ndim) + _channel_view(bias, x.ndim),)
+
+
+def _groupnorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, scale, bias = args
+    flat = x.reshape(x.shape[0], node.params["groups"], -1)  # each sample's group of channels
+    normed = _normalize(flat, node.params["epsilon"]).reshape(x.shape)
+    return (normed * _channel_view(scale, x.ndim) + _channel_view(bias, x.ndim),)
+
+
 def _slice(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     p = node.params
     index = [slice(None)] * args[0].ndim
@@ -457,6 +476,8 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "slice": _slice,
     "rmsnorm": _rmsnorm,
     "rotary": _rotary,
+    "instancenorm": _instancenorm,
+    "groupnorm": _groupnorm,
 }
 
 #: Kernels of ops that may read (and pass on) a lazy merged weight.

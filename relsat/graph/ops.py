@@ -583,6 +583,35 @@ def _rmsnorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, 
     return (TensorType(x.shape),)
 
 
+def _channels(x: TensorType, op: str, *vectors: tuple[str, TensorType]) -> int:
+    """The channels ``C`` of ``x`` ``[N, C, D1, ...]`` (rank 3 or more), which each of
+    ``vectors`` (a scale, a bias) must hold one value of: shape ``[C]``."""
+    if x.rank < 3:
+        raise OpError(f"{op} needs x [N, C, D1, ...] of rank >= 3, got {list(x.shape)}")
+    c = x.shape[1]
+    for what, t in vectors:
+        if t.shape != (c,):
+            raise OpError(f"{op} {what} must have shape [{c}], got {list(t.shape)}")
+    return c
+
+
+def _instancenorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "epsilon", positive=True)
+    x, scale, bias = inputs
+    _channels(x, "instancenorm", ("scale", scale), ("bias", bias))
+    return (TensorType(x.shape),)
+
+
+def _groupnorm(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+    _float(params, "epsilon", positive=True)
+    groups = _int(params, "groups", minimum=1)
+    x, scale, bias = inputs
+    c = _channels(x, "groupnorm", ("scale", scale), ("bias", bias))
+    if c % groups:
+        raise OpError(f"groupnorm groups {groups} do not divide the {c} channels")
+    return (TensorType(x.shape),)
+
+
 def _slice(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
     (x,) = inputs
     if x.rank < 1:
@@ -901,6 +930,27 @@ OPS: dict[str, OpSpec] = {
             "(interleaved 0, Llama's rotate_half); interleaved 1 pairs x[2i] with x[2i+1] "
             "(GPT-J) (ONNX RotaryEmbedding, opset 23): one fused kernel",
         ),
+        # Normalizations of images (diffusion UNets, GroupNorm): over each sample's channels
+        # (instance) or groups of channels (group), all positions, then a scale and a bias
+        # per channel.
+        _spec(
+            "instancenorm",
+            3,
+            "epsilon",
+            _instancenorm,
+            "x [N, C, D1, ...] normalized over D1, ... per sample and channel, (x - mean) / "
+            "sqrt(var + epsilon) * scale + bias, scale and bias [C] (ONNX "
+            "InstanceNormalization)",
+        ),
+        _spec(
+            "groupnorm",
+            3,
+            "groups epsilon",
+            _groupnorm,
+            "x [N, C, D1, ...] normalized over each group of C / groups channels and D1, ... "
+            "per sample, then * scale + bias per channel, scale and bias [C] (ONNX "
+            "GroupNormalization, opset 21; torch.nn.GroupNorm): one fused op",
+        ),
         _spec("batchnorm", 5, "epsilon", _batchnorm, "inference batch normalization"),
         _spec(
             "opaque",
@@ -923,6 +973,7 @@ FLOAT_PARAMS = {
     "gqa": "scale",
     "rmsnorm": "epsilon",
     "quickgelu": "alpha",
+    "instancenorm": "epsilon",
 }
 
 #: Integer parameters that an e-node stores in ``p0``, ``p1``, … in this order (rules spell them
@@ -934,7 +985,7 @@ INT_PARAMS = {
 }
 
 #: Ops with an integer parameter in ``p0`` and a float one, as float32 bits, in ``p1``.
-MIXED_PARAMS = {"mha": ("heads", "scale")}
+MIXED_PARAMS = {"mha": ("heads", "scale"), "groupnorm": ("groups", "epsilon")}
 
 
 def int_params(op: str, p: Sequence[int]) -> Params | None:

@@ -48,8 +48,9 @@ from relsat.rewrite.exprs import Cond, Expr, Num
 from relsat.rewrite.exprs import evaluate as value_of
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
 from relsat.rewrite.params import Undefined, draw_params, specialize
-from relsat.rewrite.pins import pins
+from relsat.rewrite.pins import divisors, pins
 from relsat.rewrite.pins import ranks as fixed_ranks
+from relsat.rewrite.pins import shapes as pinned_shapes
 from relsat.rewrite.rules import Guard, Pattern, Rule, canonical
 from relsat.rewrite.shapes import NEAR_MISSES, Choose, NoInstance, Unsolvable, draw_shapes
 
@@ -217,7 +218,8 @@ def _evaluate(
     failed = [g for g in guards if not guard_holds(g, shapes)]
     if failed:
         return Instance(shapes, "guards-fail", f"{failed[0]} does not hold")
-    false = [c for c in conds if value_of(c, values, shapes) is not True]
+    bounds = inputs.bounds(conds, values, shapes)
+    false = [c for c in conds if value_of(c, values, shapes, bounds) is not True]
     if false:
         return Instance(shapes, "guards-fail", f"{false[0]} does not hold")
     try:
@@ -238,7 +240,7 @@ def _evaluate(
     if not numeric:
         return Instance(shapes, "typed", grouped=grouped)
     try:
-        drawn = inputs.drawn(lhs, conds)
+        drawn = inputs.drawn(lhs, conds, bounds)
         if drawn is None:
             result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
         else:
@@ -286,6 +288,8 @@ def draw(
             params=values,
             lists=lists,
             ranks=fixed_ranks(rule),
+            shaped=pinned_shapes(rule),
+            divides=divisors(rule),
         )
     except ZeroDivisionError:  # a parameter no operator takes (a stride of 0): no instance
         return Instance({}, "lhs-invalid", f"no shapes at {values}", values=values)

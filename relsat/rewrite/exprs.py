@@ -15,9 +15,13 @@ Types: ``int`` and ``float`` parameters (a float parameter is stored as its floa
 float parameter of an e-node is), and ``ints``, a list of integers: a transpose's permutation, a
 reshape's shape (``(transpose ?x ?p:ints ?s:int)``), written ``[0 2 1 3]`` as a literal and read
 with the list functions of :data:`FUNCS` (``len(?p)``, ``at(?p, -1)``, ``compose(?p, ?q)``,
-``iota(n)``, ``take(?p, -1)``, ``append(?p, n)``, ``prod(?p)``) and the fact ``shape(?x)``; a list
-of computed items is written ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]`` (commas between items);
-lists compare with ``==`` and ``!=``.
+``iota(n)``, ``take(?p, -1)``, ``append(?p, n)``, ``prod(?p)``, ``ones(n)``) and the fact
+``shape(?x)``; a list of computed items is written ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``
+(commas between items; ``(list …)`` on a right-hand side); lists compare with ``==`` and ``!=``
+and join with ``+`` (``[dim(?x, 1)] + ones(rank(?x) - 2)``: a channel vector as it broadcasts).
+The facts of values are conditions (``finite(?m)``, ``nonneg(?x)``, ``halves(?c)``,
+``pairs(?c)``) and bounds (``lo(?s)``, ``hi(?s)``, floats: ``lo(?s) == 1 and hi(?s) == 1`` says
+every value of ``?s`` is 1).
 Arithmetic on ints gives an int (``/`` must divide exactly: a
 right-hand side that divides adds the condition that it does), on a float a float; comparisons,
 ``and``, ``or`` and ``not`` give a boolean. A fact's first argument is a tensor variable; a negative
@@ -47,6 +51,7 @@ __all__ = [
     "FUNCS",
     "LIST",
     "LOGIC",
+    "BOUNDS",
     "VALUE_FACTS",
     "Cond",
     "Expr",
@@ -112,9 +117,15 @@ FACTS: dict[str, Fact] = {
     "nonneg": Fact(("tensor",), "bool", "every value of ?x is >= 0"),
     "halves": Fact(("tensor",), "bool", "the two halves of ?x's last axis are equal"),
     "pairs": Fact(("tensor",), "bool", "entries 2i and 2i+1 of ?x's last axis are equal"),
+    "lo": Fact(("tensor",), "float", "a bound below every value of ?x (a constant's least)"),
+    "hi": Fact(("tensor",), "float", "a bound above every value of ?x (a constant's greatest)"),
 }
 #: The facts of values: what the rule checker makes hold of the values it draws.
 VALUE_FACTS = ("finite", "nonneg", "halves", "pairs")
+#: The bounds of values, numbers a condition compares (``lo(?s) == 1 and hi(?s) == 1``: every
+#: value 1); where nothing bounds a tensor they have no value, and a condition reading them
+#: fails. The rule checker draws values within bounds that make the conditions hold.
+BOUNDS = ("lo", "hi")
 
 #: Functions of lists (``ints``): argument types and the result's type.
 FUNCS: dict[str, Fact] = {
@@ -129,6 +140,7 @@ FUNCS: dict[str, Fact] = {
     ),
     "append": Fact(("ints", "int"), "ints", "the list with one more item at its end"),
     "prod": Fact(("ints",), "int", "the product of a list's items (1 for an empty list)"),
+    "ones": Fact(("int",), "ints", "[1, 1, …, 1]: n ones (the unit dims of a broadcast operand)"),
 }
 #: A list written with computed items, ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``: the
 #: expression ``Expr(LIST, items)`` (a literal's items are plain integers: a tuple).
@@ -290,8 +302,12 @@ def expr_type(term: object) -> str:
         return fn.type
     types = [expr_type(a) for a in args]
     if "ints" in types:
+        if op == "+" and types == ["ints", "ints"]:  # one list after the other
+            return "ints"
         if op not in ("==", "!=") or types != ["ints", "ints"]:
-            raise RuleError(f"lists compare with == and != only, got {_infix(term, 0)}")
+            raise RuleError(
+                f"lists compare with == and != and join with + only, got {_infix(term, 0)}"
+            )
         return "bool"
     if op in ("and", "or", "not", "chain"):
         if any(t != "bool" for t in types):
@@ -313,11 +329,15 @@ def expr_type(term: object) -> str:
 
 
 def evaluate(
-    term: object, values: Mapping[str, Num | tuple[int, ...]], shapes: Mapping[str, Sequence[int]]
+    term: object,
+    values: Mapping[str, Num | tuple[int, ...]],
+    shapes: Mapping[str, Sequence[int]],
+    bounds: Mapping[str, tuple[float, float]] | None = None,
 ) -> Value:
-    """``term``'s value with parameters from ``values`` and tensor shapes from ``shapes``; None
-    where it is undefined (an integer division that leaves a remainder, a dim past the rank, a
-    division by zero). Floats are computed in float64, parameters as given."""
+    """``term``'s value with parameters from ``values``, tensor shapes from ``shapes`` and the
+    bounds of tensors' values from ``bounds`` (``lo``, ``hi``); None where it is undefined (an
+    integer division that leaves a remainder, a dim past the rank, a division by zero, a bound
+    not given). Floats are computed in float64, parameters as given."""
     if isinstance(term, int | float | tuple):
         return term
     if isinstance(term, Param):
@@ -325,6 +345,9 @@ def evaluate(
     if not isinstance(term, Expr):
         raise RuleError(f"{term} is a tensor, not a number")
     op, args = term.op, term.args
+    if op in BOUNDS:
+        known = (bounds or {}).get(str(getattr(args[0], "name", "")))
+        return None if known is None else known[BOUNDS.index(op)]
     if op in FACTS:
         name = getattr(args[0], "name", None)
         shape = tuple(shapes[name]) if isinstance(name, str) and name in shapes else None
@@ -342,15 +365,15 @@ def evaluate(
             return math.prod(shape)
         if op == "shape":
             return shape
-        axis = evaluate(args[1], values, shapes)
+        axis = evaluate(args[1], values, shapes, bounds)
         if not isinstance(axis, int):
             return None
         axis = axis + len(shape) if axis < 0 else axis
         return shape[axis] if 0 <= axis < len(shape) else None
     if op == "chain":
-        a, b = (evaluate(x, values, shapes) for x in args)
+        a, b = (evaluate(x, values, shapes, bounds) for x in args)
         return None if a is None or b is None else bool(a and b)
-    vals = [evaluate(a, values, shapes) for a in args]
+    vals = [evaluate(a, values, shapes, bounds) for a in args]
     if any(v is None for v in vals):
         return None
     if op == LIST:
@@ -413,6 +436,9 @@ def _function(op: str, vals: Sequence[object]) -> Value:
     if op == "prod":
         assert isinstance(vals[0], tuple)
         return math.prod(vals[0])
+    if op == "ones":
+        n = vals[0]
+        return (1,) * n if isinstance(n, int) and n >= 0 else None
     p, q = vals  # compose
     assert isinstance(p, tuple) and isinstance(q, tuple)
     if any(not 0 <= i < len(p) for i in q):

@@ -3,8 +3,9 @@
 
 Values are drawn by name (:func:`relsat.graph.execute.random_values`, seed 0): both sides read
 one array per variable. A rule whose conditions require facts of values (equal halves or pairs of
-the last axis, values >= 0) gets values that have them (:func:`drawn`); a rule that fuses an
-additive mask into a softmax is compared again with a row of -inf in the mask (:func:`masked`).
+the last axis, values >= 0, bounds: :func:`bounds`) gets values that have them (:func:`drawn`);
+a rule that fuses an additive mask into a softmax is compared again with a row of -inf in the
+mask (:func:`masked`).
 
 >>> from relsat.rewrite.rulefile import parse_rules
 >>> rule = parse_rules("# name: r\\n(relu ?x) => (relu (relu ?x))\\nwhere nonneg(?x)\\n")["r"]
@@ -16,31 +17,93 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from relsat.graph.execute import random_values
 from relsat.graph.graph import Graph
-from relsat.rewrite.exprs import VALUE_FACTS, Expr, subexprs
+from relsat.rewrite.exprs import BOUNDS, COMPARE, VALUE_FACTS, Expr, Num, evaluate, subexprs
 from relsat.rewrite.rules import Pattern, Rule, Var
 
-__all__ = ["drawn", "masked"]
+__all__ = ["MAX_BOUNDS", "bounds", "drawn", "masked"]
+
+#: Bound choices tried per instance for the tensors whose ``lo`` / ``hi`` conditions read.
+MAX_BOUNDS = 4096
 
 
-def drawn(g: Graph, conds: Sequence[Expr]) -> dict[str, np.ndarray] | None:
+def bounds(
+    conds: Sequence[Expr],
+    values: Mapping[str, Num | tuple[int, ...]],
+    shapes: Mapping[str, Sequence[int]],
+) -> dict[str, tuple[float, float]]:
+    """Bounds ``(lo, hi)`` for the values of each tensor whose ``lo`` or ``hi`` the conditions
+    read, chosen so that those conditions hold where some can (at these parameter ``values`` and
+    variable ``shapes``): each bound one of the numbers they compare with and its neighbours,
+    the widest interval first (values are then drawn within it: :func:`drawn`); empty when none
+    can, or the conditions read no bound.
+
+    >>> from relsat.rewrite.rulefile import parse_rules
+    >>> rule = parse_rules("# name: r\n(relu ?x) => ?x\nwhere lo(?x) >= 0\n")["r"]
+    >>> bounds([g.expr for g in rule.guards], {}, {"x": (2,)})
+    {'x': (0.0, 1.0)}
+    """
+    reading = [c for c in _conjuncts(conds) if any(t.op in BOUNDS for t in subexprs(c))]
+    bounded = (t for c in reading for t in subexprs(c) if t.op in BOUNDS)
+    names = sorted({str(getattr(t.args[0], "name", "")) for t in bounded})
+    if not names:
+        return {}
+    numbers = {
+        float(x) + d
+        for c in reading
+        for t in subexprs(c)
+        if t.op in COMPARE and any(u.op in BOUNDS for u in subexprs(t))
+        for x in t.args
+        if isinstance(x, int | float) and not isinstance(x, bool)
+        for d in (-1, 0, 1)
+    } or {-1.0, 0.0, 1.0}
+    near = sorted(numbers)
+    intervals = sorted(((a, b) for a in near for b in near if a <= b), key=lambda p: p[0] - p[1])
+    for choice in itertools.islice(itertools.product(intervals, repeat=len(names)), MAX_BOUNDS):
+        found = dict(zip(names, choice, strict=True))
+        if all(evaluate(c, values, shapes, found) is True for c in reading):
+            return found
+    return {}
+
+
+def _conjuncts(conds: Sequence[Expr]) -> list[Expr]:
+    """``conds`` cut at their top-level ``and`` s."""
+    out: list[Expr] = []
+    stack = list(reversed(conds))
+    while stack:
+        c = stack.pop()
+        if c.op == "and":
+            stack.extend(a for a in reversed(c.args) if isinstance(a, Expr))
+        else:
+            out.append(c)
+    return out
+
+
+def drawn(
+    g: Graph, conds: Sequence[Expr], within: Mapping[str, tuple[float, float]] | None = None
+) -> dict[str, np.ndarray] | None:
     """Random values for ``g``'s inputs with the facts of values the conditions require (equal
-    halves or pairs of the last axis, values >= 0; drawn values are finite), or None when the
-    conditions require none. (A fact under ``not`` or ``or`` is drawn as if required.)"""
+    halves or pairs of the last axis, values >= 0, ``within`` the :func:`bounds` drawn for
+    them; drawn values are finite), or None when the conditions require none. (A fact under
+    ``not`` or ``or`` is drawn as if required.)"""
     wanted = [
         (t.op, str(getattr(t.args[0], "name", "")))
         for c in conds
         for t in subexprs(c)
         if t.op in VALUE_FACTS
     ]
-    if not wanted:
+    if not wanted and not within:
         return None
     values = random_values(g, seed=0)
+    for name, (lo, hi) in (within or {}).items():  # over the interval: one value where lo == hi
+        v = values[name]
+        v[...] = lo + (hi - lo) * (np.tanh(v) + 1) / 2
     for fact, name in wanted:
         v = values[name]
         d = v.shape[-1] if v.ndim else 0

@@ -125,9 +125,12 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
     return value
 
 
-def _value(e: Expr, env: Mapping[str, Tensor], parent: Pattern) -> int:
-    """An integer parameter computed from the shapes of the tensors bound (``(- (rank ?t) 1)``)."""
+def _value(e: Expr, env: Mapping[str, Tensor], parent: Pattern) -> int | tuple[int, ...]:
+    """An integer parameter, or a list, computed from the shapes of the tensors bound (``(-
+    (rank ?t) 1)``, ``(list (dim ?x 1))``)."""
     v = evaluate(e, {}, {name: t.shape for name, t in env.items()})
+    if isinstance(v, tuple) and all(isinstance(i, int) for i in v):
+        return v
     if not isinstance(v, int) or isinstance(v, bool):
         raise InvalidInstance(f"{sexpr(e)} has no integer value here", pattern=parent)
     return v
@@ -226,6 +229,8 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value
     "reshape": lambda b, i, xs: b.reshape(xs[0], i[0]),
     "expand": lambda b, i, xs: b.expand(xs[0], i[0]),
     "linear": lambda b, i, xs: b.linear(xs[0], xs[1]),
+    "instancenorm": lambda b, i, xs: b.instancenorm(xs[0], xs[1], xs[2], from_f32_bits(i[0])),
+    "groupnorm": lambda b, i, xs: b.groupnorm(xs[0], xs[1], xs[2], i[0], from_f32_bits(i[1])),
 }
 
 

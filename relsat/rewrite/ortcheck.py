@@ -170,7 +170,8 @@ def _compare(rule: Rule, inst: Instance) -> tuple[str | None, frozenset[str]]:
     """Both sides of ``rule`` at ``inst`` in onnxruntime: what differed (None: nothing) and the
     fused ONNX operators that ran. Raises :class:`_Skip` where a side cannot run there."""
     lhs, rhs, conds = sides(rule, inst.shapes, inst.values)
-    drawn = inputs.drawn(lhs, conds) or random_values(lhs, seed=0)
+    within = inputs.bounds(conds, inst.values, inst.shapes)
+    drawn = inputs.drawn(lhs, conds, within) or random_values(lhs, seed=0)
     runs = [("", drawn)]
     masked = inputs.masked(rule, lhs, conds, drawn)
     if masked is not None:

@@ -164,6 +164,15 @@ def _key(p: Param) -> str:
     return f"{p.name}:{p.type}" if p.wild else p.name
 
 
+def _bound(term: object, values: Mapping[str, Num | tuple[int, ...]]) -> object:
+    """``term`` with the parameters ``values`` gives as literals (the rest as they are)."""
+    if isinstance(term, Param) and _key(term) in values:
+        return values[_key(term)]
+    if isinstance(term, Expr):
+        return Expr(term.op, tuple(_bound(a, values) for a in term.args))
+    return term
+
+
 def specialize(rule: Rule, values: Mapping[str, Num | tuple[int, ...]]) -> tuple[Rule, list[Expr]]:
     """``rule`` at these parameter values: parameters and arithmetic as literals, named guards
     kept; the conditions (to evaluate with shapes and ``values``) returned beside it. Raises
@@ -171,7 +180,7 @@ def specialize(rule: Rule, values: Mapping[str, Num | tuple[int, ...]]) -> tuple
 
     def lit(op: str, index: int, term: object) -> Any:
         if isinstance(term, Expr) and any(True for _ in tensors_of(term)):
-            return term  # reads a tensor's shape: computed as the side is built (instantiate)
+            return _bound(term, values)  # reads a tensor's shape: computed as the side is built
         if isinstance(term, Param) and term.type == "ints" and _key(term) not in values:
             return term  # a list pinned to the shapes: the shape solver draws it
         if any(p.type == "ints" and _key(p) not in values for p in params_of(term)):

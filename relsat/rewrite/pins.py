@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relsat.rewrite.exprs import (
+    BOUNDS,
     FACTS,
     LIST,
     VALUE_FACTS,
@@ -43,11 +44,13 @@ __all__ = [
     "NotSymbolic",
     "OutOfRange",
     "Pin",
+    "divisors",
     "equations",
     "length",
     "one",
     "pins",
     "ranks",
+    "shapes",
     "symbolic",
 ]
 
@@ -125,6 +128,36 @@ def pins(rule: Rule) -> dict[str, Pin]:
     return {n: p for n, p in found.items() if p.whole is not None or p.length is not None}
 
 
+def shapes(rule: Rule) -> dict[str, object]:
+    """The tensor variables of ``rule`` whose shape its conditions pin to other tensors' (``where
+    shape(?w) == [dim(?x, 1)] + ones(rank(?x) - 2)``: a channel vector of ``?x``), by name: the
+    shape solver draws them so (a broadcast operand, which the solver would otherwise give the
+    dims of what it broadcasts against)."""
+    found: dict[str, object] = {}
+    for target, other in equations(_conds(rule)):
+        if isinstance(target, Expr) and target.op == "shape" and isinstance(target.args[0], Var):
+            name = target.args[0].name
+            reads = {_name(t) for t in tensors_of(other) if isinstance(t, Var)}
+            if reads and name not in reads:
+                found.setdefault(name, other)
+    return found
+
+
+def divisors(rule: Rule) -> list[tuple[object, object]]:
+    """The pairs ``(a, b)`` of ``rule``'s conditions ``a % b == 0`` over tensors' dims and pinned
+    lists (``dim(?x, 1) % at(?u, 1) == 0``: groups that divide the channels): the shape solver
+    draws ``a`` as ``b`` times a dim of its own."""
+    lists = {p.name for p in rule.params if p.type == "ints"}
+    found = []
+    for target, other in equations(_conds(rule)):
+        if isinstance(target, Expr) and target.op == "%" and other == 0:
+            a, b = target.args
+            reads = [*tensors_of(target), *(p for p in params_of(target) if p.name in lists)]
+            if reads and all(p.name in lists for p in params_of(target)):
+                found.append((a, b))
+    return found
+
+
 def ranks(rule: Rule) -> dict[str, int]:
     """The ranks ``rule``'s conditions fix (``rank(?x) == 3``), by tensor variable."""
     return {
@@ -149,12 +182,30 @@ def length(term: object, rank: Callable[[str], int]) -> int:
         return length(args[0], rank) + 1
     if op == "iota" and isinstance(args[0], int):
         return args[0]
+    if op == "ones":
+        return _count(args[0], rank)
+    if op == "+":
+        return length(args[0], rank) + length(args[1], rank)
     if op == "take" and isinstance(args[1], int):
         n, whole = args[1], length(args[0], rank)
         return n if n >= 0 else whole + n
     if op == "compose":
         return length(args[1], rank)
     raise NotSymbolic(f"the length of {term} is not known before the shapes are")
+
+
+def _count(term: object, rank: Callable[[str], int]) -> int:
+    """An integer the ranks give (``rank(?x) - 2``): a list's length before the shapes."""
+    if isinstance(term, int) and not isinstance(term, bool):
+        return term
+    if isinstance(term, Expr) and term.op == "rank":
+        return rank(_name(term.args[0]))
+    if isinstance(term, Expr) and term.op == "len":
+        return length(term.args[0], rank)
+    if isinstance(term, Expr) and term.op in ("+", "-", "*"):
+        a, b = (_count(x, rank) for x in term.args)
+        return a + b if term.op == "+" else a - b if term.op == "-" else a * b
+    raise NotSymbolic(f"{term} is not known before the shapes are")
 
 
 def symbolic(
@@ -180,7 +231,7 @@ def symbolic(
     if not isinstance(term, Expr):
         raise NotSymbolic(f"{term} is a tensor")
     op, args = term.op, term.args
-    if op in VALUE_FACTS or op == "weights":
+    if op in VALUE_FACTS or op in BOUNDS or op == "weights":
         raise NotSymbolic(f"{term} is a fact of values")
     if op in FACTS:
         shape = dims(_name(args[0]))
@@ -207,9 +258,18 @@ def symbolic(
         return _item(_many(sub[0]), _const(sub[1]))
     if op == "len":
         return ("const", len(_many(sub[0])))
+    if op == "ones":
+        n = _const(sub[0])
+        if n < 0:
+            raise OutOfRange(f"{term}: a negative count")
+        return [("const", 1)] * n
+    if op == "+" and isinstance(sub[0], list):  # one list after the other
+        return [*sub[0], *_many(sub[1])]
     if op in ("+", "*"):
         a, b = one(sub[0]), one(sub[1])
         return ("sum" if op == "+" else "mul", a, b)
+    if op == "-" and one(sub[0])[0] == "const" and one(sub[1])[0] == "const":
+        return ("const", int(one(sub[0])[1]) - int(one(sub[1])[1]))
     raise NotSymbolic(f"{term} is not a product of dims")
 
 

@@ -186,8 +186,8 @@ class _Line:
                     self.syntax(f"expected an operator name after '(', found {found}", col + 1)
                 assert op_tok is not None
                 self.i += 1
-                if op_tok[1] not in FUNCS and op_tok[1] not in FACTS:  # else a list function
-                    self._check_op(op_tok[1], op_tok[2])
+                if op_tok[1] not in FUNCS and op_tok[1] not in FACTS and op_tok[1] != LIST:
+                    self._check_op(op_tok[1], op_tok[2])  # else a list or a function
                 stack.append(_Frame(op_tok[1], col, []))
                 continue
             if kind == "lb":
@@ -276,6 +276,8 @@ class _Line:
             self.semantic(f"operator {op!r} takes string arguments and cannot be in rules", col)
 
     def _close(self, frame: _Frame) -> Pattern | Expr:
+        if frame.op == LIST:  # (list (dim ?x 1) 1): a list of computed items
+            return Expr(LIST, tuple(self._value(a, c) for a, c in frame.args))
         if frame.op in FUNCS or frame.op in FACTS:  # (compose ?p ?q), (shape ?x), (dim ?x 0)
             fn = FUNCS.get(frame.op) or FACTS[frame.op]
             if len(frame.args) != len(fn.params):

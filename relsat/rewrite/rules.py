@@ -131,6 +131,9 @@ OPERATORS: dict[str, OpSignature] = {
     "rotary": _sig("interleaved:int x cos sin"),
     "gqa": _sig("scale:int q kt v bias"),
     "repeatkv": _sig("count:int x"),
+    # normalizations of images: over each channel (instance), over groups of channels (group)
+    "instancenorm": _sig("epsilon:int x scale bias"),
+    "groupnorm": _sig("groups:int epsilon:int x scale bias"),
     "concat": _sig("axis:int ndim:int a b"),
     "concat3": _sig("axis:int ndim:int x1 x2 x3"),
     "concat4": _sig("axis:int ndim:int x1 x2 x3 x4"),
@@ -164,7 +167,7 @@ def param_type(op: str, index: int) -> str:
     as float32 bits, :data:`relsat.graph.ops.FLOAT_PARAMS`), else ``int``."""
     if op in FLOAT_PARAMS and index == 0:
         return "float"
-    if op in MIXED_PARAMS and index == 1:  # mha: heads, then its scale
+    if op in MIXED_PARAMS and index == 1:  # mha: heads, then its scale; groupnorm: groups, eps
         return "float"
     return "int"
 

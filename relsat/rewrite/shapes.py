@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from relsat.errors import RuleError
 from relsat.rewrite.exprs import Expr as ValueExpr
-from relsat.rewrite.exprs import Param
+from relsat.rewrite.exprs import LIST, Param
 from relsat.rewrite.pins import NotSymbolic, OutOfRange, Pin, length, one, symbolic
 from relsat.rewrite.rules import Pattern, Rule, Term, Var
 
@@ -82,9 +82,11 @@ class _Ranks:
     def __init__(self) -> None:
         self.parent: dict[Any, Any] = {}
         self.fixed: dict[Any, int] = {}
+        self.least: dict[Any, int] = {}  # the least rank an op allows (a normalization's x: 3)
         self.matmul: set[Any] = set()
         self.biases: set[Any] = set()  # matmul_bias biases: rank 1, broadcast by an ewadd
         self.pins: dict[str, Pin] = {}  # list variables pinned by conditions
+        self.shaped: dict[str, object] = {}  # tensor variables whose shape conditions pin
         self.deferred: list[tuple[Any, object]] = []  # (reshape, its pinned list): rank later
 
     def root(self, k: Any) -> Any:
@@ -102,6 +104,8 @@ class _Ranks:
             raise Unsolvable(f"a tensor is used with rank {fa} and rank {fb}")
         if fa is not None:
             self.fixed[rb] = fa
+        if ra in self.least:
+            self.least[rb] = max(self.least.pop(ra), self.least.get(rb, 0))
         if ra in self.matmul:
             self.matmul.add(rb)
         self.parent[ra] = rb
@@ -155,6 +159,8 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     key = _key(term)
     ranks.root(key)
     if not isinstance(term, Pattern):
+        if isinstance(term, Var) and term.name in ranks.shaped:  # its rank: its pin's length
+            ranks.deferred.append((key, ranks.shaped[term.name]))
         return key
     kids = [_walk_ranks(a, ranks) for a in _tensor_args(term)]
     ints = [a for a in term.args if isinstance(a, int)]
@@ -195,10 +201,18 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
             ranks.union(key, k)
         for k in kids[2 if op == "skiplayernorm" else 1 :]:
             ranks.fix(k, 1)
+    elif op in ("instancenorm", "groupnorm"):  # x [N, C, D1, ...] keeps its shape; scale, bias [C]
+        ranks.union(key, kids[0])
+        root = ranks.root(key)
+        ranks.least[root] = max(ranks.least.get(root, 0), 3)
+        for k in kids[1:]:
+            ranks.fix(k, 1)
     elif op in _ELEMENTWISE or op in ("matmul", "split", "reducemean"):
         for k in kids:
+            shaped = isinstance(k, tuple) and k[1] in ranks.shaped  # a pinned shape: its own rank
             if k not in ranks.biases and not (isinstance(k, Pattern) and k.op == "scalar"):
-                ranks.union(key, k)
+                if not shaped:
+                    ranks.union(key, k)
         if op == "matmul":
             ranks.matmul.add(ranks.root(key))
     elif op in ("split_0", "split_1"):
@@ -206,6 +220,8 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     elif op == "transpose":
         for k in (key, *kids):
             ranks.fix(k, len(_list(term)))
+    elif op in ("reshape", "expand") and isinstance(term.args[1], ValueExpr):
+        ranks.deferred.append((key, term.args[1]))  # a list computed from shapes: its length
     elif op in ("reshape", "expand") and isinstance(term.args[1], Param):  # a pinned list
         pin = ranks.pins.get(term.args[1].name)
         if pin is None:
@@ -329,6 +345,8 @@ class _Solver:
     dims: _Dims
     memo: dict[Any, Any] = field(default_factory=dict)
     pins: dict[str, Pin] = field(default_factory=dict)
+    shaped: dict[str, object] = field(default_factory=dict)  # tensors whose shapes are pinned
+    divides: list[tuple[object, object]] = field(default_factory=list)  # (a, b): b divides a
     values: dict[str, Any] = field(default_factory=dict)  # parameters drawn before the shapes
     lists: dict[str, list[Expr]] = field(default_factory=dict)  # pinned lists, symbolically
 
@@ -360,10 +378,61 @@ class _Solver:
             except NotSymbolic as err:
                 raise Unsolvable(f"?{name}: {err}") from None
             self.lists[name] = target
+            self._divide()
         target = self.lists[name]
         if source is not None:
             self._balance(source, target)
         return target
+
+    def _computed(self, e: ValueExpr) -> list[Expr]:
+        """A list a right-hand side computes from the shapes (``(list (dim ?x 0) 4)``, ``(shape
+        ?x)``) over the solver's dims; an item it cannot write (a quotient) is a fresh dim
+        (:meth:`_balance` keeps a reshape's element count)."""
+
+        def dims(var: str) -> list[Expr]:
+            return self.walk(Var(var))
+
+        known = {**self.values, **self.lists}
+        try:
+            try:
+                whole = symbolic(e, dims, known)
+                if isinstance(whole, list):
+                    return whole
+            except NotSymbolic:
+                if e.op != LIST:
+                    raise
+            out = []
+            for item in e.args:
+                try:
+                    out.append(one(symbolic(item, dims, known)))
+                except OutOfRange:
+                    raise
+                except NotSymbolic:
+                    out.append(self.dims.fresh("item"))
+            return out
+        except OutOfRange as err:
+            raise NoInstance(f"{e}: {err}") from None
+        except NotSymbolic as err:
+            raise Unsolvable(f"{e}: {err}") from None
+
+    def _divide(self) -> None:
+        """Draw each ``a`` that a condition says ``b`` divides as ``b`` times a dim of its own,
+        once both are known over the solver's dims (a reshape's balance then sees the factor)."""
+        known = {**self.values, **self.lists}
+
+        def dims(var: str) -> list[Expr]:
+            return self.walk(Var(var))
+
+        for pair in list(self.divides):
+            try:
+                a, b = (one(symbolic(t, dims, known)) for t in pair)
+            except OutOfRange as err:
+                raise NoInstance(f"{pair[0]} % {pair[1]}: {err}") from None
+            except NotSymbolic:
+                continue
+            self.divides.remove(pair)
+            if self.dims.resolve(a)[0] == "sym":
+                self.dims.unify(a, ("mul", b, self.dims.fresh()))
 
     def _factors(self, e: Expr) -> list[Expr]:
         e = self.dims.resolve(e)
@@ -392,9 +461,14 @@ class _Solver:
     def walk(self, term: Term) -> Any:
         key = _key(term)
         if key in self.memo:
+            if self.memo[key] is None:
+                raise Unsolvable(f"the shape pinned for {term} reads its own shape")
             return self.memo[key]
-        if isinstance(term, Var):
-            out: Any = [self.dims.fresh() for _ in range(self.ranks[key])]
+        if isinstance(term, Var) and term.name in self.shaped:  # drawn as its pin says
+            self.memo[key] = None  # (a pin that reads back this tensor cannot be drawn)
+            out: Any = self._computed(self.shaped[term.name])
+        elif isinstance(term, Var):
+            out = [self.dims.fresh() for _ in range(self.ranks[key])]
         else:
             assert isinstance(term, Pattern)
             out = self._op(term, [self.walk(a) for a in _tensor_args(term)])
@@ -411,11 +485,21 @@ class _Solver:
         if op not in ("split_0", "split_1") and any(isinstance(k, _SplitDims) for k in kids):
             raise Unsolvable(f"a split pair is an argument of {op}")
         if op in ("ewadd", "ewmul", "ewsub", "ewdiv", "ewpow"):
-            # right-aligned, as NumPy broadcasts (a matmul_bias's [N] bias against [M, N])
-            longer, shorter = sorted(kids[:2], key=len, reverse=True)
-            for x, y in zip(longer[::-1], shorter[::-1], strict=False):
+            # right-aligned, as NumPy broadcasts (a matmul_bias's [N] bias against [M, N]); a
+            # 1 in a tensor's pinned shape broadcasts (a channel vector [C, 1, 1])
+            pinned = [isinstance(a, Var) and a.name in self.shaped for a in _tensor_args(p)]
+            (longer, long_pin), (shorter, short_pin) = sorted(
+                zip(kids[:2], pinned, strict=True), key=lambda k: len(k[0]), reverse=True
+            )
+            out = list(longer)
+            for i, (x, y) in enumerate(zip(longer[::-1], shorter[::-1], strict=False)):
+                if short_pin and d.resolve(y) == ("const", 1):
+                    continue
+                if long_pin and d.resolve(x) == ("const", 1):
+                    out[len(out) - 1 - i] = y
+                    continue
                 d.unify(x, y)
-            return longer
+            return out
         if op in ("conv2d_bias", "matmul_bias"):
             out = self._op(Pattern(op.removesuffix("_bias"), p.args[:-1]), kids[:2])
             bias = kids[2]
@@ -469,10 +553,17 @@ class _Solver:
             return [kids[0][i] for i in _list(p)]
         if op == "reshape" and isinstance(p.args[1], Param):
             return self._pinned(p.args[1].name, kids[0])
+        if op == "reshape" and isinstance(p.args[1], ValueExpr):
+            target = self._computed(p.args[1])
+            self._balance(kids[0], target)
+            return target
         if op == "expand":  # broadcast: each input dim other than 1 is the target's
+            arg = p.args[1]
             target = (
-                self._pinned(p.args[1].name, None)
-                if isinstance(p.args[1], Param)
+                self._pinned(arg.name, None)
+                if isinstance(arg, Param)
+                else self._computed(arg)
+                if isinstance(arg, ValueExpr)
                 else [("const", n) for n in _list(p)]
             )
             for x, y in zip(kids[0][::-1], target[::-1], strict=False):
@@ -516,6 +607,14 @@ class _Solver:
         if op in ("layernorm", "biasgelu", "rmsnorm"):
             for k in kids[1:]:
                 d.unify(k[0], kids[0][-1])
+            return kids[0]
+        if op in ("instancenorm", "groupnorm"):  # scale and bias: one value per channel
+            if len(kids[0]) < 3:
+                raise NoInstance(f"{op} of a tensor of rank {len(kids[0])} (it needs 3 or more)")
+            for k in kids[1:]:
+                d.unify(k[0], kids[0][1])
+            if op == "groupnorm" and ints and ints[0] > 1:  # the groups divide the channels
+                d.unify(kids[0][1], ("mul", ("const", ints[0]), d.fresh()))
             return kids[0]
         if op == "skiplayernorm":
             x, skip, packed = kids
@@ -588,6 +687,8 @@ def draw_shapes(
     params: dict[str, Any] | None = None,
     lists: dict[str, tuple[int, ...]] | None = None,
     ranks: dict[str, int] | None = None,
+    shaped: dict[str, object] | None = None,
+    divides: list[tuple[object, object]] | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Shapes for the rule's variables that make its sides valid often (not always); then
     ``choose(near_misses)`` times one dim of one variable is redrawn on its own (1 favoured:
@@ -596,7 +697,8 @@ def draw_shapes(
     only). ``pinned``: the rule's lists pinned by its conditions
     (:func:`relsat.rewrite.pins.pins`, left as variables in ``rule``), solved with the shapes;
     their values go into ``lists`` (``params``: the parameters drawn before); ``ranks``: ranks
-    the conditions fix. Raises :class:`Unsolvable` when the constraints cannot be modelled,
+    the conditions fix; ``shaped``: tensors whose shapes they pin (:func:`relsat.rewrite.pins.
+    shapes`); ``divides``: the dims they say divide others (:func:`relsat.rewrite.pins.divisors`). Raises :class:`Unsolvable` when the constraints cannot be modelled,
     :class:`NoInstance` when this draw has no instance."""
     if sides not in SIDES:
         raise ValueError(f"sides must be one of {SIDES}, got {sides!r}")
@@ -611,6 +713,8 @@ def draw_shapes(
             params or {},
             {} if lists is None else lists,
             ranks or {},
+            shaped or {},
+            list(divides or ()),
         )
     except NoInstance:
         raise
@@ -633,10 +737,13 @@ def _draw(
     params: dict[str, Any],
     lists: dict[str, tuple[int, ...]],
     fixed_ranks: dict[str, int],
+    shaped: dict[str, object],
+    divides: list[tuple[object, object]],
 ) -> dict[str, tuple[int, ...]]:
     rhs = sides != "lhs"
     rk = _Ranks()
     rk.pins = pinned
+    rk.shaped = shaped
     rk.biases = {_key(t.args[-1]) for t in patterns(rule, rhs=rhs) if t.op == "matmul_bias"}
     for lhs_root, rhs_root in zip(rule.lhs, rule.rhs, strict=True):
         left = _walk_ranks(lhs_root, rk)
@@ -651,7 +758,9 @@ def _draw(
         r = rk.root(k)
         if r not in rank_of:
             fixed = rk.fixed.get(r)
-            rank_of[r] = fixed if fixed else choose(MATMUL_RANKS if r in rk.matmul else FREE_RANKS)
+            pool = MATMUL_RANKS if r in rk.matmul else FREE_RANKS
+            least = rk.least.get(r, 0)
+            rank_of[r] = fixed if fixed else choose([n for n in pool if n >= least] or pool)
     for key, whole in rk.deferred:  # a pinned reshape's rank: its list's length
         try:
             n = length(whole, lambda v: rank_of[rk.root(("var", v))])
@@ -662,7 +771,12 @@ def _draw(
             raise NoInstance(f"a reshape to {n} dims is used with rank {rk.fixed[r]}")
         rank_of[r] = n
     solver = _Solver(
-        {k: rank_of[rk.root(k)] for k in rk.parent}, _Dims(choose), pins=pinned, values=params
+        {k: rank_of[rk.root(k)] for k in rk.parent},
+        _Dims(choose),
+        pins=pinned,
+        shaped=shaped,
+        divides=divides,
+        values=params,
     )
     for lhs_root, rhs_root in zip(rule.lhs, rule.rhs, strict=True):
         left = solver.walk(lhs_root)
