@@ -35,6 +35,7 @@ reciprocal, neg    1 per element (cos, sin: 10)                          input +
 slice, repeatkv    0 (a copy)                                            2 · output
 turnpairs/repeat2  0 (a copy)                                            2 · output
 rmsnorm, rotary    6 per element                                         all inputs + output
+instancenorm       8 per element (groupnorm: 8)                          all inputs + output
 attention          2·B·H·S·T·(D + Dv) GEMM, + 7·B·H·S·T (scale, bias,    q + kt + v + bias + output
                    softmax, guard; fused: scores never leave the cache)
 gqa                as attention over the query heads                     q + kt + v + bias + output
@@ -251,6 +252,8 @@ _ELEMENTWISE_FLOPS = {
     "sin": 10,
     "rmsnorm": 6,
     "rotary": 6,
+    "instancenorm": 8,
+    "groupnorm": 8,
 }
 
 

@@ -138,6 +138,8 @@ CONSTANT_INPUTS: dict[str, frozenset[int]] = {
     "gqa": frozenset({3}),
     "rmsnorm": frozenset({1}),  # the scale
     "rotary": frozenset({1, 2}),  # cos and sin tables: written as the fused kernel's caches
+    "instancenorm": frozenset({1, 2}),  # scale and bias
+    "groupnorm": frozenset({1, 2}),  # scale and bias
 }
 
 SOURCE = "measured:onnxruntime-cpu"

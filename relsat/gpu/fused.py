@@ -2,7 +2,8 @@
 
 The executor (:mod:`relsat.gpu.executor`) runs TASO's operators in CuPy. The operators relsat
 adds for today's models — conv/Gemm with their bias fused, LayerNorm, SkipLayerNorm, GELU and
-BiasGelu, attention (``attention``, ``mha``, ``gqa``), RMSNorm, rotary embeddings and the
+BiasGelu, attention (``attention``, ``mha``, ``gqa``), RMSNorm, rotary embeddings, instance and
+group normalization (``instance_norm``, ``group_norm``) and the
 element-wise pieces exporters spell them with — run here as the PyTorch (cuBLAS, cuDNN, fused
 CUDA) kernel that does each in one launch where PyTorch has one: ``layer_norm``, ``gelu``,
 ``scaled_dot_product_attention``. Tensors are shared with CuPy through DLPack (no copies) on the
@@ -164,4 +165,12 @@ KERNELS: dict[str, Kernel] = {
     "slice": _slice,
     "rmsnorm": _rmsnorm,
     "rotary": _rotary,
+    "instancenorm": lambda t, n, a: (
+        t.nn.functional.instance_norm(a[0], weight=a[1], bias=a[2], eps=n.params["epsilon"]),
+    ),
+    "groupnorm": lambda t, n, a: (
+        t.nn.functional.group_norm(
+            a[0], n.params["groups"], weight=a[1], bias=a[2], eps=n.params["epsilon"]
+        ),
+    ),
 }

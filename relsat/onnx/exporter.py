@@ -21,7 +21,7 @@ from relsat.graph.execute import random_value
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.kernels import Lazy, Value, apply
 from relsat.graph.ops import same_padding
-from relsat.onnx import decoder_ops, transformer_ops
+from relsat.onnx import decoder_ops, norm_ops, transformer_ops
 from relsat.onnx.errors import OPSET, OnnxError
 from relsat.onnx.exportable import NEVER_FOLDED, SHAPE_ONLY
 from relsat.onnx.names import fresh_name
@@ -199,8 +199,10 @@ class Exporter:
             if len(default) > 1:
                 raise OnnxError(f"opaque nodes come from several opsets {sorted(default)}")
             opset = default.pop() if default else OPSET
-            if opset < transformer_ops.ATTENTION_OPSET and self._raise_for_attention(opset):
-                opset = transformer_ops.ATTENTION_OPSET
+            for fused, at in _RAISING:  # the fused kernels' opsets, the highest first
+                if opset < at and self._raise_to(opset, fused, at):
+                    opset = at
+                    break
         else:
             opset = requested
             for n in self.graph.nodes:
@@ -216,19 +218,17 @@ class Exporter:
                     )
         return opset, {d: max(v) for d, v in recorded.items()}
 
-    def _raise_for_attention(self, opset: int) -> bool:
-        """Whether to write the model at ONNX Attention's opset (23) rather than ``opset``: the
-        graph holds an ``attention``, an ``rmsnorm`` or a ``rotary`` (ONNX RMSNormalization and
-        RotaryEmbedding are opset 23 too; else they are spelled out), and every opaque node means
-        the same at 23 as at the opset it was imported at (:func:`_same_meaning`)."""
-        raising = {"attention", "gqa", *decoder_ops.OPSET_23_OPS}
-        if not any(n.op in raising for n in self.graph.nodes):
+    def _raise_to(self, opset: int, fused: frozenset[str], at: int) -> bool:
+        """Whether to write the model at opset ``at`` rather than ``opset``: the graph holds one
+        of the ops ``fused`` whose ONNX operator needs ``at`` (else they are spelled out), and
+        every opaque node means the same at ``at`` as at the opset it was imported at
+        (:func:`_same_meaning`)."""
+        if not any(n.op in fused for n in self.graph.nodes):
             return False
         for n in self.graph.nodes:
             meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
             if meta and not meta["domain"]:
-                old = int(meta["opset"])
-                if not _same_meaning(n.params["type"], old, transformer_ops.ATTENTION_OPSET):
+                if not _same_meaning(n.params["type"], int(meta["opset"]), at):
                     return False
         return True
 
@@ -537,6 +537,8 @@ class Exporter:
             transformer_ops.emit(self, node.op, p, ins, outs, node)
         elif node.op in decoder_ops.EXPORTED:
             decoder_ops.emit(self, node.op, p, ins, outs, node)
+        elif node.op in norm_ops.EXPORTED:
+            norm_ops.emit(self, node.op, p, ins, outs, node)
         else:
             raise OnnxError(
                 f"cannot export {node.op} node {node.id}: its input is computed at run time, and "
@@ -746,6 +748,16 @@ _TYPES_ONLY_SINCE = {
     "GlobalAveragePool": 1,
     "GlobalMaxPool": 1,
 }
+
+
+#: The fused ops whose ONNX operators need a later opset than a model may have, with that opset,
+#: the highest first: ONNX Attention, RMSNormalization and RotaryEmbedding (23),
+#: GroupNormalization with a scale per channel (21). A graph holding one is written there
+#: where its opaque nodes mean the same (:meth:`Exporter._raise_to`).
+_RAISING = (
+    (frozenset({"attention", "gqa", *decoder_ops.OPSET_23_OPS}), transformer_ops.ATTENTION_OPSET),
+    (frozenset({"groupnorm"}), norm_ops.GROUPNORM_OPSET),
+)
 
 
 def _same_meaning(op_type: str, old: int, new: int) -> bool:

@@ -39,6 +39,7 @@ from relsat.onnx.decoder_ops import CONTRIB_HANDLERS as DECODER_CONTRIB_HANDLERS
 from relsat.onnx.decoder_ops import HANDLERS as DECODER_HANDLERS
 from relsat.onnx.errors import DynamicShapeError, EmptyTensorError, OnnxError
 from relsat.onnx.names import fresh_name
+from relsat.onnx.norm_ops import HANDLERS as NORM_HANDLERS
 from relsat.onnx.opmap import HANDLERS
 from relsat.onnx.transformer_ops import CONTRIB, CONTRIB_HANDLERS
 from relsat.onnx.transformer_ops import HANDLERS as TRANSFORMER_HANDLERS
@@ -578,6 +579,7 @@ class Importer:
             handler = (
                 DECODER_HANDLERS.get(node.op_type)
                 or TRANSFORMER_HANDLERS.get(node.op_type)
+                or NORM_HANDLERS.get(node.op_type)
                 or HANDLERS.get(node.op_type)
             )
         elif node.domain == CONTRIB:

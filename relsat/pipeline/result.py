@@ -48,6 +48,8 @@ OP_NAMES = {
     "gelu": "Gelu",
     "gelu_tanh": "FastGelu",
     "gqa": "GroupQueryAttention",
+    "groupnorm": "GroupNormalization",
+    "instancenorm": "InstanceNormalization",
     "layernorm": "LayerNormalization",
     "linear": "MatMul",
     "matmul": "MatMul",
