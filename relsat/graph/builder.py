@@ -635,9 +635,7 @@ class GraphBuilder:
         ``GroupNormalization``, opset 21; ``torch.nn.GroupNorm``): each sample's ``groups``
         groups of ``C / groups`` channels normalized over the group and the positions, then
         ``* scale + bias`` per channel, ``[C]`` each."""
-        return self._one(
-            "groupnorm", [x, scale, bias], name, groups=groups, epsilon=f32(epsilon)
-        )
+        return self._one("groupnorm", [x, scale, bias], name, groups=groups, epsilon=f32(epsilon))
 
     def opaque(
         self,

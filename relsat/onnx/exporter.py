@@ -227,9 +227,9 @@ class Exporter:
             return False
         for n in self.graph.nodes:
             meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
-            if meta and not meta["domain"]:
-                if not _same_meaning(n.params["type"], int(meta["opset"]), at):
-                    return False
+            old = int(meta["opset"]) if meta and not meta["domain"] else None
+            if old is not None and not _same_meaning(n.params["type"], old, at):
+                return False
         return True
 
     # --- names ----------------------------------------------------------------------------

@@ -2,11 +2,10 @@
 
 Import (:data:`HANDLERS`): InstanceNormalization of a float tensor ``[N, C, D1, ...]`` (rank 3
 or more) with a ``[C]`` scale and bias and an epsilon above 0 is ``instancenorm``;
-GroupNormalization (``num_groups`` dividing the channels, ``stash_type`` float32) is
-``groupnorm``: at opset 21 and above its scale and bias are ``[C]``; at opset 18-20 they are
-``[num_groups]``, one value per group, read as each value repeated for the group's channels
-(Reshape, Expand, Reshape of the vector: computed from weights, written as an initializer).
-Anything else stays opaque. torch writes ``nn.GroupNorm`` as InstanceNormalization between two
+GroupNormalization of opset 21 (a scale and a bias per channel, ``num_groups`` dividing the
+channels, ``stash_type`` float32) is ``groupnorm``; onnx's checker refuses a model with the
+GroupNormalization of opsets 18-20 (one scale per group, deprecated), so none is read. Anything
+else stays opaque. torch writes ``nn.GroupNorm`` as InstanceNormalization between two
 Reshapes below opset 21 (a scale of ones, a bias of zeros; the weight and bias a Mul and an Add
 after it): ``rules/norm.rules`` fuses that into ``groupnorm`` and spells a ``groupnorm`` out the
 same way, and the prices decide which is written.
@@ -69,21 +68,11 @@ def _instancenorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> 
 def _groupnorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     x, eps = _image(imp, node, a)
     groups, c = int(a.get("num_groups", 0)), x.shape[1]
-    if groups < 1 or c % groups or a.get("stash_type", 1) != 1:
+    if groups < 1 or c % groups or a.get("stash_type", 1) != 1 or imp.opset < GROUPNORM_OPSET:
         raise Unmapped
-    if imp.opset >= GROUPNORM_OPSET:
-        scale, bias = _vector(imp, node, 1, c), _vector(imp, node, 2, c)
-    else:  # one value per group: each repeated for the group's channels
-        scale, bias = (_per_channel(imp, _vector(imp, node, i, groups), c) for i in (1, 2))
+    scale, bias = _vector(imp, node, 1, c), _vector(imp, node, 2, c)
     out = imp.g.groupnorm(x, scale, bias, groups, eps, name=node.output[0])
     return {node.output[0]: out}
-
-
-def _per_channel(imp: ImportContext, v: Tensor, channels: int) -> Tensor:
-    """A ``[G]`` vector as ``[C]``: each value repeated for its ``C / G`` channels."""
-    groups = v.shape[0]
-    column = imp.g.reshape(v, [groups, 1])
-    return imp.g.reshape(imp.g.expand(column, [groups, channels // groups]), [channels])
 
 
 #: Default-domain ONNX op_type → handler.

@@ -46,12 +46,12 @@ from relsat.errors import RuleError
 
 __all__ = [
     "ARITH",
+    "BOUNDS",
     "COMPARE",
     "FACTS",
     "FUNCS",
     "LIST",
     "LOGIC",
-    "BOUNDS",
     "VALUE_FACTS",
     "Cond",
     "Expr",

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from relsat.errors import RuleError
-from relsat.rewrite.exprs import Expr as ValueExpr
 from relsat.rewrite.exprs import LIST, Param
+from relsat.rewrite.exprs import Expr as ValueExpr
 from relsat.rewrite.pins import NotSymbolic, OutOfRange, Pin, length, one, symbolic
 from relsat.rewrite.rules import Pattern, Rule, Term, Var
 
@@ -210,9 +210,9 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     elif op in _ELEMENTWISE or op in ("matmul", "split", "reducemean"):
         for k in kids:
             shaped = isinstance(k, tuple) and k[1] in ranks.shaped  # a pinned shape: its own rank
-            if k not in ranks.biases and not (isinstance(k, Pattern) and k.op == "scalar"):
-                if not shaped:
-                    ranks.union(key, k)
+            scalar = isinstance(k, Pattern) and k.op == "scalar"
+            if k not in ranks.biases and not scalar and not shaped:
+                ranks.union(key, k)
         if op == "matmul":
             ranks.matmul.add(ranks.root(key))
     elif op in ("split_0", "split_1"):
@@ -466,7 +466,9 @@ class _Solver:
             return self.memo[key]
         if isinstance(term, Var) and term.name in self.shaped:  # drawn as its pin says
             self.memo[key] = None  # (a pin that reads back this tensor cannot be drawn)
-            out: Any = self._computed(self.shaped[term.name])
+            pin = self.shaped[term.name]
+            assert isinstance(pin, ValueExpr)
+            out: Any = self._computed(pin)
         elif isinstance(term, Var):
             out = [self.dims.fresh() for _ in range(self.ranks[key])]
         else:
@@ -553,8 +555,9 @@ class _Solver:
             return [kids[0][i] for i in _list(p)]
         if op == "reshape" and isinstance(p.args[1], Param):
             return self._pinned(p.args[1].name, kids[0])
-        if op == "reshape" and isinstance(p.args[1], ValueExpr):
-            target = self._computed(p.args[1])
+        computed = p.args[1] if op in ("reshape", "expand") else None
+        if op == "reshape" and isinstance(computed, ValueExpr):
+            target = self._computed(computed)
             self._balance(kids[0], target)
             return target
         if op == "expand":  # broadcast: each input dim other than 1 is the target's
@@ -697,9 +700,10 @@ def draw_shapes(
     only). ``pinned``: the rule's lists pinned by its conditions
     (:func:`relsat.rewrite.pins.pins`, left as variables in ``rule``), solved with the shapes;
     their values go into ``lists`` (``params``: the parameters drawn before); ``ranks``: ranks
-    the conditions fix; ``shaped``: tensors whose shapes they pin (:func:`relsat.rewrite.pins.
-    shapes`); ``divides``: the dims they say divide others (:func:`relsat.rewrite.pins.divisors`). Raises :class:`Unsolvable` when the constraints cannot be modelled,
-    :class:`NoInstance` when this draw has no instance."""
+    the conditions fix; ``shaped``: tensors whose shapes they pin
+    (:func:`relsat.rewrite.pins.shapes`); ``divides``: the dims they say divide others
+    (:func:`relsat.rewrite.pins.divisors`). Raises :class:`Unsolvable` when the constraints
+    cannot be modelled, :class:`NoInstance` when this draw has no instance."""
     if sides not in SIDES:
         raise ValueError(f"sides must be one of {SIDES}, got {sides!r}")
     try:
@@ -758,9 +762,9 @@ def _draw(
         r = rk.root(k)
         if r not in rank_of:
             fixed = rk.fixed.get(r)
-            pool = MATMUL_RANKS if r in rk.matmul else FREE_RANKS
+            drawn = MATMUL_RANKS if r in rk.matmul else FREE_RANKS
             least = rk.least.get(r, 0)
-            rank_of[r] = fixed if fixed else choose([n for n in pool if n >= least] or pool)
+            rank_of[r] = fixed if fixed else choose([n for n in drawn if n >= least] or drawn)
     for key, whole in rk.deferred:  # a pinned reshape's rank: its list's length
         try:
             n = length(whole, lambda v: rank_of[rk.root(("var", v))])
