@@ -78,7 +78,7 @@ where shape(?x) == [1, 2, 2, 3] or iota(4) == [0 1 2 3]
         ("(transpose ?x [0 1", "'[' at col 15 is never closed"),
         (
             "(reshape ?x ?s:ints) => (reshape ?x ?s)\nwhere ?s < [4 6]",
-            "lists compare with == and != only",
+            "lists compare with == and != and join with + only",
         ),
         ("(reshape ?x ?s:ints) => (reshape ?x ?s)\nwhere len(3) == 1", "len takes ints"),
         (

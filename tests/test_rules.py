@@ -44,6 +44,7 @@ FUSION = "bias.rules"  # relsat's fusion-aware rules; every other file is TENSAT
 TRANSFORMER = "transformer.rules"  # relsat's transformer rules (LayerNorm, GELU, fused kernels)
 DECODER = "decoder.rules"  # relsat's LLM decoder rules (RMSNorm, rotary embedding)
 LAYOUT = "layout.rules"  # relsat's rules over shape operators (transpose and reshape chains)
+NORM = "norm.rules"  # relsat's normalization rules (GroupNorm)
 
 
 def _tensat_part(shipped: RuleSet) -> RuleSet:
@@ -52,7 +53,8 @@ def _tensat_part(shipped: RuleSet) -> RuleSet:
             r
             for r in shipped
             if r.location is None
-            or Path(r.location.path or "").name not in (FUSION, TRANSFORMER, DECODER, LAYOUT)
+            or Path(r.location.path or "").name
+            not in (FUSION, TRANSFORMER, DECODER, LAYOUT, NORM)
         ]
     )
 
@@ -70,8 +72,10 @@ def test_shipped_counts(shipped: RuleSet) -> None:
     assert len(decoder.single) == 19 and not decoder.multi  # see rules/decoder.rules
     layout = load_rules(RULES_DIR / LAYOUT)
     assert len(layout.single) == 5 and not layout.multi  # see rules/layout.rules
-    own = len(fusion) + len(transformer) + len(decoder) + len(layout)
-    assert len(shipped) == len(tensat_part) + own == 202
+    norm = load_rules(RULES_DIR / NORM)
+    assert len(norm.single) == 2 and not norm.multi  # see rules/norm.rules
+    own = len(fusion) + len(transformer) + len(decoder) + len(layout) + len(norm)
+    assert len(shipped) == len(tensat_part) + own == 204
     assert len(load_rules(RULES_DIR / "extra")) == 2  # bias un-fusing, off by default
     assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == [
         f"{f}.rules"
@@ -86,6 +90,7 @@ def test_shipped_counts(shipped: RuleSet) -> None:
             "matmul",
             "merge",
             "multi",
+            "norm",
             "relu",
             "transformer",
         )
