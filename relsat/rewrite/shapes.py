@@ -134,6 +134,20 @@ def _list(p: Pattern) -> tuple[int, ...]:
     return items
 
 
+def _own_shape(term: Term, shaped: dict[str, object]) -> bool:
+    """Whether ``term`` has a shape of its own, given whatever an element-wise operator it is
+    an operand of does: a tensor whose shape the conditions pin, or a reshape or expand to a
+    list computed from shapes (a channel vector viewed ``[C, 1, ...]``). Its rank is its own
+    and its 1s broadcast."""
+    if isinstance(term, Var):
+        return term.name in shaped
+    return (
+        isinstance(term, Pattern)
+        and term.op in ("reshape", "expand")
+        and isinstance(term.args[1], ValueExpr)
+    )
+
+
 #: Operators whose output has their (broadcast) inputs' shape.
 _UNARY = (
     "relu",
@@ -208,10 +222,9 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
         for k in kids[1:]:
             ranks.fix(k, 1)
     elif op in _ELEMENTWISE or op in ("matmul", "split", "reducemean"):
-        for k in kids:
-            shaped = isinstance(k, tuple) and k[1] in ranks.shaped  # a pinned shape: its own rank
+        for k, arg in zip(kids, _tensor_args(term), strict=True):
             scalar = isinstance(k, Pattern) and k.op == "scalar"
-            if k not in ranks.biases and not scalar and not shaped:
+            if k not in ranks.biases and not scalar and not _own_shape(arg, ranks.shaped):
                 ranks.union(key, k)
         if op == "matmul":
             ranks.matmul.add(ranks.root(key))
@@ -488,8 +501,8 @@ class _Solver:
             raise Unsolvable(f"a split pair is an argument of {op}")
         if op in ("ewadd", "ewmul", "ewsub", "ewdiv", "ewpow"):
             # right-aligned, as NumPy broadcasts (a matmul_bias's [N] bias against [M, N]); a
-            # 1 in a tensor's pinned shape broadcasts (a channel vector [C, 1, 1])
-            pinned = [isinstance(a, Var) and a.name in self.shaped for a in _tensor_args(p)]
+            # 1 in a shape of its own broadcasts (a channel vector [C, 1, 1]: _own_shape)
+            pinned = [_own_shape(a, self.shaped) for a in _tensor_args(p)]
             (longer, long_pin), (shorter, short_pin) = sorted(
                 zip(kids[:2], pinned, strict=True), key=lambda k: len(k[0]), reverse=True
             )
