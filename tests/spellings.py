@@ -9,7 +9,8 @@ group sizes, partial rotary, ``Div`` / ``Reciprocal`` / ``Pow(-0.5)``, ReduceMea
 attribute (opset 13) or an input (opset 18), a negative or a positive last axis, casts to float
 left in, Gemma's ``(1 + w)`` scale. A near miss computes something else that looks alike (an
 epsilon given as an input tensor, ``keepdims=0``, a scale that broadcasts over another axis, a
-softmax over another axis, key/value heads tiled instead of repeated): it must stay unfused.
+softmax over another axis, key/value heads tiled instead of repeated, a GroupNorm's instance norm
+that scales, or its groups laid out along the positions): it must stay unfused.
 
 :func:`corpus` lists every :class:`Spelling`; :func:`fused` judges an ONNX model by the kernels
 it holds, the same way for every tool.
@@ -44,6 +45,7 @@ KERNELS: dict[str, frozenset[str]] = {
     "attention": frozenset({"Attention", "MultiHeadAttention"}),
     "gqa": frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention"}),
     "rotary": frozenset({"RotaryEmbedding"}),
+    "groupnorm": frozenset({"GroupNormalization", "GroupNorm"}),
 }
 
 
@@ -552,6 +554,51 @@ def rotary(
     return _model(nodes, inputs, [1, 2, S, d], consts, opset)
 
 
+# --- GroupNorm ------------------------------------------------------------------------------
+
+
+def groupnorm(
+    *,
+    shape: tuple[int, ...] = (1, 32, 4, 4),
+    groups: int = 8,
+    eps: float = 1e-5,
+    back: str = "shape",
+    order: str = "as-torch",
+    one: float = 1.0,
+    weight_shape: tuple[int, ...] | None = None,
+    view: tuple[int, int, int] | None = None,
+) -> onnx.ModelProto:
+    """torch's GroupNorm below opset 21 (both exporters): x viewed [N, G, -1],
+    InstanceNormalization with a scale of ``one`` and a bias of zeros, viewed back (``back``:
+    through ``Shape(x)``, the legacy exporter, or a constant, dynamo), times the weight, plus the
+    bias, ``[C, 1, ...]`` (``weight_shape``); ``view``: another first view."""
+    c = shape[1]
+    width = view[1] if view else groups
+    nodes = [
+        n("Reshape", ["x", "view"], ["grouped"]),
+        n("InstanceNormalization", ["grouped", "one", "zero"], ["normed"], epsilon=eps),
+    ]
+    if back == "shape":
+        nodes.append(n("Shape", ["x"], ["x_shape"]))
+    nodes.append(n("Reshape", ["normed", "x_shape"], ["restored"]))
+    if order == "swapped":
+        nodes += [n("Mul", ["w", "restored"], ["scaled"]), n("Add", ["b", "scaled"], ["y"])]
+    else:
+        nodes += [n("Mul", ["restored", "w"], ["scaled"]), n("Add", ["scaled", "b"], ["y"])]
+    rng = _rng("groupnorm")
+    channel = weight_shape or (c, *([1] * (len(shape) - 2)))
+    consts: dict[str, np.ndarray | float | int] = {
+        "view": np.array(view or (0, groups, -1), np.int64),
+        "one": np.full(width, one, f32),
+        "zero": np.zeros(width, f32),
+        "w": rng.uniform(0.5, 1.5, channel).astype(f32),
+        "b": rng.standard_normal(channel).astype(f32),
+    }
+    if back != "shape":
+        consts["x_shape"] = np.array(shape, np.int64)
+    return _model(nodes, {"x": list(shape)}, list(shape), consts, 17 if back == "shape" else 20)
+
+
 # --- the corpus -----------------------------------------------------------------------------
 
 
@@ -563,7 +610,7 @@ def _s(
 
 def corpus() -> list[Spelling]:
     """Every spelling and near miss, spellings first within each fusion."""
-    L, R, A, Q, G, T = layernorm, rmsnorm, activation, attention, attention, rotary
+    L, R, A, Q, G, T, GN = layernorm, rmsnorm, activation, attention, attention, rotary, groupnorm
     items = [
         # LayerNorm
         _s("layernorm", "torch-eps-1e-5", lambda: L()),
@@ -642,6 +689,25 @@ def corpus() -> list[Spelling]:
         _s("rotary", "interleaved", lambda: T(interleaved=True)),
         _s("rotary", "interleaved-d48", lambda: T(d=48, interleaved=True)),
         _s("rotary", "cut-at-a-quarter", lambda: T(wrong_cut=True), True),
+        # GroupNorm (diffusion UNets)
+        _s("groupnorm", "legacy-shape", lambda: GN()),
+        _s("groupnorm", "dynamo-constant", lambda: GN(back="constant")),
+        _s("groupnorm", "groups-32-eps-1e-6", lambda: GN(shape=(1, 64, 4, 4), groups=32, eps=1e-6)),
+        _s("groupnorm", "rank-3-attention", lambda: GN(shape=(1, 32, 16))),
+        _s("groupnorm", "operands-swapped", lambda: GN(order="swapped")),
+        _s("groupnorm", "instance-scale-not-one", lambda: GN(one=2.0), True),
+        _s(
+            "groupnorm",
+            "weight-over-last-axis",
+            lambda: GN(shape=(1, 4, 4, 4), weight_shape=(4,)),
+            True,
+        ),
+        _s(
+            "groupnorm",
+            "groups-along-positions",
+            lambda: GN(shape=(1, 4, 4, 4), view=(0, 16, 4)),
+            True,
+        ),
     ]
     ids = [s.id for s in items]
     assert len(ids) == len(set(ids)), "duplicate spelling ids"

@@ -39,6 +39,7 @@ FLOOR = {
     "attention": 10,
     "gqa": 8,
     "rotary": 14,
+    "groupnorm": 5,
 }
 
 

@@ -43,7 +43,10 @@ tables' equal halves
 are made visible on import as ``concat(half, half)``, constant or computed at run time, so a rule
 can require them) and grouped-query attention (keys and values repeated by ``repeat_kv``, read on
 import as ``repeatkv``, a transpose or a scale moved under it by rules, fused into ``gqa`` for
-any group size); ``extra/``
+any group size); ``norm.rules``, GroupNorm (torch's InstanceNormalization between two reshapes,
+then the weight and bias, fused into ONNX GroupNormalization for any group count and epsilon,
+the instance norm's ones and zeros read from the facts of values, and spelled out again);
+``extra/``
 holds rules that are off by default (moving a bias out of a conv lets TASO's add
 associativity explode residual chains).
 
