@@ -89,20 +89,36 @@ def cli_flags() -> set[str]:
     return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out))
 
 
-def cli(source: Path, target: Path, options: Sequence[str] = (), timeout: float = 1800.0) -> CliRun:
+def cli(
+    source: Path,
+    target: Path,
+    options: Sequence[str] = (),
+    timeout: float = 1800.0,
+    checkout: Path | None = None,
+) -> CliRun:
     """``relsat optimize SOURCE -o TARGET OPTIONS`` in a subprocess, killed after ``timeout``
-    seconds."""
+    seconds; ``checkout``: run the relsat of that source tree (first on ``PYTHONPATH``: another
+    branch's code, as a baseline) instead of the one installed."""
     target.unlink(missing_ok=True)
     log = target.with_name(target.name + ".log")
     log.unlink(missing_ok=True)
+    source, target = source.resolve(), target.resolve()
     command = [sys.executable, "-m", "relsat", "optimize", str(source), "-o", str(target)]
     command += list(options)
     run = CliRun(command)
     env = os.environ | {"COLUMNS": "240", "NO_COLOR": "1", "TERM": "dumb"}
+    if checkout is not None:  # (run there: ``-m`` puts the working folder first on the path)
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout), env.get("PYTHONPATH", "")])
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env=env, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+            cwd=checkout,
         )
     except subprocess.TimeoutExpired:
         run.seconds, run.error = time.perf_counter() - start, f"timed out after {timeout:.0f} s"

@@ -87,9 +87,11 @@ def torch_export(
     input_names: Sequence[str],
     exporter: str,
     dynamic: Mapping[str, Mapping[int, str]] | None = None,
+    opset: int | None = None,
 ) -> str:
     """Write ``model`` called on ``example`` to ``path`` with ``exporter`` (``dynamic``: input
-    name → {axis: dim name} of its dynamic axes); a one-line description of the export."""
+    name → {axis: dim name} of its dynamic axes; ``opset``: dynamo's opset instead of its
+    default); a one-line description of the export."""
     import inspect
 
     import torch
@@ -105,7 +107,9 @@ def torch_export(
             options["dynamic_axes"] = {**{k: dict(v) for k, v in dynamic.items()}, "output": first}
     else:
         options |= {"dynamo": True, "external_data": False}
-        what = "default opset"
+        what = "default opset" if opset is None else f"opset {opset}"
+        if opset is not None:
+            options["opset_version"] = opset
         if dynamic:
             shapes = tuple(
                 {axis: _dynamo_dim(dim, dynamic) for axis, dim in dynamic.get(name, {}).items()}
@@ -147,15 +151,18 @@ def export(
     directory: Path,
     exporter: str = "legacy",
     dynamic: Mapping[str, Mapping[int, str]] | None = None,
+    opset: int | None = None,
 ) -> Export:
     """``directory/<name>.onnx``: ``build()``'s ``(module, example inputs, input names)``
-    exported with ``exporter`` and ``dynamic`` axes (reused from an earlier call with the same
-    :func:`versions`)."""
+    exported with ``exporter``, ``dynamic`` axes and (dynamo) ``opset`` (reused from an earlier
+    call with the same :func:`versions`)."""
     directory.mkdir(parents=True, exist_ok=True)
     path, npz, meta = (directory / f"{name}{ext}" for ext in (".onnx", ".inputs.npz", ".json"))
     wanted = versions(exporter)
     if dynamic:
         wanted["dynamic"] = repr(sorted((k, sorted(v.items())) for k, v in dynamic.items()))
+    if opset is not None:
+        wanted["opset"] = str(opset)
     if path.exists() and npz.exists() and meta.exists():
         stored = json.loads(meta.read_text())
         if stored.get("versions") == wanted:
@@ -163,7 +170,7 @@ def export(
                 return Export(path, {k: data[k] for k in data.files}, stored["exporter"])
     model, example, names = build()
     tmp = path.with_name(path.name + ".tmp")
-    described = torch_export(model, example, tmp, names, exporter, dynamic)
+    described = torch_export(model, example, tmp, names, exporter, dynamic, opset)
     tmp.replace(path)
     inputs = {n: t.numpy() for n, t in zip(names, example, strict=True)}
     np.savez(npz, **inputs)
