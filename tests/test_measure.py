@@ -201,7 +201,9 @@ def fused_graph() -> tuple[relsat.Graph, dict[str, np.ndarray]]:
     convs.append(b.conv2d_bias(img, w3, cb, 2, "VALID", "SIGMOID"))
     pairs = b.ewmul(b.turnpairs(q), b.repeat2(cos))  # GPT-J's interleaved rotary pieces
     quick = b.quickgelu(rms, 1.702)  # CLIP's quick_gelu (alpha 1: SiLU)
-    graph = b.build(att, ln, sk3, rms, soft, a1, a2, a3, cut, *convs, pairs, quick)
+    s16, b16 = b.weight([16], name="s16"), b.weight([16], name="b16")
+    norms = [b.groupnorm(convs[0], s16, b16, 4), b.instancenorm(convs[1], s16, b16, 1e-6)]
+    graph = b.build(att, ln, sk3, rms, soft, a1, a2, a3, cut, *convs, pairs, quick, *norms)
     masked = np.zeros((2, 1, 1, 8), np.float32)
     masked[0, ..., 5:] = -np.inf
     masked[1] = -np.inf

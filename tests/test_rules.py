@@ -53,8 +53,7 @@ def _tensat_part(shipped: RuleSet) -> RuleSet:
             r
             for r in shipped
             if r.location is None
-            or Path(r.location.path or "").name
-            not in (FUSION, TRANSFORMER, DECODER, LAYOUT, NORM)
+            or Path(r.location.path or "").name not in (FUSION, TRANSFORMER, DECODER, LAYOUT, NORM)
         ]
     )
 
