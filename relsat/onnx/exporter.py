@@ -32,11 +32,11 @@ __all__ = ["FUSED", "Exporter", "build_model", "write_model"]
 
 FLOAT = TensorProto.FLOAT
 #: The relsat ops written as one fused onnxruntime kernel (a ``com.microsoft`` contrib op, or
-#: a fused operator of opset 17 or 23 where the model's opset has it), with that kernel's ONNX
-#: operator: the emitters' own table (:mod:`~relsat.onnx.transformer_ops`,
-#: :mod:`~relsat.onnx.decoder_ops`). ``relsat rules check`` runs a rule holding one in
-#: onnxruntime (:mod:`relsat.rewrite.ortcheck`).
-FUSED: dict[str, str] = {**transformer_ops.FUSED, **decoder_ops.FUSED}
+#: a fused operator of opset 17, 21 or 23 where the model's opset has it), with that kernel's
+#: ONNX operator: the emitters' own tables (:mod:`~relsat.onnx.transformer_ops`,
+#: :mod:`~relsat.onnx.decoder_ops`, :mod:`~relsat.onnx.norm_ops`). ``relsat rules check`` runs a
+#: rule holding one in onnxruntime (:mod:`relsat.rewrite.ortcheck`).
+FUSED: dict[str, str] = {**transformer_ops.FUSED, **decoder_ops.FUSED, **norm_ops.FUSED}
 
 _ACTIVATION_OPS = {"RELU": "Relu", "SIGMOID": "Sigmoid", "TANH": "Tanh"}
 _SIMPLE = {

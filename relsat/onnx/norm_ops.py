@@ -29,7 +29,7 @@ from relsat.graph.builder import Tensor
 from relsat.graph.graph import Node, Ref
 from relsat.onnx.context import ExportContext, Handler, ImportContext, Unmapped
 
-__all__ = ["EXPORTED", "GROUPNORM_OPSET", "HANDLERS", "emit"]
+__all__ = ["EXPORTED", "FUSED", "GROUPNORM_OPSET", "HANDLERS", "emit"]
 
 #: The first opset whose GroupNormalization takes a scale and a bias per channel.
 GROUPNORM_OPSET = 21
@@ -84,8 +84,12 @@ HANDLERS: dict[str, Handler] = {
 # ---------------------------------------------------------------------------------------------
 # Export
 
+#: The relsat ops :func:`emit` writes as one onnxruntime operator, with that operator
+#: (GroupNormalization at opset 21, spelled out below it; onnxruntime's CPU provider runs it as
+#: its function body), so that ``relsat rules check`` runs the rules holding one there too.
+FUSED = {"instancenorm": "InstanceNormalization", "groupnorm": "GroupNormalization"}
 #: The relsat ops :func:`emit` writes.
-EXPORTED = frozenset({"instancenorm", "groupnorm"})
+EXPORTED = frozenset(FUSED)
 
 
 def emit(
@@ -94,9 +98,9 @@ def emit(
     """Write relsat op ``op`` (one of :data:`EXPORTED`) as ONNX nodes of exporter ``ex``."""
     eps = float(params["epsilon"])
     if op == "instancenorm":
-        ex.emit("InstanceNormalization", ins, outs, epsilon=eps)
+        ex.emit(FUSED[op], ins, outs, epsilon=eps)
     elif ex.opset >= GROUPNORM_OPSET:
-        ex.emit("GroupNormalization", ins, outs, num_groups=int(params["groups"]), epsilon=eps)
+        ex.emit(FUSED[op], ins, outs, num_groups=int(params["groups"]), epsilon=eps)
     else:
         _groupnorm_spelled(ex, ins, outs[0], node, int(params["groups"]), eps)
 
