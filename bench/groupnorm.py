@@ -36,6 +36,8 @@ from calls import cli
 from common import add_exports, append_csv, log, markdown, op_types
 from timing import machine, side_by_side
 
+from relsat.graph.ops import from_f32_bits
+
 MODELS = ("unet2d", "unet2d-cond")
 EXPORTERS = {"legacy": ("legacy", None), "dynamo": ("dynamo", None), "dynamo21": ("dynamo", 21)}
 #: The fused op against the chain it replaces, per GroupNorm shape of the kept e-graph.
@@ -43,12 +45,12 @@ PRICES = """
 WITH c AS (
     SELECT e.*, coalesce(k.ms, 0) AS ms FROM enode e LEFT JOIN enode_cost k ON k.enode = e.id
 ),
-gn AS (SELECT class, ms, p0 AS groups FROM c WHERE op = 'groupnorm'),
+gn AS (SELECT class, ms, p0 AS groups, p1 AS eps FROM c WHERE op = 'groupnorm'),
 ad AS (SELECT class, ms, c0 FROM c WHERE op = 'ewadd'),
 mu AS (SELECT class, ms, c0 FROM c WHERE op = 'ewmul'),
 rs AS (SELECT class, c0 FROM c WHERE op = 'reshape'),
 nm AS (SELECT class, ms FROM c WHERE op = 'instancenorm')
-SELECT DISTINCT ec.shape, gn.groups, gn.ms, nm.ms, mu.ms, ad.ms
+SELECT DISTINCT ec.shape, gn.groups, gn.eps, gn.ms, nm.ms, mu.ms, ad.ms
 FROM gn JOIN eclass ec ON ec.id = gn.class JOIN ad ON ad.class = gn.class
 JOIN mu ON mu.class = ad.c0 JOIN rs ON rs.class = mu.c0 JOIN nm ON nm.class = rs.c0
 """
@@ -122,9 +124,12 @@ def _prices(db: Path) -> list[list[Any]]:
     finally:
         con.close()
     out = []
-    for shape, groups, fused, norm, mul, add in sorted(rows, key=lambda r: str(r[0])):
+    for shape, groups, eps, fused, norm, mul, add in sorted(rows, key=lambda r: str(r[:3])):
         chain = norm + mul + add
-        out.append([str(list(shape)), groups, fused, chain, round(fused / chain, 2)])
+        ms = f"{fused:.4f}", f"{chain:.4f} ({norm:.4f} + {mul:.4f} + {add:.4f})"
+        out.append(
+            [str(list(shape)), groups, f"{from_f32_bits(eps):g}", *ms, f"{fused / chain:.2f}"]
+        )
     return out
 
 
@@ -190,7 +195,8 @@ def main() -> None:
     print(f"{machine(args.threads)}, {args.rounds} rounds\n")
     print(markdown(headers, rows))
     print()
-    print(markdown(["export", "x", "groups", "fused ms", "chain ms", "fused / chain"], prices))
+    columns = ["export", "x", "groups", "epsilon", "fused ms", "chain ms (norm + Mul + Add)"]
+    print(markdown([*columns, "fused / chain"], prices))
     append_csv("groupnorm", headers, rows)
 
 
