@@ -11,7 +11,7 @@ subgraphs folded at import), :mod:`~relsat.onnx.shapefold` (shape computations f
 marker assignments), :mod:`~relsat.onnx.exportable` (the e-nodes the exporter can write),
 :mod:`~relsat.onnx.opmap`, :mod:`~relsat.onnx.transformer_ops` and
 :mod:`~relsat.onnx.decoder_ops` (one handler per mapped op; LLM decoders' RMSNorm and rotary
-embedding in the last),
+embedding in the last), :mod:`~relsat.onnx.norm_ops` (InstanceNormalization, GroupNormalization),
 :mod:`~relsat.onnx.importer` (ONNX → graph), :mod:`~relsat.onnx.symbolize` (an exported model's
 dims made symbolic again), :mod:`~relsat.onnx.exporter` (graph → ONNX),
 :mod:`~relsat.onnx.verification` (onnxruntime sessions, :func:`run_onnx`, :func:`verify`),
