@@ -255,6 +255,35 @@ def test_torch_spelling_fuses_and_runs_as_onnx_attention(mask: bool) -> None:
     assert back["attention"] == 1 and "opaque" not in back
 
 
+@pytest.mark.parametrize("settled", [True, False], ids=["all-true", "mixed"])
+def test_a_mask_settled_to_zero_is_dropped(settled: bool) -> None:
+    """torch's dynamo export of ViT masks nothing with ``Where(c, 0, -inf)``, ``c`` a constant
+    all true: the mask is 0 everywhere (a fact of values), and the kernel runs without it
+    (attention-zero-mask). A condition not all true keeps its mask."""
+    model = _sdpa_model()
+    graph_ = model.graph
+    graph_.input.pop()  # the mask is computed from constants
+    cond = np.full((1, 1, S, S), True)
+    if not settled:
+        cond[..., -1] = False
+    graph_.initializer.extend(
+        [
+            numpy_helper.from_array(cond, "cond"),
+            numpy_helper.from_array(np.array(0.0, np.float32), "nought"),
+            numpy_helper.from_array(np.array(-np.inf, np.float32), "fill"),
+        ]
+    )
+    graph_.node.insert(0, helper.make_node("Where", ["cond", "nought", "fill"], ["mask"]))
+    result = optimize(ronnx.load(model), Options(rules=TRANSFORMER_RULES))
+    assert result.graph.op_counts()["attention"] == 1  # (Where has no NumPy kernel: ORT below)
+    out = ronnx.to_model(result.graph, like=model)
+    (kernel,) = [n for n in out.graph.node if n.op_type == "Attention"]
+    assert (len(kernel.input) == 3) == settled
+    assert ("Where" in {n.op_type for n in out.graph.node}) != settled
+    feeds = {"x": RNG.standard_normal((B, S, HIDDEN)).astype(np.float32)}
+    np.testing.assert_allclose(_ort(out, feeds), _ort(model, feeds), rtol=1e-4, atol=1e-5)
+
+
 def test_a_row_masked_with_the_lowest_float_matches_after_fusion() -> None:
     """Hugging Face fills masks with float32's lowest, which onnxruntime's Attention reads as
     -inf: a fully masked row must still give what the unfused softmax gives (the mean of v)."""
