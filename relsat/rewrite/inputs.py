@@ -45,7 +45,7 @@ def bounds(
     can, or the conditions read no bound.
 
     >>> from relsat.rewrite.rulefile import parse_rules
-    >>> rule = parse_rules("# name: r\n(relu ?x) => ?x\nwhere lo(?x) >= 0\n")["r"]
+    >>> rule = parse_rules("# name: r\\n(relu ?x) => ?x\\nwhere lo(?x) >= 0\\n")["r"]
     >>> bounds([g.expr for g in rule.guards], {}, {"x": (2,)})
     {'x': (0.0, 1.0)}
     """
