@@ -34,7 +34,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -58,10 +58,12 @@ __all__ = [
     "ATOL",
     "MAX_SIZE",
     "MIN_INSTANCES",
+    "ORT_STATUSES",
     "RTOL",
     "SEARCH_NEAR_MISSES",
     "STATUSES",
     "Instance",
+    "OrtCheck",
     "Verdict",
     "check_rule",
     "check_rules",
@@ -88,10 +90,36 @@ SEARCH_NEAR_MISSES = (0, 1, 2, 2, 3)
 _CYCLE = ("joint", "lhs", "joint", "both")
 _TYPE_CYCLE = ("lhs", "both", "lhs", "joint")
 
-if TYPE_CHECKING:
-    from relsat.rewrite.ortcheck import OrtCheck
-
 Shapes = Mapping[str, tuple[int, ...]]
+
+#: An :class:`OrtCheck`'s status.
+ORT_STATUSES = ("ok", "mismatch", "skipped")
+
+
+@dataclass(frozen=True)
+class OrtCheck:
+    """What the onnxruntime check found: ``status`` one of :data:`ORT_STATUSES`; ``detail`` what
+    differed where, or why it was skipped (for ``ok``: instances skipped, if any);
+    ``instances`` compared; ``kernels`` the fused ONNX operators that ran."""
+
+    status: str
+    detail: str = ""
+    instances: int = 0
+    kernels: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def text(self) -> str:
+        """A few words: ``onnxruntime: 4 instances equal (QuickGelu)``, ``onnxruntime skipped:
+        why``, ``onnxruntime: what differed``."""
+        if self.status == "skipped":
+            return f"onnxruntime skipped: {self.detail}"
+        if self.status == "mismatch":
+            return f"onnxruntime: {self.detail}"
+        note = f"; {self.detail}" if self.detail else ""
+        return f"onnxruntime: {self.instances} instances equal ({', '.join(self.kernels)}){note}"
 
 
 def _shapes_text(shapes: Shapes, values: Mapping[str, Num | tuple[int, ...]] | None = None) -> str:

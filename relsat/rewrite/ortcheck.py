@@ -44,7 +44,8 @@ from relsat.errors import RelsatError
 from relsat.graph.execute import Comparison, compare_outputs, random_values, run
 from relsat.graph.graph import Graph
 from relsat.rewrite import inputs
-from relsat.rewrite.check import Instance, Verdict, check_rule, sides
+from relsat.rewrite.check import ORT_STATUSES as STATUSES
+from relsat.rewrite.check import Instance, OrtCheck, Verdict, check_rule, sides
 from relsat.rewrite.rules import Rule
 
 __all__ = [
@@ -64,34 +65,6 @@ __all__ = [
 RTOL, ATOL = 1e-4, 1e-5
 #: Distinct instances run in onnxruntime per rule (each exports and loads both sides).
 INSTANCES = 4
-#: An :class:`OrtCheck`'s status.
-STATUSES = ("ok", "mismatch", "skipped")
-
-
-@dataclass(frozen=True)
-class OrtCheck:
-    """What the onnxruntime check found: ``status`` one of :data:`STATUSES`; ``detail`` what
-    differed where, or why it was skipped (for ``ok``: instances skipped, if any);
-    ``instances`` compared; ``kernels`` the fused ONNX operators that ran."""
-
-    status: str
-    detail: str = ""
-    instances: int = 0
-    kernels: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def text(self) -> str:
-        """A few words: ``onnxruntime: 4 instances equal (QuickGelu)``, ``onnxruntime skipped:
-        why``, ``onnxruntime: what differed``."""
-        if self.status == "skipped":
-            return f"onnxruntime skipped: {self.detail}"
-        if self.status == "mismatch":
-            return f"onnxruntime: {self.detail}"
-        note = f"; {self.detail}" if self.detail else ""
-        return f"onnxruntime: {self.instances} instances equal ({', '.join(self.kernels)}){note}"
 
 
 class _Skip(Exception):
