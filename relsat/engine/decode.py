@@ -127,8 +127,6 @@ def _node(
         return (b.reshape(xs[0], [int(d) for d in s.split("_")]),)
     if op == "expand":
         return (b.expand(xs[0], [int(d) for d in s.split("_")]),)
-    if op == "batchnorm":
-        return b.add_node("batchnorm", xs, {"epsilon": float(s)})
     if op == "opaque":
         kind, rest = s.split("|", 1)
         attrs, shapes = rest.rsplit("|", 1)

@@ -79,8 +79,6 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
         s, ints = "_".join(map(str, p["perm"])), [int(p["shuffle"])]
     elif op in ("reshape", "expand"):
         s = "_".join(map(str, p["shape"]))
-    elif op == "batchnorm":
-        s = repr(float(p["epsilon"]))
     elif op == "opaque":
         s = f"{p['type']}|{p['attrs']}|{json.dumps(p['shapes'], separators=(',', ':'))}"
     elif op in FLOAT_PARAMS or op in INT_PARAMS or op in MIXED_PARAMS:  # float32 bits, ints

@@ -408,7 +408,7 @@ class GraphBuilder:
     ) -> Tensor:
         """Inference batch normalization (ONNX BatchNormalization): its five inputs, its
         epsilon and the name, as ONNX orders them."""
-        return self._one("batchnorm", [x, scale, bias, mean, var], name, epsilon=epsilon)
+        return self._one("batchnorm", [x, scale, bias, mean, var], name, epsilon=f32(epsilon))
 
     # --- transformer operators --------------------------------------------------------------
 

@@ -974,6 +974,7 @@ FLOAT_PARAMS = {
     "rmsnorm": "epsilon",
     "quickgelu": "alpha",
     "instancenorm": "epsilon",
+    "batchnorm": "epsilon",
 }
 
 #: Integer parameters that an e-node stores in ``p0``, ``p1``, … in this order (rules spell them

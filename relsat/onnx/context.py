@@ -6,9 +6,8 @@ the reverse.
 
 An import handler ``fn(ctx, node, attrs)`` (:data:`Handler`) returns ``{ONNX output name: relsat
 tensor}`` for the outputs it maps, or raises :class:`Unmapped` when the node is kept as an opaque
-node instead. It reads tensors and constants and builds relsat ops through :class:`ImportContext`;
-it may look one node ahead (:meth:`ImportContext.sole_reader`) and take that node over
-(:meth:`ImportContext.take_reader`: a Conv fusing the BatchNormalization or Relu after it). An
+node instead. It reads tensors and constants and builds relsat ops through :class:`ImportContext`,
+one node at a time: a fusion of several nodes is a rule (rules/bias.rules), never a handler. An
 export emitter writes ONNX nodes and initializers through :class:`ExportContext`.
 
 Besides, the two ends of the opaque-attribute encoding both handler tables and the importer use:
@@ -94,16 +93,6 @@ class ImportContext(Protocol):
 
     def producer(self, name: str) -> NodeProto | None:
         """The node that writes ``name`` (None for a graph input or an initializer)."""
-        ...
-
-    def sole_reader(self, name: str) -> NodeProto | None:
-        """The node reading ``name`` when it is its only reader (a graph output counts as one)
-        and no handler has taken it over yet."""
-        ...
-
-    def take_reader(self, name: str) -> None:
-        """Mark the :meth:`sole_reader` of ``name`` as converted by the calling handler: the
-        importer skips it."""
         ...
 
 

@@ -268,9 +268,8 @@ class Importer:
         self.scalars: dict[float, Tensor] = {}  # value → scalar
         self.small: dict[tuple[str, tuple[int, ...], bytes], Tensor] = {}  # small constants
         self.graph_outputs: set[str] = set()
-        self.skip: set[int] = set()  # indices of nodes already handled (folded BatchNormalization)
+        self.skip: set[int] = set()  # indices of nodes already handled (folded constants)
         self.uses: Counter[str] = Counter()  # tensor name → node inputs and graph outputs read it
-        self.node_by_input: dict[str, int] = {}  # tensor name → index of its first reader
         self.producers: dict[str, NodeProto] = {}  # tensor name → the node writing it
         self.collapsed: dict[str, str] = {}  # a collapsed reshape's output → its source
         self._fix_inputs(input_shapes, batch)
@@ -465,15 +464,6 @@ class Importer:
     def producer(self, name: str) -> NodeProto | None:
         return self.producers.get(name)
 
-    def sole_reader(self, name: str) -> NodeProto | None:
-        k = self.node_by_input.get(name)
-        if k is None or self.uses[name] != 1 or k in self.skip:
-            return None
-        return self.model.graph.node[k]
-
-    def take_reader(self, name: str) -> None:
-        self.skip.add(self.node_by_input[name])
-
     # --- conversion -----------------------------------------------------------------------
 
     def run(self) -> Graph:
@@ -483,16 +473,13 @@ class Importer:
         self.uses.update(name for node in graph.node for name in node.input if name)
         self.uses.update(o.name for o in graph.output)
         self.graph_outputs = {o.name for o in graph.output}
-        for k, node in enumerate(graph.node):
-            for name in node.input:
-                self.node_by_input.setdefault(name, k)
+        for node in graph.node:
             self.producers.update((o, node) for o in node.output if o)
         for vi in self.inputs:
             dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
             self.env[vi.name] = self.g.input(dims, name=vi.name)
         # Constants first (Constant nodes, and weights computed from constants: folded, in node
-        # order, so chains fold): a handler may look ahead at a reader's constant operands (a Conv
-        # fusing the Clip after it reads the Clip's bounds, which exporters emit after the Conv).
+        # order, so chains fold): a handler reads its constant operands wherever they are written.
         # A graph output stays computed, unless a Constant writes it (as before).
         computed = {o.name for o in graph.output}
         for k, node in enumerate(graph.node):

@@ -106,9 +106,10 @@ def _pad_opaque(imp: ImportContext, x: Tensor, pads: list[int]) -> Tensor:
 
 
 def _conv(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """A Conv is conv2d, or conv2d_bias with its bias input. (A following activation, bias add
+    or BatchNormalization is fused by rules: rules/bias.rules.)"""
     x = imp.tensor(node.input[0])
-    wname = node.input[1]
-    w_shape = imp.static_shape(wname)
+    w_shape = imp.static_shape(node.input[1])
     if x.rank != 4 or w_shape is None or len(w_shape) != 4:
         raise Unmapped
     if any(d != 1 for d in a.get("dilations", [1, 1])):
@@ -118,40 +119,14 @@ def _conv(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str
         raise Unmapped
     mode, pads = _padding(imp, a, x.shape[2:], kernel, stride)
     bias_name = node.input[2] if len(node.input) > 2 else ""
-    out_name = node.output[0]
-    bn = _foldable_bn(imp, node, wname, bias_name)
-    if bn is None:
-        w = imp.tensor(wname)
-        bias = _channel_bias(imp, bias_name, None) if bias_name else None
-    else:
-        bn_node, w_val, b_val = bn
-        imp.take_reader(out_name)
-        out_name = bn_node.output[0]
-        w = imp.weight(f"{wname}_bn", w_val)
-        bias = _channel_bias(imp, f"{wname}_bn_bias", b_val.astype(np.float32))
+    bias = _channel_bias(imp, bias_name) if bias_name else None
     if mode is None:
         x = _pad_opaque(imp, x, pads)
         mode = "VALID"
-    # What onnxruntime runs as one kernel is one relsat op: conv + bias + activation.
-    act, out_name = _fuse_activation(imp, out_name)
+    w, name = imp.tensor(node.input[1]), node.output[0]
     if bias is None:
-        return {out_name: imp.g.conv2d(x, w, stride, mode, act, name=out_name)}
-    return {out_name: imp.g.conv2d_bias(x, w, bias, stride, mode, act, name=out_name)}
-
-
-#: ONNX activations onnxruntime fuses into a Conv or Gemm, by relsat activation (Clip: below).
-_ACTIVATIONS = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH"}
-
-
-def _activation_of(imp: ImportContext, node: NodeProto) -> str | None:
-    """The relsat activation ``node`` computes on its first input, or None."""
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    if node.op_type in _ACTIVATIONS:
-        return _ACTIVATIONS[node.op_type]
-    if node.op_type == "Clip" and _clip_bounds(imp, node) == (0.0, 6.0):
-        return "RELU6"
-    return None
+        return {name: imp.g.conv2d(x, w, stride, mode, name=name)}
+    return {name: imp.g.conv2d_bias(x, w, bias, stride, mode, name=name)}
 
 
 def _clip_bounds(imp: ImportContext, node: NodeProto) -> tuple[float, float] | None:
@@ -170,41 +145,8 @@ def _clip_bounds(imp: ImportContext, node: NodeProto) -> tuple[float, float] | N
     return (-np.inf if low is None else low), (np.inf if high is None else high)
 
 
-def _fuse_activation(imp: ImportContext, out: str) -> tuple[str, str]:
-    """``(activation, output name)``: when the only reader of ``out`` is an activation the runtime
-    fuses, that node is folded in (skipped) and its output becomes the fused op's output."""
-    node = imp.sole_reader(out)
-    if node is None:
-        return "NONE", out
-    act = _activation_of(imp, node)
-    if act is None or node.input[0] != out or not imp.is_float(node.output[0]):
-        return "NONE", out
-    imp.take_reader(out)
-    return act, node.output[0]
-
-
-def _bias_add(imp: ImportContext, out: str, n: int) -> tuple[Tensor, str] | None:
-    """``(bias [n], Add output)`` when the only reader of ``out`` adds a constant per-column bias
-    to it (a Linear's MatMul + Add); that Add is then folded in (skipped)."""
-    node = imp.sole_reader(out)
-    if node is None:
-        return None
-    if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
-        return None
-    other = node.input[1] if node.input[0] == out else node.input[0]
-    value = imp.const(other)
-    if other == out or value is None or not imp.is_float(other) or value.dtype != np.float32:
-        return None
-    if value.shape[-1:] != (n,) or math.prod(value.shape) != n:
-        return None
-    imp.take_reader(out)
-    return imp.derived_weight(other, "1d", lambda: value.reshape(n)), node.output[0]
-
-
-def _channel_bias(imp: ImportContext, name: str, value: np.ndarray | None) -> Tensor:
-    """A per-channel bias as a [1, C, 1, 1] tensor (a weight when constant)."""
-    if value is not None:
-        return imp.weight(name, value.reshape(1, -1, 1, 1))
+def _channel_bias(imp: ImportContext, name: str) -> Tensor:
+    """A Conv's per-channel bias as a [1, C, 1, 1] tensor (a weight when constant)."""
     arr = imp.const(name)
     if arr is not None:
         if arr.dtype != np.float32:
@@ -212,32 +154,6 @@ def _channel_bias(imp: ImportContext, name: str, value: np.ndarray | None) -> Te
         return imp.derived_weight(name, "4d", lambda: arr.reshape(1, -1, 1, 1))
     t = imp.tensor(name)
     return imp.g.reshape(t, [1, t.shape[0], 1, 1])
-
-
-def _foldable_bn(
-    imp: ImportContext, node: NodeProto, wname: str, bias_name: str
-) -> tuple[NodeProto, np.ndarray, np.ndarray] | None:
-    """(the BatchNormalization to fold into the conv, the folded weight, the folded bias)."""
-    out = node.output[0]
-    bn, w = imp.sole_reader(out), imp.const(wname)
-    if bn is None or w is None or not imp.is_float(wname):
-        return None
-    if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
-        return None
-    a = attrs_of(bn)
-    extra = [o for o in bn.output[1:] if o and imp.readers(o)]
-    if a.get("training_mode", 0) or extra or bn.input[0] != out:
-        return None
-    b = imp.const(bias_name)
-    if bias_name and (b is None or not imp.is_float(bias_name)):
-        return None
-    params = [imp.const(n) if imp.is_float(n) else None for n in bn.input[1:5]]
-    if any(p is None for p in params):
-        return None
-    gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
-    scale = gamma / np.sqrt(var + a.get("epsilon", 1e-5))
-    shift = beta - mean * scale
-    return bn, w * scale.reshape(-1, 1, 1, 1), shift + (b * scale if b is not None else 0)
 
 
 def _pool(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -286,8 +202,7 @@ def _gemm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str
     scale = "" if beta == 1.0 else f"_x{beta:g}"
     if c_name and c is not None and c.dtype == np.float32 and c.size == n and c.shape[-1:] == (n,):
         bias = imp.derived_weight(c_name, "1d" + scale, lambda: c.reshape(n) * np.float32(beta))
-        act, name = _fuse_activation(imp, name)
-        return {name: imp.g.matmul_bias(x, w, bias, act, name=name)}
+        return {name: imp.g.matmul_bias(x, w, bias, name=name)}
     y = imp.g.matmul(x, w, name=None if c_name else name)
     if not c_name:
         return {name: y}
@@ -301,25 +216,18 @@ def _gemm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str
 
 
 def _matmul(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """A MatMul is matmul; [..., K] @ [K, N] folds the leading dims into rows around it. (A
+    following bias add is fused by rules: rules/bias.rules.)"""
     x, w = imp.tensor(node.input[0]), imp.tensor(node.input[1])
     name = node.output[0]
     folded = x.rank > 2 and w.rank == 2  # [..., K] @ [K, N]: fold the leading dims into rows
     if not folded and not (x.rank >= 2 and x.rank == w.rank and x.shape[:-2] == w.shape[:-2]):
         raise Unmapped
-    bias = _bias_add(imp, name, w.shape[-1]) if folded or x.rank == 2 else None
-    act = "NONE"
-    if bias is not None:
-        act, name = _fuse_activation(imp, bias[1])
-    if folded:
-        x = imp.g.reshape(x, [math.prod(x.shape[:-1]), x.shape[-1]])
-    y = (
-        imp.g.matmul_bias(x, w, bias[0], act, name=None if folded else name)
-        if bias is not None
-        else imp.g.matmul(x, w, name=None if folded else name)
-    )
-    if folded:
-        y = imp.g.reshape(y, [*imp.tensor(node.input[0]).shape[:-1], w.shape[1]], name=name)
-    return {name: y}
+    if not folded:
+        return {name: imp.g.matmul(x, w, name=name)}
+    rows = imp.g.reshape(x, [math.prod(x.shape[:-1]), x.shape[-1]])
+    y = imp.g.matmul(rows, w)
+    return {name: imp.g.reshape(y, [*x.shape[:-1], w.shape[1]], name=name)}
 
 
 def _binary(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -337,7 +245,7 @@ def _sum(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str,
 
 
 def _clip(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    if _activation_of(imp, node) != "RELU6":
+    if _clip_bounds(imp, node) != (0.0, 6.0) or not imp.is_float(node.output[0]):
         raise Unmapped
     return {node.output[0]: imp.g.relu6(imp.tensor(node.input[0]), name=node.output[0])}
 

@@ -194,7 +194,9 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value
     "enlarge": lambda b, i, xs: b.enlarge(xs[0], xs[1]),
     "poolmax": _pool("max"),
     "poolavg": _pool("avg"),
-    "batchnorm": lambda b, i, xs: b.batchnorm(xs[0], xs[1], xs[2], xs[3], xs[4]),
+    "batchnorm": lambda b, i, xs: b.batchnorm(
+        xs[0], xs[1], xs[2], xs[3], xs[4], from_f32_bits(i[0])
+    ),
     "noop": lambda b, i, xs: b.noop(*xs),
     "scalar": lambda b, i, xs: b.scalar(from_f32_bits(i[0])),
     "ewsub": lambda b, i, xs: b.sub(xs[0], xs[1]),

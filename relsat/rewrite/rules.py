@@ -150,7 +150,7 @@ OPERATORS: dict[str, OpSignature] = {
     "reshape": _sig("input shape:ints"),
     "expand": _sig("input shape:ints"),
     "noop": _sig("a b"),
-    "batchnorm": _sig("input scale bias mean var"),
+    "batchnorm": _sig("epsilon:int input scale bias mean var"),
     "input": _sig("name:str"),
     "weight": _sig("name:str"),
 }
