@@ -183,7 +183,7 @@ def test_statements_per_phase_do_not_grow_with_rules() -> None:
         result = explore(eg, rules, limits=Limits(iterations=3))
         assert all(s.matches for s in result.iterations)
         counts[label] = max(s.statements for s in result.iterations)
-    assert len(RULES) == 214  # TENSAT 135; relsat 79: fusion 25, transformer 28, decoder 19,
+    assert len(RULES) == 216  # TENSAT 135; relsat 81: fusion 27, transformer 28, decoder 19,
     # layout 5, norm 2
     assert counts["all"] <= counts["ten"] + 8  # only the number of rebuild rounds may differ
 
@@ -581,3 +581,102 @@ def test_the_per_height_search_finds_what_the_recursive_one_finds(
         )
     assert runs[0][0].equals(runs[1][0])
     assert runs[0][1].equals(runs[1][1])
+
+
+# --- nodes of five children: the engine matches and builds up to eight (c0…c7) ----------------
+
+
+def _conv_batchnorm(*, bias: bool = False, same_stats: bool = False, live_mean: bool = False):  # type: ignore[no-untyped-def]
+    """conv (with a per-channel bias when ``bias``) then an inference batchnorm; its mean is its
+    variance when ``same_stats``, computed from an input when ``live_mean``."""
+    b = GraphBuilder()
+    x = b.input([1, 3, 8, 8], name="x")
+    w = b.weight([4, 3, 3, 3], name="w")
+    y = b.conv2d_bias(x, w, b.weight([1, 4, 1, 1], name="c")) if bias else b.conv2d(x, w)
+    g, beta, v = (b.weight([4], name=n) for n in ("g", "beta", "v"))
+    m = b.relu(b.input([4], name="m")) if live_mean else v if same_stats else b.weight([4], name="m")
+    return b.build(b.batchnorm(y, g, beta, m, v, epsilon=1e-3))
+
+
+def _total(result, field: str) -> int:  # type: ignore[no-untyped-def]
+    """A count summed over a run's phases."""
+    return sum(getattr(s, field) for s in result.iterations)
+
+
+def _newest(eg: EGraph) -> dict[int, int]:
+    """The choice of each class's newest e-node (a rule's right-hand side where it built one)."""
+    return {int(c): int(i) for c, i in eg.db.execute("SELECT class, max(id) FROM enode GROUP BY 1")}
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+@pytest.mark.parametrize("bias", [False, True])
+def test_batchnorm_folds_into_the_conv_before_it(
+    bias: bool, recursive: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pattern node of five children (batchnorm: x, scale, bias, mean, var) matches, by the
+    one recursive statement and height by height; the fold builds the conv's new weight and
+    bias, and the folded graph computes what the input graph computes."""
+    from relsat.engine import phase as ph
+
+    monkeypatch.setattr(ph, "RECURSIVE_BELOW", 10**9 if recursive else 0)
+    graph = _conv_batchnorm(bias=bias)
+    eg = EGraph.from_graph(graph)
+    rule = RULES["conv-bias-batchnorm-fold" if bias else "conv-batchnorm-fold"]
+    result = explore(eg, [rule], limits=Limits(iterations=1), audit=True)
+    assert _total(result, "matches") == 1 and _total(result, "unions") == 1
+    ops = eg.sql(
+        "SELECT op FROM enode WHERE class = (SELECT class FROM output) ORDER BY op"
+    ).column("op")
+    assert ops.to_pylist() == ["batchnorm", "conv2d_bias"]
+    folded = decode(eg, _newest(eg))
+    assert "batchnorm" not in {n.op for n in folded.nodes}
+    outcome = compare(graph, folded, rtol=1e-5, atol=1e-6)
+    assert outcome.ok, outcome.report()
+
+
+def test_batchnorm_fold_needs_weights() -> None:
+    """Near miss: a mean computed at run time is not folded (the guard weights(?m))."""
+    eg = EGraph.from_graph(_conv_batchnorm(live_mean=True))
+    result = explore(eg, [RULES["conv-batchnorm-fold"]], limits=Limits(iterations=1))
+    assert _total(result, "matches") == 1 and _total(result, "applied") == 0
+
+
+FIVE = parse_rules(
+    "# name: bn-var-of-relu\n"  # a sub-pattern at child 4, a template at child 4 on the right
+    "(batchnorm ?e:float ?x ?g ?b ?m (relu ?v)) => "
+    "(batchnorm ?e ?x ?g ?b ?m (ewmul (relu ?v) (scalar 1.0)))\n"
+    "\n# name: bn-mean-is-var\n"  # one variable at children 3 and 4
+    "(batchnorm ?e:float ?x ?g ?b ?m ?m) => (batchnorm ?e ?x ?g ?b ?m (ewadd ?m (scalar 0.0)))\n"
+)
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_five_children_on_both_sides(recursive: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules with a batchnorm on the left and on the right: a sub-pattern and a template at
+    child 4, one variable at children 3 and 4 (matched only where both are one class)."""
+    from relsat.engine import phase as ph
+
+    monkeypatch.setattr(ph, "RECURSIVE_BELOW", 10**9 if recursive else 0)
+    for same, want in ((True, 1), (False, 0)):
+        graph = _conv_batchnorm(same_stats=same)
+        eg = EGraph.from_graph(graph)
+        result = explore(eg, [FIVE["bn-mean-is-var"]], limits=Limits(iterations=1), audit=True)
+        assert _total(result, "matches") == want
+    built = eg.sql("SELECT count(*) AS n FROM enode WHERE rule IS NOT NULL").column("n")
+    assert built.to_pylist() == [0]
+    b = GraphBuilder()
+    x = b.input([1, 4, 8, 8], name="x")
+    g, beta, m = (b.weight([4], name=n) for n in ("g", "beta", "m"))
+    v = b.relu(b.weight([4], name="v"))
+    graph = b.build(b.batchnorm(x, g, beta, m, v, epsilon=1e-3))
+    eg = EGraph.from_graph(graph)
+    result = explore(eg, [FIVE["bn-var-of-relu"]], limits=Limits(iterations=1), audit=True)
+    assert _total(result, "matches") == 1
+    rows = eg.sql(
+        "SELECT arity, c4 FROM enode WHERE op = 'batchnorm' AND rule = 'bn-var-of-relu'"
+    ).to_pylist()
+    assert len(rows) == 1 and rows[0]["arity"] == 5
+    (mul,) = eg.sql(f"SELECT op FROM enode WHERE class = {rows[0]['c4']}").column("op").to_pylist()
+    assert mul == "ewmul"
+    outcome = compare(graph, decode(eg, _newest(eg)), rtol=1e-6, atol=1e-6)
+    assert outcome.ok, outcome.report()

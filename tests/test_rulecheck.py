@@ -87,6 +87,16 @@ def test_guards_are_respected() -> None:
     assert _one(text + "where ungrouped(?x, ?w1)\nwhere ungrouped(?x, ?w2)\n").ok
 
 
+def test_a_weights_condition_holds_on_drawn_values() -> None:
+    """The checker draws every variable's value: ``weights(?x)`` holds there (a rule guarded by
+    it, the batch-norm fold, is checked, not left untested), and a wrong rule is still caught."""
+    fold = load_rules()["conv-batchnorm-fold"]
+    assert fold.guards and check_rule(fold).ok
+    assert _one("# name: w\n(relu (relu ?x)) => (relu ?x)\nwhere weights(?x)\n").ok
+    bad = "# name: w\n(tanh (relu ?x)) => (relu ?x)\nwhere weights(?x)\n"
+    assert _one(bad).status == "numeric-mismatch"
+
+
 def test_evaluate_names_each_outcome() -> None:
     (rule,) = parse_rules("# name: r\n(matmul 0 ?a ?b) => (relu ?b)\n")
     assert evaluate(rule, {"a": (2, 3), "b": (3, 4)}).kind == "type-mismatch"

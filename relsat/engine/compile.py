@@ -53,8 +53,9 @@ __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "
 MAX_VARS = 12
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
-#: Tensor children of a node created or matched by a rule (enode columns c0…c3).
-MAX_RULE_CHILDREN = 4
+#: Tensor children of a node created or matched by a rule (enode columns c0…c7; pattern columns
+#: x0…x7, template columns k0…k7 and r0…r7: a batchnorm has five).
+MAX_RULE_CHILDREN = 8
 #: Sub-patterns of one left-hand-side node, at any of its child positions (attention's q, kt and
 #: v: three).
 MAX_SUBPATTERNS = 3
@@ -596,7 +597,8 @@ def _add_pattern(
         for pos, a in enumerate(tensors)
         if isinstance(a, Pattern)
     ]
-    xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors] + [-1] * 4
+    xs = [slots[a.name] if isinstance(a, Var) else -1 for a in tensors]
+    xs += [-1] * (MAX_RULE_CHILDREN - len(xs))
     heights = [rows[pid]["height"] for _, pid in subs]
     # The deep sub-pattern (the first of height h - 1: the search finds a node of height h from
     # it) and the others, as (position, pattern node), (-1, -1) for none.
@@ -631,6 +633,7 @@ def _add_pattern(
         "multi": rule.is_multi,
         "x2": xs[2],
         "x3": xs[3],
+        **{f"x{i}": xs[i] for i in range(4, MAX_RULE_CHILDREN)},
         "dpid": dpid,
         "dpos": dpos,
         "spid": spid,
@@ -707,6 +710,7 @@ def _add_template(
         "r2": refs[2],
         "k3": kinds[3],
         "r3": refs[3],
+        **{f"{c}{i}": v[i] for i in range(4, MAX_RULE_CHILDREN) for c, v in (("k", kinds), ("r", refs))},
         # the first template child of height h - 1 (instantiation builds a node of height h
         # after it), or -1
         "dref": next(
@@ -809,6 +813,7 @@ _PNODE = pa.schema(
         ("comm", pa.bool_()),
         ("ls", pa.string()),
         ("ys", pa.int32()),
+        *[(f"x{i}", pa.int32()) for i in range(4, MAX_RULE_CHILDREN)],
     ]
 )
 _TNODE = pa.schema(
@@ -834,6 +839,7 @@ _TNODE = pa.schema(
         ("dref", pa.int32()),
         ("s", pa.string()),
         ("qs", pa.int32()),
+        *[(f"{c}{i}", pa.int32()) for i in range(4, MAX_RULE_CHILDREN) for c in "kr"],
     ]
 )
 _GUARD = pa.schema(

@@ -43,12 +43,13 @@ _NEWNODE = pa.schema(
         ("c2", pa.int64()),
         ("c3", pa.int64()),
         ("s", pa.string()),
+        *[(f"c{j}", pa.int64()) for j in range(4, 8)],
     ]
 )
 
-#: Children a rule-built e-node can have (the child analyses ``a_…``, ``b_…``, ``c_…``, ``d_…`` of
-#: sql/apply/fresh.sql).
-_SIDES = "abcd"
+#: Children a rule-built e-node can have (the child analyses ``a_…``, ``b_…``, … ``h_…`` of
+#: sql/apply/fresh.sql; relsat.engine.compile.MAX_RULE_CHILDREN).
+_SIDES = "abcdefgh"
 
 
 def infer_enode(

@@ -233,6 +233,16 @@ def evaluate(
     return replace(inst, values=values) if values else inst
 
 
+def _drawn_constants(term: object) -> object:
+    """A condition as the checker reads it: every variable's value is drawn, a constant, so
+    ``weights(?x)`` holds (the sides must agree on any value, a weight's or not)."""
+    if not isinstance(term, Expr):
+        return term
+    if term.op == "weights":
+        return True
+    return Expr(term.op, tuple(_drawn_constants(a) for a in term.args))
+
+
 def _evaluate(
     rule: Rule,
     shapes: dict[str, tuple[int, ...]],
@@ -247,7 +257,9 @@ def _evaluate(
     if failed:
         return Instance(shapes, "guards-fail", f"{failed[0]} does not hold")
     bounds = inputs.bounds(conds, values, shapes)
-    false = [c for c in conds if value_of(c, values, shapes, bounds) is not True]
+    false = [
+        c for c in conds if value_of(_drawn_constants(c), values, shapes, bounds) is not True
+    ]
     if false:
         return Instance(shapes, "guards-fail", f"{false[0]} does not hold")
     try:

@@ -16,7 +16,8 @@ INSERT INTO eclass
       AND n.class >= (SELECT min(class) FROM cand WHERE fresh);
 INSERT INTO enode
     SELECT (SELECT coalesce(max(id), -1) FROM enode) + row_number() OVER (ORDER BY n.class), n.op, n.p0, n.p1, n.p2, n.p3,
-           n.p4, n.p5, n.s, n.arity, n.c0, n.c1, n.c2, n.c3, -1, -1, -1, -1, n.class, $epoch, $epoch,
+           n.p4, n.p5, n.s, n.arity, n.c0, n.c1, n.c2, n.c3, n.c4, n.c5, n.c6, n.c7, n.class, $epoch,
+           $epoch,
            r.name, false
     FROM newnode n JOIN rule_info r ON r.rule = n.rule
     WHERE n.class IN (SELECT class FROM used) AND n.op <> 'same'

@@ -17,13 +17,15 @@ WITH RECURSIVE base AS MATERIALIZED (
     SELECT greatest((SELECT coalesce(max(id), -1) FROM eclass),
                     (SELECT coalesce(max(id), -1) FROM uf),
                     (SELECT coalesce(max(class), -1) FROM newnode)) AS top
-), lvl(mid, tid, height, op, p0, p1, p2, p3, p4, p5, arity, c0, c1, class, fresh, c2, c3, s)
+), lvl(mid, tid, height, op, p0, p1, p2, p3, p4, p5, arity, c0, c1, class, fresh, c2, c3, s,
+    c4, c5, c6, c7)
 USING KEY (mid, tid) AS (
     SELECT mid, tid, height, op, p0, coalesce(p1, -1), p2, p3, p4, p5, arity, c0, c1,
            coalesce(existing, (SELECT top FROM base)
                     + dense_rank() OVER (PARTITION BY existing IS NULL
-                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3, s)),
-           existing IS NULL, c2, c3, s
+                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3, c4, c5,
+                                                  c6, c7, s)),
+           existing IS NULL, c2, c3, s, c4, c5, c6, c7
     FROM (
         SELECT c.*, e.class AS existing
         FROM (
@@ -40,6 +42,10 @@ USING KEY (mid, tid) AS (
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] ELSE -1 END AS c2,
                    CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] ELSE -1 END AS c3,
+                   CASE t.k4 WHEN 1 THEN m.v[t.r4 + 1] ELSE -1 END AS c4,
+                   CASE t.k5 WHEN 1 THEN m.v[t.r5 + 1] ELSE -1 END AS c5,
+                   CASE t.k6 WHEN 1 THEN m.v[t.r6 + 1] ELSE -1 END AS c6,
+                   CASE t.k7 WHEN 1 THEN m.v[t.r7 + 1] ELSE -1 END AS c7,
                    CASE WHEN t.qs >= 12 THEN m.sv[t.qs - 11] WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
             FROM match m
             JOIN tnode t ON t.rule = m.rule AND t.height = 0
@@ -51,14 +57,16 @@ USING KEY (mid, tid) AS (
           ON e.op = c.op AND e.p0 = c.p0 AND e.p1 = c.p1 AND e.p2 = c.p2 AND e.p3 = c.p3
          AND e.p4 = c.p4 AND e.p5 = c.p5 AND e.s = c.s AND e.arity = c.arity
          AND e.c0 = c.c0 AND e.c1 = c.c1 AND e.c2 = c.c2 AND e.c3 = c.c3
+         AND e.c4 = c.c4 AND e.c5 = c.c5 AND e.c6 = c.c6 AND e.c7 = c.c7
     )
     UNION
     SELECT mid, tid, height, op, p0, coalesce(p1, -1), p2, p3, p4, p5, arity, c0, c1,
            coalesce(existing, greatest((SELECT top FROM base),
                                        (SELECT max(class) FROM recurring.lvl))
                     + dense_rank() OVER (PARTITION BY existing IS NULL
-                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3, s)),
-           existing IS NULL, c2, c3, s
+                                         ORDER BY op, p0, p1, p2, p3, p4, p5, arity, c0, c1, c2, c3, c4, c5,
+                                                  c6, c7, s)),
+           existing IS NULL, c2, c3, s, c4, c5, c6, c7
     FROM (
         SELECT c.*, e.class AS existing
         FROM (
@@ -75,6 +83,10 @@ USING KEY (mid, tid) AS (
                    CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] WHEN 2 THEN i1.class ELSE -1 END AS c1,
                    CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] WHEN 2 THEN i2.class ELSE -1 END AS c2,
                    CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] WHEN 2 THEN i3.class ELSE -1 END AS c3,
+                   CASE t.k4 WHEN 1 THEN m.v[t.r4 + 1] WHEN 2 THEN i4.class ELSE -1 END AS c4,
+                   CASE t.k5 WHEN 1 THEN m.v[t.r5 + 1] WHEN 2 THEN i5.class ELSE -1 END AS c5,
+                   CASE t.k6 WHEN 1 THEN m.v[t.r6 + 1] WHEN 2 THEN i6.class ELSE -1 END AS c6,
+                   CASE t.k7 WHEN 1 THEN m.v[t.r7 + 1] WHEN 2 THEN i7.class ELSE -1 END AS c7,
                    CASE WHEN t.qs >= 12 THEN m.sv[t.qs - 11] WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
             FROM lvl w
             JOIN tnode t ON t.dref = w.tid
@@ -83,6 +95,10 @@ USING KEY (mid, tid) AS (
             LEFT JOIN recurring.lvl i1 ON i1.mid = m.mid AND i1.tid = t.r1 AND t.k1 = 2
             LEFT JOIN recurring.lvl i2 ON i2.mid = m.mid AND i2.tid = t.r2 AND t.k2 = 2
             LEFT JOIN recurring.lvl i3 ON i3.mid = m.mid AND i3.tid = t.r3 AND t.k3 = 2
+            LEFT JOIN recurring.lvl i4 ON i4.mid = m.mid AND i4.tid = t.r4 AND t.k4 = 2
+            LEFT JOIN recurring.lvl i5 ON i5.mid = m.mid AND i5.tid = t.r5 AND t.k5 = 2
+            LEFT JOIN recurring.lvl i6 ON i6.mid = m.mid AND i6.tid = t.r6 AND t.k6 = 2
+            LEFT JOIN recurring.lvl i7 ON i7.mid = m.mid AND i7.tid = t.r7 AND t.k7 = 2
             LEFT JOIN strs sv ON t.qs BETWEEN 0 AND 11 AND sv.h = m.v[t.qs + 1]
             LEFT JOIN eclass vc ON vc.id = m.v[t.cut_slot + 1] AND t.op = 'split'
         ) c
@@ -90,6 +106,7 @@ USING KEY (mid, tid) AS (
           ON e.op = c.op AND e.p0 = c.p0 AND e.p1 = c.p1 AND e.p2 = c.p2 AND e.p3 = c.p3
          AND e.p4 = c.p4 AND e.p5 = c.p5 AND e.s = c.s AND e.arity = c.arity
          AND e.c0 = c.c0 AND e.c1 = c.c1 AND e.c2 = c.c2 AND e.c3 = c.c3
+         AND e.c4 = c.c4 AND e.c5 = c.c5 AND e.c6 = c.c6 AND e.c7 = c.c7
     )
 )
 SELECT * FROM lvl

@@ -14,8 +14,8 @@ CREATE TABLE IF NOT EXISTS rule_info (
 );
 
 -- Left-hand-side pattern nodes. A node matches an e-node with the same op, literals and arity;
--- child position j binds variable slot x_j, or must be in a class matched by one of the node's
--- sub-patterns (at most three, at any positions: dpid, spid, tpid).
+-- child position j (0 to 7) binds variable slot x_j, or must be in a class matched by one of the
+-- node's sub-patterns (at most three, at any positions: dpid, spid, tpid).
 CREATE TABLE IF NOT EXISTS pnode (
     rule INTEGER NOT NULL, pid INTEGER NOT NULL, lhs INTEGER NOT NULL, is_root BOOLEAN NOT NULL,
     height INTEGER NOT NULL,   -- 0: all children are variables
@@ -26,6 +26,9 @@ CREATE TABLE IF NOT EXISTS pnode (
     multi BOOLEAN NOT NULL,
     x2 INTEGER NOT NULL,       -- variable slot at child 2 (fused bias ops), or -1
     x3 INTEGER NOT NULL,       -- variable slot at child 3 (attention's bias), or -1
+    -- variable slots at children 4 to 7 (a batchnorm's mean and variance), or -1
+    x4 INTEGER NOT NULL DEFAULT -1, x5 INTEGER NOT NULL DEFAULT -1,
+    x6 INTEGER NOT NULL DEFAULT -1, x7 INTEGER NOT NULL DEFAULT -1,
     -- the deep sub-pattern (the first of height - 1, from whose matches the search finds this
     -- node's) and up to two others, each as pattern node and child position, or -1
     dpid INTEGER NOT NULL, dpos INTEGER NOT NULL, spid INTEGER NOT NULL, spos INTEGER NOT NULL,
@@ -44,7 +47,8 @@ CREATE TABLE IF NOT EXISTS pnode (
     since INTEGER, banned_until INTEGER NOT NULL DEFAULT 0
 );
 
--- Right-hand-side templates: child j is a variable slot (k_j = 1) or another template (k_j = 2).
+-- Right-hand-side templates: child j (0 to 7) is a variable slot (k_j = 1) or another template
+-- (k_j = 2).
 CREATE TABLE IF NOT EXISTS tnode (
     rule INTEGER NOT NULL, tid INTEGER NOT NULL, height INTEGER NOT NULL, op VARCHAR NOT NULL,
     p0 INTEGER NOT NULL, p1 INTEGER NOT NULL, p2 INTEGER NOT NULL, p3 INTEGER NOT NULL,
@@ -58,6 +62,11 @@ CREATE TABLE IF NOT EXISTS tnode (
     q4 INTEGER NOT NULL, q5 INTEGER NOT NULL,
     k2 INTEGER NOT NULL, r2 INTEGER NOT NULL,         -- child 2, as k0/r0 (0: none)
     k3 INTEGER NOT NULL, r3 INTEGER NOT NULL,         -- child 3 (attention's bias)
+    -- children 4 to 7 (a batchnorm's mean and variance)
+    k4 INTEGER NOT NULL DEFAULT 0, r4 INTEGER NOT NULL DEFAULT -1,
+    k5 INTEGER NOT NULL DEFAULT 0, r5 INTEGER NOT NULL DEFAULT -1,
+    k6 INTEGER NOT NULL DEFAULT 0, r6 INTEGER NOT NULL DEFAULT -1,
+    k7 INTEGER NOT NULL DEFAULT 0, r7 INTEGER NOT NULL DEFAULT -1,
     dref INTEGER NOT NULL,     -- the first template child of height - 1, or -1 (height 0)
     -- the list parameter: the literal s, or from slot qs of the match (a variable's key, read
     -- back through `strs`; a computed list's text, `match.sv`), or -1

@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS cand (
     fresh BOOLEAN NOT NULL,    -- the node does not exist yet
     c2 BIGINT NOT NULL,        -- third child (fused bias ops), else -1
     c3 BIGINT NOT NULL,        -- fourth child (attention's bias), else -1
-    s VARCHAR NOT NULL DEFAULT ''  -- the list parameter of a shape operator ("0_2_1_3"), else ''
+    s VARCHAR NOT NULL DEFAULT '', -- the list parameter of a shape operator ("0_2_1_3"), else ''
+    c4 BIGINT NOT NULL, c5 BIGINT NOT NULL,  -- children 4 to 7 (a batchnorm's), else -1
+    c6 BIGINT NOT NULL, c7 BIGINT NOT NULL
 );
 
 -- Distinct new e-nodes of the phase, with the analysis of their (new) class.
@@ -43,7 +45,9 @@ CREATE TABLE IF NOT EXISTS newnode (
     rule INTEGER NOT NULL,     -- the first rule (lowest match id) that built it
     c2 BIGINT NOT NULL,        -- third child, else -1
     c3 BIGINT NOT NULL,        -- fourth child, else -1
-    s VARCHAR NOT NULL DEFAULT ''  -- the list parameter, else ''
+    s VARCHAR NOT NULL DEFAULT '', -- the list parameter, else ''
+    c4 BIGINT NOT NULL, c5 BIGINT NOT NULL,  -- children 4 to 7, else -1
+    c6 BIGINT NOT NULL, c7 BIGINT NOT NULL
 );
 
 -- The new classes that the accepted matches use (inserted into the e-graph).

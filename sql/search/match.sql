@@ -23,34 +23,46 @@ INSERT INTO sub
 WITH RECURSIVE cand AS MATERIALIZED (
     SELECT p.pid, p.jslot, e.class AS root, e.stamp >= coalesce(p.since, $since) AS fresh,
            CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o0,
            CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o1,
            CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o2,
            CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o3,
            CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o4,
            CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o5,
            CASE 6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o6,
            CASE 7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o7,
            CASE 8 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o8,
            CASE 9 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o9,
            CASE 10 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o10,
            CASE 11 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
+                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
                 WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o11,
            -- the deep sub-pattern (height h - 1; -1 at height 0) and the other one (or -1), with
            -- the classes they must match
-           p.dpid, p.spid, p.tpid, CASE p.dpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 ELSE e.c3 END AS droot,
-           CASE p.spos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 ELSE e.c3 END AS sroot,
-           CASE p.tpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 ELSE e.c3 END AS troot,
+           p.dpid, p.spid, p.tpid, CASE p.dpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4 WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 ELSE e.c7 END AS droot,
+           CASE p.spos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4 WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 ELSE e.c7 END AS sroot,
+           CASE p.tpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4 WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 ELSE e.c7 END AS troot,
            p.is_root, p.is_root AND NOT p.multi AS lone
     FROM pnode p
     JOIN enode_either e
@@ -60,11 +72,14 @@ WITH RECURSIVE cand AS MATERIALIZED (
      AND (p.ys >= 0 OR p.ls IS NULL OR e.s = p.ls)
     WHERE p.multi = $multi AND p.banned_until <= $iteration
       AND NOT e.filtered AND e.born < $until
-      AND (p.x0 <> p.x1 OR e.c0 = e.c1 OR (p.height > 0 AND p.x0 < 0))
-      AND (p.height > 0 OR (
-               (p.x2 < 0 OR ((p.x2 <> p.x0 OR e.c2 = e.c0) AND (p.x2 <> p.x1 OR e.c2 = e.c1)))
-           AND (p.x3 < 0 OR ((p.x3 <> p.x0 OR e.c3 = e.c0) AND (p.x3 <> p.x1 OR e.c3 = e.c1)
-                             AND (p.x3 <> p.x2 OR e.c3 = e.c2)))))
+      -- a slot at two children: child j is the class of the first child bound to its slot
+      AND (p.x1 < 0 OR e.c1 = CASE p.x1 WHEN p.x0 THEN e.c0 ELSE e.c1 END)
+      AND (p.x2 < 0 OR e.c2 = CASE p.x2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 ELSE e.c2 END)
+      AND (p.x3 < 0 OR e.c3 = CASE p.x3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 ELSE e.c3 END)
+      AND (p.x4 < 0 OR e.c4 = CASE p.x4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 ELSE e.c4 END)
+      AND (p.x5 < 0 OR e.c5 = CASE p.x5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 ELSE e.c5 END)
+      AND (p.x6 < 0 OR e.c6 = CASE p.x6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 ELSE e.c6 END)
+      AND (p.x7 < 0 OR e.c7 = CASE p.x7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 ELSE e.c7 END)
 ), needed AS MATERIALIZED (
     SELECT dpid AS pid, droot AS root FROM cand WHERE dpid >= 0
     UNION
