@@ -61,6 +61,12 @@ DEEP = parse_rules(
 
 # name: third-position
 (conv2d_bias ?a:int ?b:int ?c:int ?d:int ?x ?w (relu ?bias)) => (conv2d_bias ?a ?b ?c ?d ?x ?w ?bias)
+
+# name: fifth-position
+(batchnorm ?e:float ?x ?g ?b ?m (relu ?v)) => (batchnorm ?e ?x ?g ?b ?m ?v)
+
+# name: a-repeat-at-four-and-five
+(batchnorm ?e:float ?x ?g ?b ?m ?m) => (batchnorm ?e ?x ?g ?b ?m ?m)
 """
 )
 
@@ -82,6 +88,10 @@ def _deep_graph() -> EGraph:
     w = b.weight([4, 4, 3, 3], name="w")
     bias = b.weight([1, 4, 1, 1], name="bias")
     outs.append(b.conv2d_bias(x, w, b.relu(bias), (1, 1), "SAME", "NONE"))
+    g, beta, m, var = (b.weight([4], name=n) for n in ("g", "beta", "mean", "var"))
+    outs.append(b.batchnorm(x, g, beta, m, b.relu(var)))  # a sub-pattern at child 4
+    outs.append(b.batchnorm(x, g, beta, var, var))  # one class at children 3 and 4
+    outs.append(b.batchnorm(x, g, beta, m, var))  # a near miss of both
     return EGraph.from_graph(b.build(outs))
 
 
@@ -104,6 +114,8 @@ def test_subpatterns_at_any_position_match_as_the_per_rule_sql(
     assert engine == oracle
     assert sorted(name for name, _, _ in engine) == [
         "a-repeat-across-subpatterns",
+        "a-repeat-at-four-and-five",
+        "fifth-position",
         "third-position",
         "three-subpatterns",
     ]

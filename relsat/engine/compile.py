@@ -710,7 +710,8 @@ def _add_template(
         "r2": refs[2],
         "k3": kinds[3],
         "r3": refs[3],
-        **{f"{c}{i}": v[i] for i in range(4, MAX_RULE_CHILDREN) for c, v in (("k", kinds), ("r", refs))},
+        **{f"k{i}": kinds[i] for i in range(4, MAX_RULE_CHILDREN)},
+        **{f"r{i}": refs[i] for i in range(4, MAX_RULE_CHILDREN)},
         # the first template child of height h - 1 (instantiation builds a node of height h
         # after it), or -1
         "dref": next(

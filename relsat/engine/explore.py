@@ -360,11 +360,18 @@ def backoff_for(scheduler: object) -> Backoff | None:
 
 
 def find_matches(egraph: EGraph, rules: Iterable[Rule], *, multi: bool) -> pa.Table:
-    """Every match of ``rules`` (the multi-pattern or the single-pattern ones) in ``egraph``, as
-    the engine finds them: ``(rule name, root0, root1, v)``. Changes nothing but work tables."""
-    runner = Phases(egraph, program_for(rules), k_multi=0)
+    """Every match of ``rules`` (the multi-pattern or the single-pattern ones) in ``egraph``
+    whose ``where`` conditions hold, as the engine finds them: ``(rule name, root0, root1, v)``
+    (named guards on shapes are not applied). Changes nothing but work tables (and the facts of
+    values a condition reads, brought up to date)."""
+    program = program_for(rules)
+    runner = Phases(egraph, program, k_multi=0)
     runner.search(multi=multi, since=0)
+    if program.cond_sql is not None:
+        if program.value_rules:
+            runner.refresh_facts()
+        egraph.db.execute(program.cond_sql)
     return egraph.db.arrow(
         "SELECT r.name AS rule, m.root0, m.root1, m.v FROM match m "
-        "JOIN rule_info r ON r.rule = m.rule ORDER BY m.mid"
+        "JOIN rule_info r ON r.rule = m.rule WHERE m.ok ORDER BY m.mid"
     )
