@@ -594,9 +594,10 @@ def _conv_batchnorm(*, bias: bool = False, same_stats: bool = False, live_mean: 
     w = b.weight([4, 3, 3, 3], name="w")
     y = b.conv2d_bias(x, w, b.weight([1, 4, 1, 1], name="c")) if bias else b.conv2d(x, w)
     g, beta, v = (b.weight([4], name=n) for n in ("g", "beta", "v"))
-    m = v if same_stats else b.weight([4], name="m")
     if live_mean:
         m = b.relu(b.input([4], name="m"))
+    else:
+        m = v if same_stats else b.weight([4], name="m")
     return b.build(b.batchnorm(y, g, beta, m, v, epsilon=1e-3))
 
 
