@@ -66,7 +66,9 @@ def price_egraph(
     cache: bool = True,
     size: Callable[[int], int] | None = None,
 ) -> pa.Table:
-    """Price every e-node with ``model``; writes and returns ``enode_cost(enode, ms)``.
+    """Price every e-node with ``model``; writes ``enode_cost(enode, ms)`` and returns its rows
+    with each e-node's ``unit``: which priced signature it is (one number per distinct key the
+    model prices, :meth:`~relsat.cost.model.CostModel.canonical`: equal units, one price).
 
     ``size`` maps the dims of every signature before it is priced (:func:`resize_signature`):
     an e-graph of a model with symbolic dims holds markers, priced at the pricing shape.
@@ -88,19 +90,28 @@ def price_egraph(
         sigs = [resize_signature(s, size) for s in sigs]
     # distinct signatures may become equal here (flags the model ignores): priced once below
     sigs = [model.canonical(s) for s in sigs]
-    sig_ms = _price_signatures(egraph, model, sigs, table, cache)
-    ms = sig_ms[rows["sig"].to_numpy()]
+    units = {s: i for i, s in enumerate(dict.fromkeys(sigs))}  # one per distinct priced key
+    sig_unit = np.array([units[s] for s in sigs], dtype=np.int64)
+    sig_of = rows["sig"].to_numpy()
     free = pricing.free(
         rows["op"].to_numpy(zero_copy_only=False),
         rows["all_weights"].to_numpy(zero_copy_only=False),
     )
-    ms = np.where(free, 0.0, ms)
+    # Only signatures some e-node pays for are priced: weight-only work the policies make free
+    # (a batch-norm fold's scaled weight and bias) is never timed.
+    paid = np.zeros(len(sigs), dtype=bool)
+    paid[sig_of[~free]] = True
+    sig_ms = np.zeros(len(sigs), dtype=np.float64)
+    wanted = np.flatnonzero(paid)
+    if wanted.size:
+        sig_ms[wanted] = _price_signatures(egraph, model, [sigs[i] for i in wanted], table, cache)
+    ms = np.where(free, 0.0, sig_ms[sig_of])
     result = pa.table({"enode": rows["enode"], "ms": pa.array(ms, pa.float64())})
     result = result.cast(ENODE_COST_SCHEMA)
     with egraph.db.transaction():
         egraph.db.run("cost/clear_enode_cost")
         egraph.db.insert_arrow("enode_cost", result)
-    return result
+    return result.append_column("unit", pa.array(sig_unit[sig_of], pa.int64()))
 
 
 def resize_signature(sig: OpSignature, size: Callable[[int], int]) -> OpSignature:

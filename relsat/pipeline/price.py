@@ -38,7 +38,7 @@ def price(run: Run) -> Run:
     o, egraph = run.options, run.egraph
     assert egraph is not None, "price runs after explore"
     model = cost_model(o, onnx=run.source is not None)
-    price_egraph(
+    priced_rows = price_egraph(
         egraph,
         model,
         concat=o.concat,  # type: ignore[arg-type]
@@ -62,7 +62,15 @@ def price(run: Run) -> Run:
     born0 = np.asarray(born == 0)
     tie = np.where(born0, TIE_BREAK_MS, TIE_BREAK_MS + TIE_BREAK_NEW_MS)
     # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise.
-    margin = np.where(born0, 1.0, 1.0 + model.rewrite_margin)
+    # Not a new e-node priced as a unit the input graph already runs (a conv with the batchnorm
+    # or the activation after it folded in is the same conv kernel, one measurement): its price
+    # is one the input's cost already holds, so it brings no noise of its own.
+    unit_of = dict(
+        zip(priced_rows["enode"].to_pylist(), priced_rows["unit"].to_pylist(), strict=True)
+    )
+    unit = np.array([unit_of[int(i)] for i in enode_ids], dtype=np.int64)
+    known = np.isin(unit, unit[born0])
+    margin = np.where(born0 | known, 1.0, 1.0 + model.rewrite_margin)
     tied = replace(problem, node_cost=problem.node_cost * margin + tie)
     priced = Priced(problem, tied, enode_ids, class_ids, born0)
     return replace(run, cost_model=model, priced=priced)
