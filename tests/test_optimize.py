@@ -214,3 +214,32 @@ def test_same_inputs_same_output() -> None:
     graph = models.load("squeezenet")
     first, second = optimize(graph), optimize(graph)
     assert to_json(first.graph) == to_json(second.graph)
+
+
+def test_a_unit_folded_into_the_operators_after_it_pays_no_rewrite_margin() -> None:
+    """conv -> batchnorm -> relu, as the input graph (classes 1, 2, 3 over an input, class 0);
+    the rules add the conv with the batchnorm folded in (class 2) and with the ReLU too (class
+    3), both priced as the conv's unit, and a merged conv of another unit (class 4): the two
+    folds are the conv kernel the input already runs (no margin), the merge is a new price."""
+    import numpy as np
+
+    from relsat.extract import Problem
+    from relsat.pipeline.price import refolded
+
+    # nodes: input, conv, batchnorm, relu | conv+bn, conv+bn+relu, merged conv
+    node_class = [0, 1, 2, 3, 2, 3, 4]
+    children = [[], [0], [1], [2], [0], [0], [0]]
+    unit = np.array([0, 1, 2, 3, 1, 1, 5])
+    born0 = np.array([True, True, True, True, False, False, False])
+    ptr = np.cumsum([0, *map(len, children)])
+    problem = Problem(
+        node_class=np.array(node_class),
+        node_cost=np.ones(7),
+        child_ptr=ptr,
+        child_idx=np.array([c for kids in children for c in kids]),
+        roots=np.array([3]),
+    )
+    assert refolded(problem, unit, born0).tolist() == [False] * 4 + [True, True, False]
+    # without the batchnorm's fold, the ReLU's replaces a batchnorm: a new price
+    unit[4] = 6
+    assert refolded(problem, unit, born0).tolist() == [False] * 7

@@ -18,11 +18,12 @@ import numpy as np
 from relsat.cost import DEVICES, AnalyticModel, CostModel, CostTable, TableModel, price_egraph
 from relsat.engine.egraph import EGraph
 from relsat.engine.problem import egraph_problem
+from relsat.extract import Problem
 from relsat.onnx.exportable import exportable_only
 from relsat.pipeline.options import Options
 from relsat.pipeline.run import Priced, Run
 
-__all__ = ["TIE_BREAK_MS", "TIE_BREAK_NEW_MS", "cost_model", "price", "shipped_costs"]
+__all__ = ["TIE_BREAK_MS", "TIE_BREAK_NEW_MS", "cost_model", "price", "refolded", "shipped_costs"]
 
 #: Added to every e-node's cost during extraction only, so that among equally cheap graphs the
 #: one with the fewest operators wins; reported costs never include it.
@@ -61,19 +62,49 @@ def price(run: Run) -> Run:
     # Ties between equal-cost alternatives go to the input graph's e-nodes, then to fewer e-nodes.
     born0 = np.asarray(born == 0)
     tie = np.where(born0, TIE_BREAK_MS, TIE_BREAK_MS + TIE_BREAK_NEW_MS)
-    # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise.
-    # Not a new e-node priced as a unit the input graph already runs (a conv with the batchnorm
-    # or the activation after it folded in is the same conv kernel, one measurement): its price
-    # is one the input's cost already holds, so it brings no noise of its own.
+    # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise
+    # (not those that fold a unit into the operators after it: see refolded).
     unit_of = dict(
         zip(priced_rows["enode"].to_pylist(), priced_rows["unit"].to_pylist(), strict=True)
     )
     unit = np.array([unit_of[int(i)] for i in enode_ids], dtype=np.int64)
-    known = np.isin(unit, unit[born0])
-    margin = np.where(born0 | known, 1.0, 1.0 + model.rewrite_margin)
+    margin = np.where(born0 | refolded(problem, unit, born0), 1.0, 1.0 + model.rewrite_margin)
     tied = replace(problem, node_cost=problem.node_cost * margin + tie)
     priced = Priced(problem, tied, enode_ids, class_ids, born0)
     return replace(run, cost_model=model, priced=priced)
+
+
+def refolded(problem: Problem, unit: np.ndarray, born0: np.ndarray) -> np.ndarray:
+    """Per node: a new e-node priced as the same unit (one measured key, ``unit``) as an e-node
+    it takes the place of: an input e-node of its class, or of a class an input e-node of its
+    class reads, where that e-node may itself be a new one refolded (a conv, the batchnorm and
+    the ReLU after it: one conv kernel, bias and activation in its epilogue). Its price is
+    then one the input's cost already holds: it brings no noise of its own, and folding the
+    operators after it saves exactly their prices."""
+    n = len(unit)
+    parent = np.repeat(np.arange(n), np.diff(problem.child_ptr))
+    reads: dict[int, set[int]] = {}  # class -> classes its input e-nodes read
+    read = born0[parent]
+    for p, child in zip(parent[read].tolist(), problem.child_idx[read].tolist(), strict=True):
+        reads.setdefault(int(problem.node_class[p]), set()).add(child)
+    units: dict[int, set[int]] = {}  # class -> units of its input and refolded e-nodes
+    for i in np.flatnonzero(born0).tolist():
+        units.setdefault(int(problem.node_class[i]), set()).add(int(unit[i]))
+    found = np.zeros(n, dtype=bool)
+    todo = np.flatnonzero(~born0).tolist()
+    while todo:  # a fixpoint: each round refolds at least one more e-node, or ends
+        later = []
+        for i in todo:
+            c, u = int(problem.node_class[i]), int(unit[i])
+            if u in units.get(c, ()) or any(u in units.get(d, ()) for d in reads.get(c, ())):
+                found[i] = True
+                units.setdefault(c, set()).add(u)
+            else:
+                later.append(i)
+        if len(later) == len(todo):
+            break
+        todo = later
+    return found
 
 
 def cost_model(options: Options, *, onnx: bool) -> CostModel:
