@@ -349,8 +349,8 @@ def bn_nodes(x: str, out: str, prefix: str) -> tuple[onnx.NodeProto, list[onnx.T
 
 
 def test_batchnorm_is_imported_as_batchnorm() -> None:
-    """One op per node: the fold into the conv is a rule (rules/extra/batchnorm-fold.rules, off
-    until the engine matches a node of five children; onnxruntime folds it when it loads)."""
+    """One op per node: the fold into the conv is a rule (rules/bias.rules,
+    conv-batchnorm-fold), applied when optimized (below)."""
     bn1, p1 = bn_nodes("c1", "n1", "a")
     bn2, p2 = bn_nodes("c2", "n2", "b")
     nodes = [
@@ -367,6 +367,41 @@ def test_batchnorm_is_imported_as_batchnorm() -> None:
     assert graph.op_counts()["conv2d_bias"] == 1 and graph.op_counts()["conv2d"] == 1
     eps = {n.params["epsilon"] for n in graph.nodes if n.op == "batchnorm"}
     assert eps == {float(np.float32(1e-3))}  # a float parameter, as rules bind it
+
+
+def test_a_batchnorm_after_a_conv_folds_when_optimized() -> None:
+    """conv -> batchnorm -> relu is one conv2d_bias with its ReLU once optimized (the scaled
+    weight and bias are weight-only: initializers in the ONNX written); a batchnorm after a conv
+    that is also a graph output stays (folding would compute the conv twice)."""
+    bn1, p1 = bn_nodes("c1", "n1", "a")
+    bn2, p2 = bn_nodes("c2", "n2", "b")
+    nodes = [
+        node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        bn1,
+        node("Relu", ["n1"], ["r"]),
+        node("Conv", ["r", "w2"], ["c2"]),
+        bn2,  # c2 is also a graph output
+    ]
+    inits = [init("w1", 4, 2, 3, 3), init("b1", 4), init("w2", 4, 4, 1, 1), *p1, *p2]
+    model = make(nodes, {"x": [1, 2, 8, 8]}, {"n2": [1, 4, 8, 8], "c2": [1, 4, 8, 8]}, inits)
+    # weight-only work priced free, as onnxruntime runs what the exporter writes (the ort-cpu
+    # model's default; the analytic one charges it, TENSAT's convention)
+    options = relsat.Options(cost_model="analytic-cpu", timing=None, precompute_weights=True)
+    result = relsat.optimize(check_model(model), options)
+    assert result.verified and "conv-bias-batchnorm-fold" in result.rewrites()
+    fused = result.graph
+    runtime = [n for n in fused.nodes if n.op not in ("input", "weight")]
+    kept = [n.op for n in runtime if not fused.all_weights()[n.id]]
+    assert sorted(kept) == ["batchnorm", "conv2d", "conv2d_bias"]
+    assert activations(fused)["conv2d_bias"] == ["RELU"]
+    written = to_model(fused)
+    assert sorted(n.op_type for n in written.graph.node) == [
+        "BatchNormalization",
+        "Conv",
+        "Conv",
+        "Relu",
+    ]
+    assert verify(model, written).ok
 
 
 def test_split_concat_transpose_reshape() -> None:
