@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from relsat.engine.egraph import MAX_CHILDREN
 from relsat.errors import RuleError
 from relsat.rewrite.exprs import (
     BOUNDS,
@@ -53,9 +54,9 @@ __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "
 MAX_VARS = 12
 #: Integer literals a left-hand-side node can test (enode columns p0…p3).
 MAX_LHS_INTS = 4
-#: Tensor children of a node created or matched by a rule (enode columns c0…c7; pattern columns
-#: x0…x7, template columns k0…k7 and r0…r7: a batchnorm has five).
-MAX_RULE_CHILDREN = 8
+#: Tensor children of a node created or matched by a rule: as many as an e-node has (enode
+#: columns c0…c7; pattern columns x0…x7, template columns k0…k7 and r0…r7: a batchnorm has five).
+MAX_RULE_CHILDREN = MAX_CHILDREN
 #: Sub-patterns of one left-hand-side node, at any of its child positions (attention's q, kt and
 #: v: three).
 MAX_SUBPATTERNS = 3
