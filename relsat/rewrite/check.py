@@ -257,9 +257,7 @@ def _evaluate(
     if failed:
         return Instance(shapes, "guards-fail", f"{failed[0]} does not hold")
     bounds = inputs.bounds(conds, values, shapes)
-    false = [
-        c for c in conds if value_of(_drawn_constants(c), values, shapes, bounds) is not True
-    ]
+    false = [c for c in conds if value_of(_drawn_constants(c), values, shapes, bounds) is not True]
     if false:
         return Instance(shapes, "guards-fail", f"{false[0]} does not hold")
     try:
