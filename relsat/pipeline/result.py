@@ -115,7 +115,8 @@ class Result:
     ``"not needed (unchanged)"``), ``latency`` (the timing, None when not timed), and which
     model is kept: ``kept`` (``"original"`` or ``"optimized"``) and ``why`` (``"faster"``,
     ``"slower"``, ``"too noisy to tell"``, ``"not faster"``: the timing's word,
-    :data:`relsat.onnx.latency.WORDS`; ``"no rewrite"``, ``"not timed"``, or a word with
+    :data:`relsat.onnx.latency.WORDS`; ``"no rewrite"``, ``"alike in onnxruntime"`` (it makes
+    the same graph of both: :func:`relsat.pipeline.ort.alike`), ``"not timed"``, or a word with
     ``", keep_slower"``). A Graph input keeps the optimized graph (``why``:
     ``"a Graph input"``). :meth:`save` writes the kept model.
 
