@@ -32,7 +32,6 @@ from relsat.graph.graph import Graph
 from relsat.onnx.latency import Timing
 from relsat.onnx.runtime import OrtSettings
 from relsat.pipeline.options import Options
-from relsat.pipeline.ort import ALIKE
 from relsat.pipeline.result import Result, op_counts
 from relsat.pipeline.run import Stage
 from relsat.pipeline.save import temp_beside
@@ -657,13 +656,6 @@ def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
         out.print(f"shapes: {result.shapes.note}", soft_wrap=True)
     if result.why == "no rewrite":
         out.print("no rewrite chosen: the input model is kept unchanged")
-        return
-    if result.why == ALIKE:
-        out.print(
-            "onnxruntime makes the same graph of the optimized model as of the input (the "
-            "rewrites are ones it makes itself): the input model is kept unchanged",
-            soft_wrap=True,
-        )
         return
     if result.ort_check == "passed":
         at = f" at {' | '.join(result.checked_at)}" if result.checked_at else ""

@@ -2,9 +2,9 @@
 interface, ``check`` it against the input in onnxruntime, ``time`` the two, and ``choose``
 which to keep — never a slower model.
 
-When no rewrite was chosen (:func:`unchanged`), or onnxruntime makes the same graph of both
-models (:func:`alike`: relsat's rewrites are ones it makes itself), the input is kept as it is,
-neither checked nor timed. Otherwise the optimized model is timed against the input with
+When no rewrite was chosen (:func:`unchanged`), or only rewrites onnxruntime makes itself when it
+loads the input (rules marked ``runtime``), the input is kept as it is, neither checked nor
+timed. Otherwise the optimized model is timed against the input with
 :func:`relsat.onnx.latency.compare_latency` (``Options.ort``, ``Options.timing``) and kept only
 when it is faster beyond noise, or when ``Options.keep_slower`` says so (or ``timing`` is None:
 not timed).
@@ -22,15 +22,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from relsat.graph.graph import Graph, same_computation
+from relsat.graph.graph import Graph
 from relsat.graph.specialize import specialize
 from relsat.onnx.errors import SymbolicDimError
 from relsat.pipeline.run import Run
-from relsat.pipeline.verify import VerificationError
+from relsat.pipeline.verify import VerificationError, unchanged
 
 __all__ = [
-    "ALIKE",
-    "alike",
     "at_shapes",
     "check",
     "choose",
@@ -44,8 +42,6 @@ __all__ = [
 #: The words of :data:`relsat.onnx.latency.WORDS`, worst last: with several shapes timed, the
 #: worst one's word is :attr:`relsat.Result.why`.
 RANK = ("faster", "too noisy to tell", "not faster", "slower")
-#: :attr:`relsat.Result.why` where the optimized model runs in onnxruntime as the input does.
-ALIKE = "alike in onnxruntime"
 
 
 def export(run: Run) -> Run:
@@ -58,27 +54,12 @@ def export(run: Run) -> Run:
         return replace(run, kept="original", why="no rewrite", ort_check="not needed (unchanged)")
     assert run.optimized is not None, "export runs after decode"
     model, exc = written(run, run.optimized)
-    if alike(run, model):
-        return replace(run, kept="original", why=ALIKE, ort_check="not needed (alike)")
     if exc is None:
         return replace(run, exported=model)
     assert run.shapes is not None and run.shapes.dims is not None
     why = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
     note = f"written at {run.shapes.dims.describe()} (fixed): {why}"  # said, never silent
     return replace(run, exported=model, shapes=replace(run.shapes, symbolic=False, note=note))
-
-
-def alike(run: Run, model: Any) -> bool:
-    """Whether onnxruntime makes the same graph of the optimized ``model`` as of the input
-    (:func:`relsat.onnx.alike.runs_alike`: the rewrites chosen are ones it makes itself when it
-    loads the input, such as a Conv's batch normalization and activation folded in). Asked only
-    where the two would be timed (``Options.timing`` set, ``keep_slower`` not)."""
-    o = run.options
-    if run.source is None or o.timing is None or o.keep_slower:
-        return False
-    from relsat.onnx.alike import runs_alike
-
-    return runs_alike(run.source.given, model, o.ort)
 
 
 def written(run: Run, graph: Graph) -> tuple[Any, SymbolicDimError | None]:
@@ -216,14 +197,3 @@ def rejected(run: Run, why: str) -> Run:
 
 def is_rejected(run: Run) -> bool:
     return bool(run.ort_check and run.ort_check.startswith("failed"))
-
-
-def unchanged(run: Run) -> bool:
-    """No rewrite was chosen: every chosen e-node is the input's (duplicates that hash-consing
-    merged aside) and the ``tidy`` stage changed nothing, or the graphs are the same
-    computation."""
-    from relsat.pipeline.result import rewrites
-
-    assert run.egraph is not None and run.optimized is not None
-    no_rule = not rewrites(run.egraph, run.choice) and not run.tidied
-    return no_rule or same_computation(run.graph, run.optimized)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from relsat.engine.db import Database
-from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Exploration, IterationStats, StopReason
 from relsat.extract import dag_cost
 from relsat.extract import extract as solve
@@ -22,7 +20,7 @@ from relsat.graph.serial import to_json
 from relsat.pipeline.price import enode_columns
 from relsat.pipeline.run import Run
 from relsat.pipeline.save import has_external_data, write_atomic
-from relsat.pipeline.verify import VerificationError
+from relsat.pipeline.verify import VerificationError, rewrites
 
 __all__ = ["OP_NAMES", "Result", "op_counts", "result", "rewrites"]
 
@@ -115,8 +113,7 @@ class Result:
     ``"not needed (unchanged)"``), ``latency`` (the timing, None when not timed), and which
     model is kept: ``kept`` (``"original"`` or ``"optimized"``) and ``why`` (``"faster"``,
     ``"slower"``, ``"too noisy to tell"``, ``"not faster"``: the timing's word,
-    :data:`relsat.onnx.latency.WORDS`; ``"no rewrite"``, ``"alike in onnxruntime"`` (it makes
-    the same graph of both: :func:`relsat.pipeline.ort.alike`), ``"not timed"``, or a word with
+    :data:`relsat.onnx.latency.WORDS`; ``"no rewrite"``, ``"not timed"``, or a word with
     ``", keep_slower"``). A Graph input keeps the optimized graph (``why``:
     ``"a Graph input"``). :meth:`save` writes the kept model.
 
@@ -386,13 +383,3 @@ def result(run: Run) -> Result:
     assert run.egraph is not None and run.exploration is not None
     assert run.extraction is not None and run.optimized is not None and run.cost_model is not None
     return Result(run=replace(run, on_phase=None))
-
-
-def rewrites(egraph: EGraph, choice: Mapping[int, int]) -> dict[str, int]:
-    """The rules that built the chosen e-nodes (``choice``: e-class → e-node): rule → count."""
-    ids = ",".join(str(i) for i in sorted(choice.values())) or "-1"
-    rows = egraph.db.execute(
-        f"SELECT rule, count(*) FROM enode WHERE id IN ({ids}) AND rule IS NOT NULL "
-        "GROUP BY rule ORDER BY 2 DESC, 1"
-    )
-    return {str(r[0]): int(r[1]) for r in rows}

@@ -10,16 +10,27 @@ from the input's is refused.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
+from relsat.engine.egraph import EGraph
 from relsat.errors import RelsatError
 from relsat.graph.execute import Comparison, compare
 from relsat.graph.graph import Graph, same_computation
 from relsat.graph.kernels import has_kernel
 from relsat.graph.specialize import specialize
+from relsat.pipeline.options import Options
 from relsat.pipeline.run import Run
 
-__all__ = ["CHECKS", "VerificationError", "interface_mismatch", "verify"]
+__all__ = [
+    "CHECKS",
+    "VerificationError",
+    "interface_mismatch",
+    "rewrites",
+    "runtime_rules",
+    "unchanged",
+    "verify",
+]
 
 #: What :attr:`VerificationError.check` can be: where the difference was found.
 CHECKS = ("numpy", "onnxruntime", "interface")
@@ -60,7 +71,7 @@ def verify(run: Run) -> Run:
         # NumPy would need the values that make those dims what they are at the pricing shape
         note = "skipped: dims computed from values (check in onnxruntime)"
         done = replace(run, verification=note)
-    elif run.options.verify and same_computation(graph, optimized):
+    elif run.options.verify and (same_computation(graph, optimized) or _kept_as_is(run)):
         done = replace(run, verified=True, verification="not needed (unchanged)")
     elif run.options.verify:
         left, right = graph, optimized
@@ -77,6 +88,12 @@ def verify(run: Run) -> Run:
     return done
 
 
+def _kept_as_is(run: Run) -> bool:
+    """An ONNX input whose optimized graph holds only rewrites onnxruntime makes itself: the
+    input is kept as it is (:func:`relsat.pipeline.ort.export`), nothing to verify."""
+    return run.source is not None and run.egraph is not None and unchanged(run)
+
+
 def interface_mismatch(original: Graph, optimized: Graph) -> str | None:
     """How the optimized graph's inputs (names, shapes, order) or outputs (count, shapes) differ
     from the original's, or None."""
@@ -89,3 +106,31 @@ def interface_mismatch(original: Graph, optimized: Graph) -> str | None:
     if want_out != got_out:
         return f"output shapes {want_out} became {got_out}"
     return None
+
+
+def unchanged(run: Run) -> bool:
+    """No rewrite was chosen that onnxruntime does not make itself: every chosen e-node is the
+    input's (duplicates that hash-consing merged aside) or built by a rule marked ``runtime`` (a
+    fusion onnxruntime makes when it loads the input: a Conv's bias, batch norm or activation
+    folded in), and the ``tidy`` stage changed nothing; or the graphs are the same computation."""
+    assert run.egraph is not None and run.optimized is not None
+    own = set(rewrites(run.egraph, run.choice)) - runtime_rules(run.options)
+    return (not own and not run.tidied) or same_computation(run.graph, run.optimized)
+
+
+def runtime_rules(options: Options) -> set[str]:
+    """The names of the rules marked ``runtime`` among those the run explored with."""
+    from relsat.rewrite.rulefile import load_rules
+
+    rules = load_rules() if options.rules is None else options.rules
+    return {r.name for r in rules if r.runtime}
+
+
+def rewrites(egraph: EGraph, choice: Mapping[int, int]) -> dict[str, int]:
+    """The rules that built the chosen e-nodes (``choice``: e-class → e-node): rule → count."""
+    ids = ",".join(str(i) for i in sorted(choice.values())) or "-1"
+    rows = egraph.db.execute(
+        f"SELECT rule, count(*) FROM enode WHERE id IN ({ids}) AND rule IS NOT NULL "
+        "GROUP BY rule ORDER BY 2 DESC, 1"
+    )
+    return {str(r[0]): int(r[1]) for r in rows}

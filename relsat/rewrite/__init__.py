@@ -16,14 +16,15 @@ literals are float32 constants (``(scalar 1.4142135)`` matches exactly the float
 exporters write). Several ``lhs => rhs`` lines make a multi-pattern rule, joined on shared
 ``?vars``; ``symmetric`` tries each unordered pair once when the sources are equal up to renaming;
 ``ordered`` matches Add and Mul in the operand order written (TENSAT's rules; others match either
-order); ``where`` lines are guards from a closed vocabulary (``ungrouped``, ``same-shape``,
-``same-group-width``, ``odd-kernels``) or conditions (:mod:`relsat.rewrite.exprs`) over typed
-parameter variables (``(scalar ?eps:float)``, ``(repeatkv ?n:int ?x)``; a right-hand side may
-compute with them: ``(* ?n 2)``) and facts of the bound tensors (``rank(?x)``, ``dim(?x, -1)``); a
-shape operator's list is a variable of type ``ints`` (a reshape's ``?f:ints``), read with ``len``,
-``at``, ``take``, ``append``, ``prod``, ``compose``, ``iota`` and lists of computed items (``where
-?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``: the rule checker then draws ``?f`` from the shapes,
-:mod:`relsat.rewrite.pins`). Errors cite ``file:line:col``
+order); ``runtime`` says onnxruntime makes the rewrite itself when it loads a model (a model whose
+only rewrites are such is kept untimed); ``where`` lines are guards from a closed vocabulary
+(``ungrouped``, ``same-shape``, ``same-group-width``, ``odd-kernels``) or conditions
+(:mod:`relsat.rewrite.exprs`) over typed parameter variables (``(scalar ?eps:float)``, ``(repeatkv
+?n:int ?x)``; a right-hand side may compute with them: ``(* ?n 2)``) and facts of the bound tensors
+(``rank(?x)``, ``dim(?x, -1)``); a shape operator's list is a variable of type ``ints`` (a reshape's
+``?f:ints``), read with ``len``, ``at``, ``take``, ``append``, ``prod``, ``compose``, ``iota`` and
+lists of computed items (``where ?f == [dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``: the rule checker
+then draws ``?f`` from the shapes, :mod:`relsat.rewrite.pins`). Errors cite ``file:line:col``
 (:class:`~relsat.errors.RuleSyntaxError`) or the rule and line (:class:`~relsat.errors.RuleError`:
 unknown op or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate
 names). :func:`~relsat.rewrite.rulefile.load_tensat` reads TENSAT's own ``converted*.txt`` files.

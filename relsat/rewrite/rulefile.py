@@ -370,11 +370,14 @@ class _Draft:
     guards: list[tuple[Guard | Cond, int]] = field(default_factory=list)
     flag_line: int | None = None
     ordered_line: int | None = None
+    runtime_line: int | None = None
     types: dict[str, str] = field(default_factory=dict)  # parameter variables' types
 
     @property
     def has_body(self) -> bool:
-        return bool(self.eqs or self.guards or self.flag_line or self.ordered_line)
+        return bool(
+            self.eqs or self.guards or self.flag_line or self.ordered_line or self.runtime_line
+        )
 
 
 def parse_rules(text: str, *, path: str | Path | None = None) -> RuleSet:
@@ -441,12 +444,19 @@ def parse_rules(text: str, *, path: str | Path | None = None) -> RuleSet:
                     "'ordered' given twice", path=src, line=lineno, col=col, rule=rule_name
                 )
             draft.ordered_line = lineno
+        elif stripped == "runtime":
+            if draft.runtime_line is not None:
+                raise RuleSyntaxError(
+                    "'runtime' given twice", path=src, line=lineno, col=col, rule=rule_name
+                )
+            draft.runtime_line = lineno
         elif stripped.split(None, 1)[0] == "where":
             draft.guards.append((_parse_where(raw, src, lineno, rule_name, draft.types), lineno))
         else:
-            if draft.guards or draft.flag_line or draft.ordered_line:
+            if draft.guards or draft.flag_line or draft.ordered_line or draft.runtime_line:
                 raise RuleSyntaxError(
-                    "'lhs => rhs' lines must come before 'symmetric', 'ordered' and 'where' lines",
+                    "'lhs => rhs' lines must come before 'symmetric', 'ordered', 'runtime' and "
+                    "'where' lines",
                     path=src,
                     line=lineno,
                     col=col,
@@ -722,6 +732,7 @@ def _build(draft: _Draft, path: str | None) -> Rule:
             rhs=tuple(rhs for _, rhs, _ in draft.eqs),
             symmetric=draft.flag_line is not None,
             ordered=draft.ordered_line is not None,
+            runtime=draft.runtime_line is not None,
             guards=tuple(g for g, _ in draft.guards),
             sources=tuple(draft.sources),
             doc="\n".join(draft.doc),

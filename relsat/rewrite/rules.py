@@ -335,6 +335,10 @@ class Location:
 class Rule:
     """A named rewrite: ``lhs[i] => rhs[i]`` for each i; several patterns are joined on shared vars.
 
+    ``runtime``: onnxruntime makes this rewrite itself when it loads a model (a Conv's bias, batch
+    norm or activation folded in): a model whose only rewrites are such is kept as it is, not
+    timed against its own runtime form (:func:`relsat.pipeline.ort.unchanged`).
+
     Equality ignores ``location``. Construction checks the rule and raises :class:`RuleError`.
     """
 
@@ -344,6 +348,7 @@ class Rule:
     symmetric: bool = False
     guards: tuple[Guard | Cond, ...] = ()
     ordered: bool = False
+    runtime: bool = False
     sources: tuple[str, ...] = ()
     doc: str = ""
     location: Location | None = field(default=None, compare=False)
@@ -632,5 +637,7 @@ def _format_rule(rule: Rule) -> str:
         out.append("symmetric")
     if rule.ordered:
         out.append("ordered")
+    if rule.runtime:
+        out.append("runtime")
     out += [f"where {g}" for g in rule.guards]
     return "\n".join(out)
