@@ -328,9 +328,9 @@ def test_batchnorm_inference_formula():
     assert (v["var"] > 0).all()
     y = run1(g, **v)
     c = (1, 3, 1, 1)
-    expected = (v["x"] - v["mean"].reshape(c)) / np.sqrt(v["var"].reshape(c) + 1e-3) * v[
-        "scale"
-    ].reshape(c) + v["bias"].reshape(c)
+    eps = float(np.float32(1e-3))  # a float parameter: float32, as rules bind it
+    scale = v["scale"].reshape(c) / np.sqrt(v["var"].reshape(c) + eps)
+    expected = (v["x"] - v["mean"].reshape(c)) * scale + v["bias"].reshape(c)
     np.testing.assert_allclose(y, expected, rtol=1e-12)
 
 

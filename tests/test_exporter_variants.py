@@ -124,7 +124,7 @@ PAIRS: dict[str, tuple[Callable[[bool], onnx.ModelProto], dict[str, int]]] = {
     ),
     "gelu-tanh": (gelu_tanh, {"gelu_tanh": 1}),
     "layernorm": (lambda d: _model([layernorm(d)], X, LN, 18 if d else 17), {"layernorm": 1}),
-    "bias-gelu": (biasgelu, {"gelu": 1}),  # analytic prices keep Gemm + Gelu over BiasGelu
+    "bias-gelu": (biasgelu, {"biasgelu": 1}),  # the bias folded into the Gemm, then into Gelu
     "skip-layernorm": (skiplayernorm, {"skiplayernorm": 1}),
 }
 

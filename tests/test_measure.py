@@ -498,9 +498,10 @@ def test_shipped_h200_table_says_what_measured_each_row() -> None:
 @pytest.mark.parametrize("name", ["squeezenet", "resnext50"])
 def test_cost_model_h200_prices_from_the_table(name: str) -> None:
     """``cost_model="h200"`` prices from the shipped table (which holds every signature of the
-    benchmarks' explored e-graphs, k_multi 1 and 2) and counts what it had to take from the
-    roofline: nothing here."""
+    benchmarks' explored e-graphs, k_multi 1 and 2, as of its measurement) and counts what it
+    had to take from the roofline: nothing, except SqueezeNet's one strided conv with its ReLU
+    fused (rules/bias.rules' conv-relu-fuse-any, newer than the table: no GPU has measured it)."""
     result = relsat.optimize(models.load(name), relsat.Options(cost_model="h200"))
     assert result.cost_model == "table h200"
-    assert result.cost_fallbacks == 0
+    assert result.cost_fallbacks == (1 if name == "squeezenet" else 0)
     assert result.cost_after <= result.cost_before

@@ -7,6 +7,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from relsat.errors import ModelFormatError
@@ -264,7 +265,8 @@ def test_batchnorm_ewmul_and_sinks() -> None:
     last = parse_model(text)
     assert last.op_counts() == {"batchnorm": 1, "sigmoid": 1, "ewmul": 1}
     bn = next(n for n in last.nodes if n.op == "batchnorm")
-    assert bn.params["epsilon"] == BATCHNORM_EPSILON == 1e-5
+    assert BATCHNORM_EPSILON == 1e-5
+    assert bn.params["epsilon"] == float(np.float32(BATCHNORM_EPSILON))  # a float32 parameter
     sinks = parse_model(text, outputs="sinks")
     assert [sinks.node(r).op for r in sinks.outputs] == ["tanh", "ewmul"]
 
