@@ -64,10 +64,10 @@ def price(run: Run) -> Run:
     tie = np.where(born0, TIE_BREAK_MS, TIE_BREAK_MS + TIE_BREAK_NEW_MS)
     # A measured model's new e-nodes also pay its price noise: rewrites must beat the noise
     # (not those that fold a unit into the operators after it: see refolded).
-    unit_of = dict(
-        zip(priced_rows["enode"].to_pylist(), priced_rows["unit"].to_pylist(), strict=True)
-    )
-    unit = np.array([unit_of[int(i)] for i in enode_ids], dtype=np.int64)
+    priced_ids = priced_rows["enode"].to_numpy()
+    order = np.argsort(priced_ids)
+    at = order[np.searchsorted(priced_ids, enode_ids, sorter=order)]
+    unit = priced_rows["unit"].to_numpy()[at]  # each e-node's priced unit, in problem order
     margin = np.where(born0 | refolded(problem, unit, born0), 1.0, 1.0 + model.rewrite_margin)
     tied = replace(problem, node_cost=problem.node_cost * margin + tie)
     priced = Priced(problem, tied, enode_ids, class_ids, born0)

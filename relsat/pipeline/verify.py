@@ -120,9 +120,9 @@ def unchanged(run: Run) -> bool:
 
 def runtime_rules(options: Options) -> set[str]:
     """The names of the rules marked ``runtime`` among those the run explored with."""
-    from relsat.rewrite.rulefile import load_rules
+    from relsat.engine.explore import default_rules  # read once per process, as explore reads it
 
-    rules = load_rules() if options.rules is None else options.rules
+    rules = default_rules() if options.rules is None else options.rules
     return {r.name for r in rules if r.runtime}
 
 
