@@ -645,9 +645,24 @@ def _add_pattern(
         "comm": p.op in COMMUTATIVE and not rule.ordered,
         "ls": _text(items) if isinstance(items, tuple) else None,
         "ys": _slot_of(items, slots),
+        **_slot_sources(xs, ys[:MAX_LHS_INTS], _slot_of(items, slots)),
     }
     rows.append(row)
     return len(rows) - 1
+
+
+def _slot_sources(xs: list[int], ys: list[int], ys_list: int) -> dict[str, Any]:
+    """Where a pattern node's bindings come from, for the search's SQL: ``w{k}`` the first
+    source of slot k (child j as j, integer parameter i as 8 + i, the list parameter as 12; -1:
+    the node binds no slot k), and ``dup`` whether one slot is bound at two children (whose
+    classes must then be equal)."""
+    sources = [*xs, *ys, ys_list]
+    first = {slot: src for src, slot in reversed(list(enumerate(sources))) if slot >= 0}
+    bound = [x for x in xs if x >= 0]
+    return {
+        **{f"w{k}": first.get(k, -1) for k in range(MAX_VARS)},
+        "dup": len(set(bound)) < len(bound),
+    }
 
 
 def _add_template(
@@ -816,6 +831,8 @@ _PNODE = pa.schema(
         ("ls", pa.string()),
         ("ys", pa.int32()),
         *[(f"x{i}", pa.int32()) for i in range(4, MAX_RULE_CHILDREN)],
+        *[(f"w{k}", pa.int32()) for k in range(MAX_VARS)],
+        ("dup", pa.bool_()),
     ]
 )
 _TNODE = pa.schema(

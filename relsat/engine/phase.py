@@ -170,6 +170,7 @@ class Phases:
         for table in ("rule_info", "pnode", "tnode", "rguard"):
             self.db.execute(f"DELETE FROM {table}")
             self.db.insert_arrow(table, getattr(program, table))
+        self.db.run("apply/template_children")
         # The scheduler's stored state: rules with their own semi-naive start are searched from
         # it whatever the scheduler; bans hold only under the backoff scheduler.
         self._sync()

@@ -47,8 +47,8 @@ _NEWNODE = pa.schema(
     ]
 )
 
-#: Children a rule-built e-node can have (the child analyses ``a_…``, ``b_…``, … ``h_…`` of
-#: sql/apply/fresh.sql; relsat.engine.compile.MAX_RULE_CHILDREN).
+#: Children a rule-built e-node can have (``c0`` … ``c7`` of sql/apply/fresh.sql;
+#: relsat.engine.compile.MAX_RULE_CHILDREN).
 _SIDES = "abcdefgh"
 
 
@@ -158,7 +158,7 @@ def check_new(db: Database) -> int:
     types = _Types()
     arity = rows["arity"].to_numpy()
     child = np.stack([rows[f"c{j}"].to_numpy() for j in range(len(_SIDES))], axis=1)
-    ctype, cweights, built = _existing_children(rows, child, arity, types)
+    ctype, cweights, built = _existing_children(db, child, arity, types)
     ops = pc.dictionary_encode(rows["op"]).combine_chunks()
     op_names = ops.dictionary.to_pylist()
     lists = pc.dictionary_encode(rows["s"]).combine_chunks()  # shape operators' list parameters
@@ -211,32 +211,36 @@ def check_new(db: Database) -> int:
 
 
 def _existing_children(
-    rows: pa.Table, child: np.ndarray, arity: np.ndarray, types: _Types
+    db: Database, child: np.ndarray, arity: np.ndarray, types: _Types
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node and child position: the child's type id (0, unknown, for a child built in the
     phase or past the arity), whether it computes from weights only, and whether it is built in
-    the phase. Each distinct existing child class's type is built once."""
-    n = len(arity)
-    ctype = np.zeros((n, len(_SIDES)), dtype=np.int64)
-    cweights = np.ones((n, len(_SIDES)), dtype=bool)
-    built = np.zeros((n, len(_SIDES)), dtype=bool)
-    for j, side in enumerate(_SIDES):
-        present = arity > j
-        existing = present & rows[f"{side}_kind"].is_valid().to_numpy(zero_copy_only=False)
-        built[:, j] = present & ~existing
-        idx = np.flatnonzero(existing)
-        if not idx.size:
-            continue
-        _, first, inverse = np.unique(child[idx, j], return_index=True, return_inverse=True)
-        cols = [f"{side}_{c}" for c in ("kind", "shape", "splits", "shape2", "weights")]
-        one = rows.select(cols).take(pa.array(idx[first])).to_pylist()
-        ids = [
-            types.id((r[cols[0]], _type(r[cols[1]], r[cols[2]]), _type(r[cols[3]], None), True))
-            for r in one
-        ]
-        ctype[idx, j] = np.array(ids)[inverse.ravel()]
-        cweights[idx, j] = np.array([bool(r[cols[4]]) for r in one])[inverse.ravel()]
-    return ctype, cweights, built
+    the phase. The analyses of the existing child classes are read in one query, each class
+    once (sql/apply/fresh_children.sql), and each one's type is built once."""
+    present = arity[:, None] > np.arange(child.shape[1])
+    ids = np.unique(child[present])
+    with db.registered("relsat_children", pa.table({"id": pa.array(ids, pa.int64())})):
+        found = db.run_arrow("apply/fresh_children")
+    known = found["id"].to_numpy()
+    rows = found.to_pylist()
+    type_of = np.array(
+        [
+            types.id((r["kind"], _type(r["shape"], r["splits"]), _type(r["shape2"], None), True))
+            for r in rows
+        ],
+        dtype=np.int64,
+    )
+    weights_of = np.array([bool(r["all_weights"]) for r in rows], dtype=bool)
+    ctype = np.zeros(child.shape, dtype=np.int64)
+    cweights = np.ones(child.shape, dtype=bool)
+    if len(known):
+        pos = np.minimum(np.searchsorted(known, child), len(known) - 1)
+        existing = present & (known[pos] == child)
+        ctype[existing] = type_of[pos[existing]]
+        cweights[existing] = weights_of[pos[existing]]
+    else:
+        existing = np.zeros(child.shape, dtype=bool)
+    return ctype, cweights, present & ~existing
 
 
 def _lookup(

@@ -79,26 +79,27 @@ USING KEY (mid, tid) AS (
                    CASE WHEN t.q4 >= 0 THEN m.v[t.q4 + 1]::INTEGER ELSE t.p4 END AS p4,
                    CASE WHEN t.q5 >= 0 THEN m.v[t.q5 + 1]::INTEGER ELSE t.p5 END AS p5,
                    t.arity,
-                   CASE t.k0 WHEN 1 THEN m.v[t.r0 + 1] WHEN 2 THEN i0.class ELSE -1 END AS c0,
-                   CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] WHEN 2 THEN i1.class ELSE -1 END AS c1,
-                   CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] WHEN 2 THEN i2.class ELSE -1 END AS c2,
-                   CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] WHEN 2 THEN i3.class ELSE -1 END AS c3,
-                   CASE t.k4 WHEN 1 THEN m.v[t.r4 + 1] WHEN 2 THEN i4.class ELSE -1 END AS c4,
-                   CASE t.k5 WHEN 1 THEN m.v[t.r5 + 1] WHEN 2 THEN i5.class ELSE -1 END AS c5,
-                   CASE t.k6 WHEN 1 THEN m.v[t.r6 + 1] WHEN 2 THEN i6.class ELSE -1 END AS c6,
-                   CASE t.k7 WHEN 1 THEN m.v[t.r7 + 1] WHEN 2 THEN i7.class ELSE -1 END AS c7,
+                   CASE t.k0 WHEN 1 THEN m.v[t.r0 + 1] WHEN 2 THEN b.b0 ELSE -1 END AS c0,
+                   CASE t.k1 WHEN 1 THEN m.v[t.r1 + 1] WHEN 2 THEN b.b1 ELSE -1 END AS c1,
+                   CASE t.k2 WHEN 1 THEN m.v[t.r2 + 1] WHEN 2 THEN b.b2 ELSE -1 END AS c2,
+                   CASE t.k3 WHEN 1 THEN m.v[t.r3 + 1] WHEN 2 THEN b.b3 ELSE -1 END AS c3,
+                   CASE t.k4 WHEN 1 THEN m.v[t.r4 + 1] WHEN 2 THEN b.b4 ELSE -1 END AS c4,
+                   CASE t.k5 WHEN 1 THEN m.v[t.r5 + 1] WHEN 2 THEN b.b5 ELSE -1 END AS c5,
+                   CASE t.k6 WHEN 1 THEN m.v[t.r6 + 1] WHEN 2 THEN b.b6 ELSE -1 END AS c6,
+                   CASE t.k7 WHEN 1 THEN m.v[t.r7 + 1] WHEN 2 THEN b.b7 ELSE -1 END AS c7,
                    CASE WHEN t.qs >= 12 THEN m.sv[t.qs - 11] WHEN t.qs >= 0 THEN sv.s ELSE t.s END AS s
             FROM lvl w
             JOIN tnode t ON t.dref = w.tid
             JOIN match m ON m.mid = w.mid
-            LEFT JOIN recurring.lvl i0 ON i0.mid = m.mid AND i0.tid = t.r0 AND t.k0 = 2
-            LEFT JOIN recurring.lvl i1 ON i1.mid = m.mid AND i1.tid = t.r1 AND t.k1 = 2
-            LEFT JOIN recurring.lvl i2 ON i2.mid = m.mid AND i2.tid = t.r2 AND t.k2 = 2
-            LEFT JOIN recurring.lvl i3 ON i3.mid = m.mid AND i3.tid = t.r3 AND t.k3 = 2
-            LEFT JOIN recurring.lvl i4 ON i4.mid = m.mid AND i4.tid = t.r4 AND t.k4 = 2
-            LEFT JOIN recurring.lvl i5 ON i5.mid = m.mid AND i5.tid = t.r5 AND t.k5 = 2
-            LEFT JOIN recurring.lvl i6 ON i6.mid = m.mid AND i6.tid = t.r6 AND t.k6 = 2
-            LEFT JOIN recurring.lvl i7 ON i7.mid = m.mid AND i7.tid = t.r7 AND t.k7 = 2
+            LEFT JOIN (
+                SELECT i.mid, k.tid,
+                       max(i.class) FILTER (k.pos = 0) AS b0, max(i.class) FILTER (k.pos = 1) AS b1,
+                       max(i.class) FILTER (k.pos = 2) AS b2, max(i.class) FILTER (k.pos = 3) AS b3,
+                       max(i.class) FILTER (k.pos = 4) AS b4, max(i.class) FILTER (k.pos = 5) AS b5,
+                       max(i.class) FILTER (k.pos = 6) AS b6, max(i.class) FILTER (k.pos = 7) AS b7
+                FROM recurring.lvl i JOIN tkid k ON k.child = i.tid
+                GROUP BY i.mid, k.tid
+            ) b ON b.mid = m.mid AND b.tid = t.tid
             LEFT JOIN strs sv ON t.qs BETWEEN 0 AND 11 AND sv.h = m.v[t.qs + 1]
             LEFT JOIN eclass vc ON vc.id = m.v[t.cut_slot + 1] AND t.op = 'split'
         ) c

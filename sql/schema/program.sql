@@ -44,7 +44,14 @@ CREATE TABLE IF NOT EXISTS pnode (
     -- the backoff scheduler's state of the node's rule (relsat/phase.py, `rule_sched`): the
     -- semi-naive start of a rule whose matches were discarded by a ban (NULL: the phase's), and
     -- the iteration from which it is searched again
-    since INTEGER, banned_until INTEGER NOT NULL DEFAULT 0
+    since INTEGER, banned_until INTEGER NOT NULL DEFAULT 0,
+    -- where slot k's binding comes from (relsat/engine/compile.py _slot_sources): child j as j,
+    -- integer argument i as 8 + i, the list parameter as 12, or -1 (not bound here); and
+    -- whether a slot is bound at two children (their classes must be equal)
+    w0 INTEGER NOT NULL, w1 INTEGER NOT NULL, w2 INTEGER NOT NULL, w3 INTEGER NOT NULL,
+    w4 INTEGER NOT NULL, w5 INTEGER NOT NULL, w6 INTEGER NOT NULL, w7 INTEGER NOT NULL,
+    w8 INTEGER NOT NULL, w9 INTEGER NOT NULL, w10 INTEGER NOT NULL, w11 INTEGER NOT NULL,
+    dup BOOLEAN NOT NULL
 );
 
 -- Right-hand-side templates: child j (0 to 7) is a variable slot (k_j = 1) or another template
@@ -72,6 +79,10 @@ CREATE TABLE IF NOT EXISTS tnode (
     -- back through `strs`; a computed list's text, `match.sv`), or -1
     s VARCHAR NOT NULL DEFAULT '', qs INTEGER NOT NULL DEFAULT -1
 );
+
+-- The template children of each template (tnode's k_i = 2): child template `child` at position
+-- `pos` of template `tid` (filled from tnode with the program, sql/apply/template_children.sql).
+CREATE TABLE IF NOT EXISTS tkid (tid INTEGER NOT NULL, pos INTEGER NOT NULL, child INTEGER NOT NULL);
 
 CREATE TABLE IF NOT EXISTS rguard (
     rule INTEGER NOT NULL, name VARCHAR NOT NULL,

@@ -12,42 +12,30 @@ WITH m AS (
     SELECT p.pid, p.jslot, e.class AS root, p.is_root AND NOT p.multi AS lone,
            e.stamp >= coalesce(p.since, $since) OR a.fresh OR coalesce(b.fresh, false)
                OR coalesce(d.fresh, false) AS fresh,
-           CASE 0 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o0,
-           CASE 1 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o1,
-           CASE 2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o2,
-           CASE 3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o3,
-           CASE 4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o4,
-           CASE 5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o5,
-           CASE 6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o6,
-           CASE 7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o7,
-           CASE 8 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o8,
-           CASE 9 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o9,
-           CASE 10 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o10,
-           CASE 11 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3
-                WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 WHEN p.x7 THEN e.c7
-                WHEN p.y0 THEN e.p0 WHEN p.y1 THEN e.p1 WHEN p.y2 THEN e.p2 WHEN p.y3 THEN e.p3 WHEN p.ys THEN e.sk END AS o11,
+           CASE p.w0 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o0,
+           CASE p.w1 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o1,
+           CASE p.w2 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o2,
+           CASE p.w3 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o3,
+           CASE p.w4 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o4,
+           CASE p.w5 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o5,
+           CASE p.w6 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o6,
+           CASE p.w7 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o7,
+           CASE p.w8 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o8,
+           CASE p.w9 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o9,
+           CASE p.w10 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o10,
+           CASE p.w11 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
+                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o11,
            a.v0 AS a0, a.v1 AS a1, a.v2 AS a2, a.v3 AS a3, a.v4 AS a4, a.v5 AS a5,
            a.v6 AS a6, a.v7 AS a7, a.v8 AS a8, a.v9 AS a9, a.v10 AS a10, a.v11 AS a11,
            b.v0 AS b0, b.v1 AS b1, b.v2 AS b2, b.v3 AS b3, b.v4 AS b4, b.v5 AS b5,
@@ -66,14 +54,15 @@ WITH m AS (
     WHERE p.height = $h AND p.multi = $multi AND p.banned_until <= $iteration
       AND NOT e.filtered AND e.born < $until
       AND (p.spid < 0 OR b.pid IS NOT NULL) AND (p.tpid < 0 OR d.pid IS NOT NULL)
-      -- a slot at two children: child j is the class of the first child bound to its slot
-      AND (p.x1 < 0 OR e.c1 = CASE p.x1 WHEN p.x0 THEN e.c0 ELSE e.c1 END)
-      AND (p.x2 < 0 OR e.c2 = CASE p.x2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 ELSE e.c2 END)
-      AND (p.x3 < 0 OR e.c3 = CASE p.x3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 ELSE e.c3 END)
-      AND (p.x4 < 0 OR e.c4 = CASE p.x4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 ELSE e.c4 END)
-      AND (p.x5 < 0 OR e.c5 = CASE p.x5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 ELSE e.c5 END)
-      AND (p.x6 < 0 OR e.c6 = CASE p.x6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 ELSE e.c6 END)
-      AND (p.x7 < 0 OR e.c7 = CASE p.x7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 ELSE e.c7 END)
+      -- a slot at two children (`dup`): child j is the class of the first child bound to its slot
+      AND (NOT p.dup
+           OR (p.x1 < 0 OR e.c1 = CASE p.x1 WHEN p.x0 THEN e.c0 ELSE e.c1 END)
+              AND (p.x2 < 0 OR e.c2 = CASE p.x2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 ELSE e.c2 END)
+              AND (p.x3 < 0 OR e.c3 = CASE p.x3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 ELSE e.c3 END)
+              AND (p.x4 < 0 OR e.c4 = CASE p.x4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 ELSE e.c4 END)
+              AND (p.x5 < 0 OR e.c5 = CASE p.x5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 ELSE e.c5 END)
+              AND (p.x6 < 0 OR e.c6 = CASE p.x6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 ELSE e.c6 END)
+              AND (p.x7 < 0 OR e.c7 = CASE p.x7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 ELSE e.c7 END))
 ), merged AS (
     SELECT pid, jslot, root, lone, fresh,
            coalesce(o0, a0, b0, d0) AS v0, coalesce(o1, a1, b1, d1) AS v1,
