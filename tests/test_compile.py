@@ -52,6 +52,24 @@ def test_program_tables() -> None:
     assert compile_rules(RULES).rguard.num_rows > 30
 
 
+def test_slot_sources_say_where_each_binding_comes_from() -> None:
+    """The search reads slot k of a pattern node from its source ``w{k}`` (child j, integer
+    argument 8 + i, list parameter 12, -1: unbound) and tests repeated slots only where ``dup``."""
+    rules = parse_rules(
+        "# name: twice\n(ewadd ?x ?x) => (ewmul ?x (scalar 2.0))\n"
+        "# name: perm\n(transpose ?a ?p:ints ?s:int) => (transpose ?a ?p ?s)\n"
+        "# name: eps\n(layernorm ?e:float ?x ?g ?b) => (layernorm ?e ?x ?g ?b)\n"
+    )
+    rows = {r["rule"]: r for r in compile_rules(rules).pnode.to_pylist()}
+    twice, perm, eps = (rows[i] for i in range(3))
+    assert (twice["w0"], twice["w1"], twice["dup"]) == (0, -1, True)
+    assert (perm["x0"], perm["w0"], perm["dup"]) == (0, 0, False)
+    # the perm list binds from the list parameter (12), the shuffle flag from argument 0 (8)
+    assert sorted(perm[f"w{k}"] for k in range(MAX_VARS) if perm[f"w{k}"] >= 0) == [0, 8, 12]
+    assert sorted(eps[f"w{k}"] for k in range(MAX_VARS) if eps[f"w{k}"] >= 0) == [0, 1, 2, 8]
+    assert not eps["dup"]
+
+
 def test_rules_the_engine_cannot_run_are_refused() -> None:
     many = parse_rules(
         "# name: many\n"
