@@ -4,13 +4,15 @@
 Not a test file: ``tests/test_spellings.py`` runs relsat on it, ``bench/spellings.py`` runs
 relsat and its peers (onnxruntime's transformers optimizer, onnxscript, onnxslim) on it.
 
-The spellings are those exporters and model code write: operand orders, epsilons, head sizes,
-group sizes, partial rotary, ``Div`` / ``Reciprocal`` / ``Pow(-0.5)``, ReduceMean's axes as an
-attribute (opset 13) or an input (opset 18), a negative or a positive last axis, casts to float
-left in, Gemma's ``(1 + w)`` scale. A near miss computes something else that looks alike (an
+The spellings are those exporters and model code write: operand orders, epsilons, head sizes, group
+sizes, partial rotary, ``Div`` / ``Reciprocal`` / ``Pow(-0.5)``, ReduceMean's axes as an attribute
+(opset 13) or an input (opset 18), a negative or a positive last axis, casts to float left in,
+Gemma's ``(1 + w)`` scale, a projection's bias added before a tanh GELU (MatMul + Add either way
+round). A near miss computes something else that looks alike (an
 epsilon given as an input tensor, ``keepdims=0``, a scale that broadcasts over another axis, a
-softmax over another axis, key/value heads tiled instead of repeated, a GroupNorm's instance norm
-that scales, or its groups laid out along the positions): it must stay unfused.
+softmax over another axis, key/value heads tiled instead of repeated, a bias per token before a
+GELU, a GroupNorm's instance norm that scales, or its groups laid out along the positions): it must
+stay unfused.
 
 :func:`corpus` lists every :class:`Spelling`; :func:`fused` judges an ONNX model by the kernels
 it holds, the same way for every tool.
@@ -40,6 +42,7 @@ KERNELS: dict[str, frozenset[str]] = {
     ),
     "gelu": frozenset({"Gelu", "BiasGelu"}),
     "gelu_tanh": frozenset({"FastGelu", "Gelu"}),  # ONNX Gelu(approximate="tanh")
+    "biasgelu_tanh": frozenset({"FastGelu"}),  # with its bias input: a projection's bias folded
     "quickgelu": frozenset({"QuickGelu"}),
     "silu": frozenset({"QuickGelu", "Swish"}),  # QuickGelu(alpha=1) is x * sigmoid(x)
     "attention": frozenset({"Attention", "MultiHeadAttention"}),
@@ -69,7 +72,7 @@ def fused(model: onnx.ModelProto | None, fusion: str) -> bool:
     """Whether ``model`` holds ``fusion``'s kernel (:data:`KERNELS`). Grouped-query attention
     counts only where no Expand or Tile is left (the key/value heads read by the kernel, not
     copied before it); a tanh GELU as ONNX Gelu only with ``approximate="tanh"``, an erf one
-    only without."""
+    only without; FastGelu for a biased tanh GELU only with its bias input."""
     if model is None:
         return False
     ops = {x.op_type for x in model.graph.node}
@@ -82,6 +85,8 @@ def fused(model: onnx.ModelProto | None, fusion: str) -> bool:
             approx = next((a.s.decode() for a in node.attribute if a.name == "approximate"), "")
             if (approx == "tanh") != (fusion == "gelu_tanh"):
                 continue
+        if fusion == "biasgelu_tanh" and not (len(node.input) > 1 and node.input[1]):
+            continue
         if node.op_type == "QuickGelu" and fusion == "silu":
             alpha = next((a.f for a in node.attribute if a.name == "alpha"), 1.702)
             if abs(alpha - 1.0) > 1e-6:
@@ -267,6 +272,14 @@ def rmsnorm(
 
 def activation(spelling: str) -> onnx.ModelProto:
     """One activation of x [1, S, N] as exporters and model code spell it."""
+    nodes, inputs, consts = _activation_parts(spelling)
+    return _model(nodes, inputs, [1, S, N], consts, 17)
+
+
+def _activation_parts(
+    spelling: str,
+) -> tuple[list[onnx.NodeProto], dict[str, list[int]], dict[str, np.ndarray | float | int]]:
+    """:func:`activation`'s nodes (of x, to y), inputs and constants."""
     s2 = math.sqrt(2.0)
     k = math.sqrt(2.0 / math.pi)
     consts: dict[str, np.ndarray | float | int] = {
@@ -370,7 +383,42 @@ def activation(spelling: str) -> onnx.ModelProto:
         nodes = [n("Sigmoid", ["x"], ["sg"]), n("Mul", ["sg", "x"], ["y"])]
     else:
         raise ValueError(spelling)
-    return _model(nodes, inputs, [1, S, N], consts, 17)
+    return nodes, inputs, consts
+
+
+def biased_activation(
+    spelling: str, *, order: str = "mm-first", rank: int = 3, bias: str = "columns"
+) -> onnx.ModelProto:
+    """A projection of x [1, S, N] (``rank`` 2: [S, N]) to [.., M] (M = 2N) with its bias, then
+    activation ``spelling`` of the sum: MatMul + Add (``order`` "mm-first" or "bias-first"), or
+    transformers' Conv1D of GPT-2 (``order`` "addmm": torch's addmm over the 2-D view, a
+    Reshape, Gemm and Reshape). ``bias``: "columns" a bias [M] (one per output column);
+    "rows" a bias [S, 1] (one per token: not the projection's bias), "tensor" another input
+    [.., M] (a sum, not a bias)."""
+    nodes, _, consts = _activation_parts(spelling)
+    for node in nodes:  # the activation reads the projection's sum, not x
+        node.input[:] = ["sum" if i == "x" else i for i in node.input]
+    m = 2 * N
+    lead = [1, S] if rank == 3 else [S]
+    rng = _rng(f"{spelling}{order}{rank}{bias}")
+    consts = {**consts, "pw": rng.standard_normal((N, m)).astype(f32) / math.sqrt(N)}
+    inputs = {"x": [*lead, N]}
+    if bias == "tensor":
+        inputs["pb"] = [*lead, m]
+    else:
+        shape = (m,) if bias == "columns" else (S, 1)
+        consts["pb"] = rng.standard_normal(shape).astype(f32)
+    if order == "addmm":
+        consts |= {"flat": np.array([-1, N], np.int64), "back": np.array([*lead, m], np.int64)}
+        head = [
+            n("Reshape", ["x", "flat"], ["x2d"]),
+            n("Gemm", ["x2d", "pw", "pb"], ["gemm"]),
+            n("Reshape", ["gemm", "back"], ["sum"]),
+        ]
+    else:
+        add = ["mm", "pb"] if order == "mm-first" else ["pb", "mm"]
+        head = [n("MatMul", ["x", "pw"], ["mm"]), n("Add", add, ["sum"])]
+    return _model(head + nodes, inputs, [*lead, m], consts, 17)
 
 
 # --- attention ------------------------------------------------------------------------------
@@ -611,6 +659,7 @@ def _s(
 def corpus() -> list[Spelling]:
     """Every spelling and near miss, spellings first within each fusion."""
     L, R, A, Q, G, T, GN = layernorm, rmsnorm, activation, attention, attention, rotary, groupnorm
+    BA = biased_activation
     items = [
         # LayerNorm
         _s("layernorm", "torch-eps-1e-5", lambda: L()),
@@ -654,6 +703,12 @@ def corpus() -> list[Spelling]:
         _s("gelu_tanh", "new-gelu-pow", lambda: A("tanh-pow")),
         _s("gelu_tanh", "torch-cube", lambda: A("tanh-cube")),
         _s("gelu_tanh", "fast-gelu", lambda: A("tanh-fast")),
+        # tanh GELU of a projection with its bias (GPT-2's MLP): FastGelu with its bias input
+        _s("biasgelu_tanh", "new-gelu-bias-second", lambda: BA("tanh-pow")),
+        _s("biasgelu_tanh", "torch-cube-bias-first", lambda: BA("tanh-cube", order="bias-first")),
+        _s("biasgelu_tanh", "fast-gelu-2d", lambda: BA("tanh-fast", rank=2)),
+        _s("biasgelu_tanh", "bias-over-rows", lambda: BA("tanh-pow", bias="rows"), True),
+        _s("biasgelu_tanh", "sum-of-two", lambda: BA("tanh-pow", bias="tensor"), True),
         _s("quickgelu", "clip", lambda: A("quick")),
         _s("silu", "x-sigmoid", lambda: A("silu")),
         _s("silu", "sigmoid-x", lambda: A("silu-swapped")),

@@ -32,6 +32,7 @@ FUSED = (
     "gelu",
     "gelu_tanh",
     "biasgelu",
+    "biasgelu_tanh",
     "layernorm",
     "skiplayernorm",
     "softmax",
@@ -77,22 +78,32 @@ def gelu_erf(dynamo: bool, x: str = "x", out: str = "y") -> list[onnx.NodeProto]
 GELU_CONSTS = {"sqrt2": f32(math.sqrt(2)), "one": f32(1), "half": f32(0.5)}
 
 
-def gelu_tanh(dynamo: bool) -> onnx.ModelProto:
+def gelu_tanh_nodes(dynamo: bool, x: str = "x", out: str = "y") -> list[onnx.NodeProto]:
     if dynamo:
-        return _model([n("Gelu", ["x"], ["y"], approximate="tanh")], X, {}, 20)
-    nodes = [  # torch's legacy export of gelu(approximate="tanh"): constants first
-        n("Mul", ["x", "x"], ["sq"]),
-        n("Mul", ["x", "sq"], ["cube"]),
+        return [n("Gelu", [x], [out], approximate="tanh")]
+    return [  # torch's legacy export of gelu(approximate="tanh"): constants first
+        n("Mul", [x, x], ["sq"]),
+        n("Mul", [x, "sq"], ["cube"]),
         n("Mul", ["c", "cube"], ["cc"]),
-        n("Add", ["x", "cc"], ["inner"]),
+        n("Add", [x, "cc"], ["inner"]),
         n("Mul", ["k", "inner"], ["arg"]),
         n("Tanh", ["arg"], ["t"]),
         n("Add", ["one", "t"], ["t1"]),
-        n("Mul", ["x", "t1"], ["xt"]),
-        n("Mul", ["half", "xt"], ["y"]),
+        n("Mul", [x, "t1"], ["xt"]),
+        n("Mul", ["half", "xt"], [out]),
     ]
-    consts = {"c": f32(0.044715), "k": f32(math.sqrt(2 / math.pi)), "one": f32(1), "half": f32(0.5)}
-    return _model(nodes, X, consts, 17)
+
+
+TANH_CONSTS = {
+    "c": f32(0.044715),
+    "k": f32(math.sqrt(2 / math.pi)),
+    "one": f32(1),
+    "half": f32(0.5),
+}
+
+
+def gelu_tanh(dynamo: bool) -> onnx.ModelProto:
+    return _model(gelu_tanh_nodes(dynamo), X, {} if dynamo else TANH_CONSTS, 20 if dynamo else 17)
 
 
 def layernorm(dynamo: bool, x: str = "x") -> onnx.NodeProto:
@@ -112,6 +123,16 @@ def biasgelu(dynamo: bool) -> onnx.ModelProto:
     return _model(linear + gelu_erf(dynamo, "lin"), X, consts, 20 if dynamo else 17, (B, S, 4 * E))
 
 
+def biasgelu_tanh(dynamo: bool) -> onnx.ModelProto:
+    """GPT-2's MLP: a projection with its bias, then the tanh GELU."""
+    w, bias = RNG.standard_normal((E, 4 * E)).astype(f32), RNG.standard_normal(4 * E).astype(f32)
+    linear = [n("MatMul", ["x", "w"], ["mm"])]
+    linear.append(n("Add", ["mm", "bias"] if dynamo else ["bias", "mm"], ["lin"]))
+    consts = {"w": w, "bias": bias, **({} if dynamo else TANH_CONSTS)}
+    nodes = linear + gelu_tanh_nodes(dynamo, "lin")
+    return _model(nodes, X, consts, 20 if dynamo else 17, (B, S, 4 * E))
+
+
 def skiplayernorm(dynamo: bool) -> onnx.ModelProto:
     nodes = [n("Add", ["x", "r"], ["sum"]), layernorm(dynamo, "sum")]
     return _model(nodes, [*X, ("r", TensorProto.FLOAT, [B, S, E])], LN, 18 if dynamo else 17)
@@ -125,6 +146,7 @@ PAIRS: dict[str, tuple[Callable[[bool], onnx.ModelProto], dict[str, int]]] = {
     "gelu-tanh": (gelu_tanh, {"gelu_tanh": 1}),
     "layernorm": (lambda d: _model([layernorm(d)], X, LN, 18 if d else 17), {"layernorm": 1}),
     "bias-gelu": (biasgelu, {"biasgelu": 1}),  # the bias folded into the Gemm, then into Gelu
+    "bias-gelu-tanh": (biasgelu_tanh, {"biasgelu_tanh": 1}),  # into FastGelu
     "skip-layernorm": (skiplayernorm, {"skiplayernorm": 1}),
 }
 

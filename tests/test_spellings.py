@@ -34,6 +34,7 @@ FLOOR = {
     "rmsnorm": 12,
     "gelu": 4,
     "gelu_tanh": 3,
+    "biasgelu_tanh": 3,
     "quickgelu": 1,
     "silu": 2,
     "attention": 10,

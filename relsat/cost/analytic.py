@@ -27,7 +27,7 @@ sqrt, erf          4 / 10 per element                                    input +
 reducemean         input                                                 input + output
 softmax            5 per element                                         2 · input + output
 layernorm          8 per element (skiplayernorm: 9)                      all inputs + output
-gelu, gelu_tanh    12 / 10 per element (biasgelu: 13)                    all inputs + output
+gelu, gelu_tanh    12 / 10 per element (biasgelu, biasgelu_tanh: 13, 11) all inputs + output
 quickgelu          6 per element (alpha·x, sigmoid, ·x)                  input + output
 scalar             0 (a constant: zero-cost)                             0
 nanzero            1 per element                                         input + output
@@ -244,6 +244,7 @@ _ELEMENTWISE_FLOPS = {
     "gelu": 12,
     "gelu_tanh": 10,
     "biasgelu": 13,
+    "biasgelu_tanh": 11,
     "quickgelu": 6,
     "nanzero": 1,
     "reciprocal": 1,

@@ -133,6 +133,7 @@ CONSTANT_INPUTS: dict[str, frozenset[int]] = {
     "layernorm": frozenset({1, 2}),  # scale and bias
     "skiplayernorm": frozenset({2}),  # packed scale and bias
     "biasgelu": frozenset({1}),
+    "biasgelu_tanh": frozenset({1}),
     "attention": frozenset({3}),  # a constant bias (a scalar 0: no mask) is left out on export
     "mha": frozenset({1, 2, 3}),  # packed weights and biases (prepacked), a constant mask
     "gqa": frozenset({3}),

@@ -148,6 +148,7 @@ KERNELS: dict[str, Kernel] = {
     "gelu": _unary(lambda t, x: t.nn.functional.gelu(x)),
     "gelu_tanh": _unary(lambda t, x: t.nn.functional.gelu(x, approximate="tanh")),
     "biasgelu": lambda t, n, a: (t.nn.functional.gelu(a[0] + a[1]),),
+    "biasgelu_tanh": lambda t, n, a: (t.nn.functional.gelu(a[0] + a[1], approximate="tanh"),),
     "quickgelu": lambda t, n, a: (a[0] * t.sigmoid(n.params["alpha"] * a[0]),),
     "nanzero": _unary(_nanzero),
     "same": _unary(lambda t, x: x),

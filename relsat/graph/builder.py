@@ -477,9 +477,16 @@ class GraphBuilder:
             )
         return self._one("gelu" if approximate == "none" else "gelu_tanh", [x], name)
 
-    def biasgelu(self, x: Tensor, bias: Tensor, name: str | None = None) -> Tensor:
-        """``gelu(x + bias)`` as one fused op; ``bias`` is ``[N]``."""
-        return self._one("biasgelu", [x, bias], name)
+    def biasgelu(
+        self, x: Tensor, bias: Tensor, approximate: str = "none", name: str | None = None
+    ) -> Tensor:
+        """``gelu(x + bias)`` as one fused op, exact (erf, ``approximate="none"``: BiasGelu) or
+        the tanh approximation (``"tanh"``: FastGelu with its bias); ``bias`` is ``[N]``."""
+        if approximate not in ("none", "tanh"):
+            raise GraphError(
+                f"approximate={approximate!r} must be 'none' or 'tanh'", op="biasgelu", name=name
+            )
+        return self._one("biasgelu" if approximate == "none" else "biasgelu_tanh", [x, bias], name)
 
     def quickgelu(self, x: Tensor, alpha: float = 1.702, name: str | None = None) -> Tensor:
         """``x * sigmoid(alpha * x)`` as one fused op (CLIP's quick_gelu; SiLU at ``alpha=1``);

@@ -459,6 +459,7 @@ _KERNELS: dict[str, _ArrayKernel] = {
     "gelu": _unary(_gelu),
     "gelu_tanh": _unary(_gelu_tanh),
     "biasgelu": lambda n, a: (_gelu(a[0] + a[1]),),
+    "biasgelu_tanh": lambda n, a: (_gelu_tanh(a[0] + a[1]),),
     "quickgelu": lambda n, a: (a[0] * _activate(n.params["alpha"] * a[0], "SIGMOID"),),
     "nanzero": _unary(_nanzero),
     "same": _unary(lambda x: x),

@@ -490,12 +490,17 @@ def _skip_layernorm(params: Params, inputs: Sequence[TensorType]) -> tuple[Tenso
     return (TensorType(x.shape),)
 
 
-def _bias_gelu(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
-    x, bias = inputs
-    n = _last_axis(x, "biasgelu")
-    if bias.shape != (n,):
-        raise OpError(f"biasgelu bias must have shape [{n}], got {list(bias.shape)}")
-    return (TensorType(x.shape),)
+def _bias_gelu(op: str) -> Callable[[Params, Sequence[TensorType]], tuple[TensorType, ...]]:
+    """The type rule of a GELU with its bias (``op``: biasgelu, biasgelu_tanh): ``bias`` [N]."""
+
+    def infer(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+        x, bias = inputs
+        n = _last_axis(x, op)
+        if bias.shape != (n,):
+            raise OpError(f"{op} bias must have shape [{n}], got {list(bias.shape)}")
+        return (TensorType(x.shape),)
+
+    return infer
 
 
 def _quick_gelu(params: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
@@ -810,8 +815,15 @@ OPS: dict[str, OpSpec] = {
             "biasgelu",
             2,
             "",
-            _bias_gelu,
+            _bias_gelu("biasgelu"),
             "gelu(x + bias[N]) (com.microsoft BiasGelu): one fused kernel",
+        ),
+        _spec(
+            "biasgelu_tanh",
+            2,
+            "",
+            _bias_gelu("biasgelu_tanh"),
+            "gelu_tanh(x + bias[N]) (com.microsoft FastGelu with its bias): one fused kernel",
         ),
         _spec(
             "quickgelu",

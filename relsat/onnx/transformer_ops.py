@@ -2,22 +2,22 @@
 and GELU with, and the fused kernels onnxruntime runs them as.
 
 Import (:data:`HANDLERS` for the default domain, :data:`CONTRIB_HANDLERS` for ``com.microsoft``):
-Sub/Div/Pow/Sqrt/Erf, ReduceMean over the last axis with ``keepdims=1``, Softmax over the last
-axis, LayerNormalization over the last axis with a ``[N]`` scale and bias (and only its first
-output read), Gelu (opset 20); ``com.microsoft`` Gelu, FastGelu, BiasGelu and
-SkipLayerNormalization. Add and Mul read a one-element float constant as a ``scalar`` (placed
-second: a rule then needs one operand order only). ``Where(IsNaN(x), 0, x)`` (torch's guard
-after the softmax of a masked attention) is ``nanzero(x)``; ONNX Attention (opset 23, 4-D
-Q/K/V, a float mask or none, no causal flag, softcap, cache or extra outputs) is ``attention``
-with the keys transposed. Anything that almost matches — another axis, ``keepdims=0``, a scale of
-shape ``[1, N]``, extra outputs read — stays opaque.
+Sub/Div/Pow/Sqrt/Erf, ReduceMean over the last axis with ``keepdims=1``, Softmax over the last axis,
+LayerNormalization over the last axis with a ``[N]`` scale and bias (and only its first output
+read), Gelu (opset 20); ``com.microsoft`` Gelu, FastGelu (its optional bias: ``biasgelu_tanh``),
+BiasGelu and SkipLayerNormalization. Add and Mul read a one-element float constant as a ``scalar``
+(placed second: a rule then needs one operand order only). ``Where(IsNaN(x), 0, x)`` (torch's guard
+after the softmax of a masked attention) is ``nanzero(x)``; ONNX Attention (opset 23, 4-D Q/K/V, a
+float mask or none, no causal flag, softcap, cache or extra outputs) is ``attention`` with the keys
+transposed. Anything that almost matches — another axis, ``keepdims=0``, a scale of shape
+``[1, N]``, extra outputs read — stays opaque.
 
 Export (:func:`emit`): LayerNormalization at opset >= 17 (spelled out with ReduceMean/Sub/Pow/
 Sqrt/Div below), Softmax on the last axis, and the ``com.microsoft`` contrib ops onnxruntime
-provides kernels for: Gelu, FastGelu, BiasGelu, SkipLayerNormalization (the model then declares
-that domain, version 1). ``attention`` is ONNX Attention (opset 23), which onnxruntime's CPU
-provider runs as one kernel: the exporter writes the model at opset 23 when the graph holds one
-and its opaque nodes mean the same there; otherwise it spells attention out
+provides kernels for: Gelu, FastGelu (with or without its bias), BiasGelu, SkipLayerNormalization
+(the model then declares that domain, version 1). ``attention`` is ONNX Attention (opset 23), which
+onnxruntime's CPU provider runs as one kernel: the exporter writes the model at opset 23 when the
+graph holds one and its opaque nodes mean the same there; otherwise it spells attention out
 (MatMul/Mul/Add/Softmax/IsNaN/Where/MatMul) at the model's opset.
 """
 
@@ -170,9 +170,11 @@ def _gelu(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str
 
 
 def _fast_gelu(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """com.microsoft FastGelu: ``gelu_tanh``, with its optional bias ``biasgelu_tanh``."""
     x = imp.tensor(node.input[0])
     if len(node.input) > 1 and node.input[1]:
-        x = imp.g.add(x, _vector(imp, node, 1, x.shape[-1]))
+        bias = _vector(imp, node, 1, x.shape[-1])
+        return {node.output[0]: imp.g.biasgelu(x, bias, "tanh", name=node.output[0])}
     return {node.output[0]: imp.g.gelu(x, "tanh", name=node.output[0])}
 
 
@@ -283,7 +285,12 @@ CONTRIB_HANDLERS: dict[str, Handler] = {
 # Export
 
 _SIMPLE = {"ewsub": "Sub", "ewdiv": "Div", "ewpow": "Pow", "sqrt": "Sqrt", "erf": "Erf"}
-_CONTRIB_OPS = {"gelu": "Gelu", "gelu_tanh": "FastGelu", "biasgelu": "BiasGelu"}
+_CONTRIB_OPS = {
+    "gelu": "Gelu",
+    "gelu_tanh": "FastGelu",
+    "biasgelu": "BiasGelu",
+    "biasgelu_tanh": "FastGelu",  # with its optional bias, the second input
+}
 #: The relsat ops :func:`emit` writes as one fused onnxruntime kernel, with that kernel's ONNX
 #: operator (``com.microsoft`` contrib ops; LayerNormalization and Attention of the default
 #: domain, spelled out below their opsets): what :func:`emit` reads the operator's name from.

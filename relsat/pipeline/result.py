@@ -30,6 +30,7 @@ OP_NAMES = {
     "attention": "Attention",
     "batchnorm": "BatchNormalization",
     "biasgelu": "BiasGelu",
+    "biasgelu_tanh": "FastGelu (with bias)",
     "concat": "Concat",
     "conv2d": "Conv",
     "conv2d_bias": "Conv (with bias)",

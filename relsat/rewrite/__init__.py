@@ -34,10 +34,10 @@ The shipped set: TENSAT's 135 distinct rules exactly (116 single-pattern rules o
 rules); ``bias.rules``, fusion-aware rules that fold a bias add and an activation into a conv or
 Gemm and give TASO's shared-input merges bias-aware counterparts; ``transformer.rules``, rules
 between exporter spellings and onnxruntime's fused kernels (GELU in its erf and tanh spellings,
-LayerNorm below opset 17, SkipLayerNormalization, BiasGelu, attention with and without mask,
-attention packed with its Q, K, V projections, a projection's bias folded into the kernel after
-it); ``layout.rules``, transposes and reshapes folded, projections as one MatMul on their N-D
-input;
+LayerNorm below opset 17, SkipLayerNormalization, BiasGelu, FastGelu with its bias, attention with
+and without mask, attention packed with its Q, K, V projections, a projection's bias folded into
+the kernel after it); ``layout.rules``, transposes and reshapes folded, projections as one MatMul
+on their N-D input;
 ``decoder.rules``, LLM decoders' RMSNorm (any epsilon; Div(1, y) and y^-0.5 rewritten to
 reciprocal by rules), Llama's rotary embedding (``rotate_half``, any head size; the cos/sin
 tables' equal halves

@@ -211,6 +211,7 @@ _MAKERS: dict[str, Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value
     "gelu": lambda b, i, xs: b.gelu(xs[0]),
     "gelu_tanh": lambda b, i, xs: b.gelu(xs[0], approximate="tanh"),
     "biasgelu": lambda b, i, xs: b.biasgelu(xs[0], xs[1]),
+    "biasgelu_tanh": lambda b, i, xs: b.biasgelu(xs[0], xs[1], approximate="tanh"),
     "quickgelu": lambda b, i, xs: b.quickgelu(xs[0], from_f32_bits(i[0])),
     "nanzero": lambda b, i, xs: b.nanzero(xs[0]),
     "same": lambda b, i, xs: b.same(xs[0]),

@@ -113,6 +113,7 @@ OPERATORS: dict[str, OpSignature] = {
     "gelu": _sig("x"),
     "gelu_tanh": _sig("x"),
     "biasgelu": _sig("x bias"),
+    "biasgelu_tanh": _sig("x bias"),
     "quickgelu": _sig("alpha:int x"),
     "nanzero": _sig("x"),
     "same": _sig("x"),

@@ -209,7 +209,7 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
         # x keeps its rank; rotary's tables as the patterns say
         for k in kids:
             ranks.union(key, k)
-    elif op in ("layernorm", "skiplayernorm", "biasgelu", "rmsnorm"):
+    elif op in ("layernorm", "skiplayernorm", "biasgelu", "biasgelu_tanh", "rmsnorm"):
         # x (and skip) keep their shape; scale, bias: [N], a packed scale_bias [2N]
         for k in kids[: 2 if op == "skiplayernorm" else 1]:
             ranks.union(key, k)
@@ -620,7 +620,7 @@ class _Solver:
                 for a, b in zip(x[-2::-1], table[-2::-1], strict=False):
                     d.unify(a, b)
             return x
-        if op in ("layernorm", "biasgelu", "rmsnorm"):
+        if op in ("layernorm", "biasgelu", "biasgelu_tanh", "rmsnorm"):
             for k in kids[1:]:
                 d.unify(k[0], kids[0][-1])
             return kids[0]
