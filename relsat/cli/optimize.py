@@ -601,7 +601,7 @@ class Progress:
         s = event
         seconds = s.search_s + s.apply_s + s.rebuild_s + s.cycle_s
         self.out.print(
-            f"  it {s.iteration:2d} {s.phase:6s} matches {s.matches:6d} applied "
+            f"  it {s.iteration:2d} {s.phase:7s} matches {s.matches:6d} applied "
             f"{s.applied:6d} added {s.new_enodes:5d} merged {s.merged:5d} net {s.net:+6d} "
             f"e-nodes {s.enodes:6d} {seconds:.2f}s"
             + (f" (e-node limit: {s.capped} matches not applied)" if s.capped else "")

@@ -2,10 +2,16 @@
 
 Each iteration runs the multi-pattern phase (only in the first ``k_multi`` iterations, before the
 single-pattern rules, as TENSAT does) and then the single-pattern phase, each phase in its own
-transaction. A phase is a fixed sequence of statements whatever the number of rules (see
+transaction. With ``Schedule(runtime_first=True)`` the first iteration opens with *runtime
+phases*: the single-pattern rules marked ``runtime`` (the fusions onnxruntime makes when it loads
+a model: a Conv's bias, batch norm and activation folded in) alone, repeated until one changes
+nothing, so that the multi-pattern phase sees the fused units an ONNX import writes apart, as
+TENSAT's input format writes them fused (:mod:`relsat.engine.phase`).
+
+A phase is a fixed sequence of statements whatever the number of rules (see
 :mod:`relsat.engine.compile`): match all pattern heights (one recursive query), collect whole
-matches,
-check guards, instantiate right-hand sides (one recursive query), shape-check, insert, rebuild.
+matches, check guards, instantiate right-hand sides (one recursive query), shape-check, insert,
+rebuild.
 Searches are semi-naive: only matches that involve an e-node created or re-canonicalized since the
 last search of the same kind are new. A run ends with a :class:`StopReason`, never an exception for
 a limit; one :class:`IterationStats` row per iteration and phase, and per-rule rows, are kept in the
@@ -46,7 +52,7 @@ import pyarrow as pa
 from relsat.engine.compile import Program, compile_rules
 from relsat.engine.db import DeadlinePassed
 from relsat.engine.egraph import EGraph
-from relsat.engine.phase import Backoff, IterationStats, Phases
+from relsat.engine.phase import RUNTIME_ROUNDS, Backoff, IterationStats, Phases
 from relsat.errors import AuditError, check_choice, check_int, check_number
 from relsat.rewrite.rules import Rule, RuleSet
 
@@ -128,13 +134,13 @@ class Exploration:
             f"stop: {self.why} after {len({s.iteration for s in self.iterations})} "
             f"iterations, {self.seconds:.3f} s; {self.enodes} e-nodes, "
             f"{self.eclasses} e-classes",
-            "iter phase   matches applied rejected  capped  banned   added  merged     net "
+            "iter phase    matches applied rejected  capped  banned   added  merged     net "
             " e-nodes  search   apply rebuild  stmts  plan%",
         ]
         for s in self.iterations:
             total = s.plan_s + s.exec_s
             lines.append(
-                f"{s.iteration:4d} {s.phase:6s} {s.matches:8d} {s.applied:7d} "
+                f"{s.iteration:4d} {s.phase:7s} {s.matches:8d} {s.applied:7d} "
                 f"{s.rejected:8d} {s.capped:7d} {s.banned:7d} {s.new_enodes:7d} {s.merged:7d} "
                 f"{s.net:+7d} "
                 f"{s.enodes:8d} {s.search_s:7.3f} {s.apply_s:7.3f} {s.rebuild_s:7.3f} "
@@ -170,6 +176,7 @@ class Schedule:
     guards: bool = True
     cycle_filter: str = "efficient"
     scheduler: str | Backoff = "simple"
+    runtime_first: bool = False
 
 
 def explore(
@@ -194,6 +201,7 @@ def explore(
     schedule = schedule or Schedule()
     backoff = backoff_for(schedule.scheduler)
     program = program_for(default_rules() if rules is None else rules, guards=schedule.guards)
+    runtime = runtime_program(program, guards=schedule.guards) if schedule.runtime_first else None
     runner = Phases(
         egraph,
         program,
@@ -201,6 +209,7 @@ def explore(
         schedule.cycle_filter,
         backoff=backoff,
         k_neutral=schedule.k_neutral,
+        runtime=runtime,
     )
     first = runner.next_iteration
     loop = _Loop(egraph, runner, limits, start, on_phase, audit)
@@ -218,6 +227,7 @@ def explore(
         "k_neutral": schedule.k_neutral,
         "guards": schedule.guards,
         "scheduler": asdict(backoff) if backoff else "simple",
+        "runtime_first": schedule.runtime_first,
         **asdict(limits),
         "rules": len(program.rules),
         "first_iteration": first,
@@ -278,26 +288,27 @@ class _Loop:
         it, or None."""
         db, limits = self.egraph.db, self.limits
         phases = self.runner.phases(iteration)
+        rounds = 0  # runtime phases run
         while phases:
-            multi = phases[0]
+            kind = phases[0]
             try:
                 db.fit_threads(self.enodes)
                 with db.transaction():
-                    s = self.runner.phase(iteration, multi=multi, budget=limits.nodes - self.enodes)
+                    s = self.runner.phase(iteration, kind, budget=limits.nodes - self.enodes)
                     violations = self.egraph.audit() if self.audit else {}
                     if any(violations.values()):
-                        raise AuditError(
-                            violations,
-                            where=f"after iteration {iteration} ({'multi' if multi else 'single'})",
-                        )
+                        raise AuditError(violations, where=f"after iteration {iteration} ({kind})")
             except DeadlinePassed:  # the phase in progress was rolled back
                 return StopReason.TIME_LIMIT
             done.append(s)
             self.enodes = s.enodes
             if self.on_phase is not None:
                 self.on_phase(s)
+            if kind == "runtime":
+                rounds += 1
             if not s.capped:
-                phases.pop(0)
+                if not (kind == "runtime" and s.changed and rounds < RUNTIME_ROUNDS):
+                    phases.pop(0)  # (the runtime phases go on until one changes nothing)
             elif not (s.merged and s.new_enodes and self.enodes < limits.nodes):
                 return StopReason.NODE_LIMIT
             # else: capped, but merging made room: the phase runs again (see the module doc)
@@ -315,6 +326,9 @@ _DEFAULT: list[tuple[tuple[tuple[str, int, int], ...], tuple[Rule, ...]]] = []
 _CACHE_SIZE = 16
 #: The last rule set object compiled, per ``guards`` (kept alive, so its id is never reused).
 _LAST: dict[bool, tuple[object, Program]] = {}
+#: The programs of the runtime rules (:func:`runtime_program`) by the id and ``guards`` of the
+#: program they come from (kept alive beside, so its id is never reused).
+_RUNTIME: dict[tuple[int, bool], tuple[Program, Program | None]] = {}
 
 
 def default_rules() -> tuple[Rule, ...]:
@@ -347,6 +361,20 @@ def program_for(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     if isinstance(rules, tuple | RuleSet):  # immutable: safe to recognize by identity
         _LAST[guards] = (rules, program)
     return program
+
+
+def runtime_program(program: Program, *, guards: bool = True) -> Program | None:
+    """The single-pattern rules of ``program`` (compiled with ``guards``) marked ``runtime``,
+    compiled alike, once per program; None when it has none."""
+    same = _RUNTIME.get((id(program), guards))
+    if same is not None and same[0] is program:
+        return same[1]
+    subset = tuple(r for r in program.rules if r.runtime and not r.is_multi)
+    runtime = compile_rules(subset, guards=guards) if subset else None
+    if len(_RUNTIME) >= _CACHE_SIZE:
+        _RUNTIME.pop(next(iter(_RUNTIME)))
+    _RUNTIME[(id(program), guards)] = (program, runtime)
+    return runtime
 
 
 def backoff_for(scheduler: object) -> Backoff | None:

@@ -22,7 +22,17 @@ last exploration did not run (none of its rules had the same name and key,
 :func:`relsat.engine.compile.rule_key`: a rule added, renamed, edited, or with its guards now
 ignored)
 gets a start of its own at 0, the same mechanism as after a ban, so its first search sees the
-whole e-graph."""
+whole e-graph.
+
+**Runtime phases.** Given a second program (``runtime``: the single-pattern rules marked
+``runtime``, the fusions onnxruntime makes when it loads a model), the e-graph's first iteration
+opens with phases of that program alone, repeated while they change the e-graph
+(:data:`RUNTIME_ROUNDS` at most), before its multi-pattern phase: an ONNX import writes one
+operator per node (a Conv and its Relu apart), and the multi-pattern rules, searched in the first
+``k_multi`` iterations only, should see the fused units TENSAT's input format writes. A runtime
+phase is a phase like the others (same statements, its own semi-naive start, stats row
+``'runtime'``, limits), with the runtime program loaded in the pattern tables in its place; the
+backoff scheduler does not count it."""
 
 from __future__ import annotations
 
@@ -106,6 +116,13 @@ RECURSIVE_BELOW = 10_000
 #: at once (a cross-product rule finds millions of matches) without splitting the phases of the
 #: TENSAT benchmarks at k_multi <= 2 (at most 6,740 matches), whose results stay as they were.
 CHUNK = 50_000
+#: The phases, in the order an iteration runs them (``'runtime'`` only in the first iteration,
+#: ``'multi'`` only in the first ``k_multi``).
+KINDS = ("runtime", "multi", "single")
+#: At most this many runtime phases (each a round of fusions: a batch norm folded into its conv,
+#: then the ReLU after it; three suffice for every chain of the shipped rules, the last changing
+#: nothing): a rule set whose runtime rules keep building stops there and goes on.
+RUNTIME_ROUNDS = 6
 
 
 class Phases:
@@ -120,8 +137,11 @@ class Phases:
         chunk: int | None = None,
         backoff: Backoff | None = None,
         k_neutral: int | None = None,
+        runtime: Program | None = None,
     ) -> None:
         self.eg, self.db, self.program = egraph, egraph.db, program
+        self.main, self.runtime = program, runtime  # the program a phase loads, by its kind
+        self._loaded: Program | None = None
         self.chunk = chunk or CHUNK
         self.backoff = backoff
         self.k_multi = k_multi
@@ -135,52 +155,66 @@ class Phases:
         # semi-naive search goes on from there; a phase capped by the e-node limit does not
         # count, so that its matches not applied are found again) and the next iteration and
         # phase to run.
-        ((stamp, epoch, multi_since, single_since, last),) = self.db.run("stats/resume_point")
+        ((stamp, epoch, runtime_since, multi_since, single_since, last),) = self.db.run(
+            "stats/resume_point"
+        )
         self.epoch = max(int(stamp), int(epoch))
         # facts of values: whether any is known, and the epoch from which e-nodes' facts are
         # still to be computed (brought up to date only before a guard reads them)
         self.facts = bool(self.db.scalar("SELECT EXISTS (SELECT 1 FROM fact)"))
         self.facts_since = self.epoch + 1
-        self.until: dict[bool, int] = {}
-        self.since = {True: int(multi_since), False: int(single_since)}
+        self.until: dict[str, int] = {}
+        self.since = {
+            "runtime": int(runtime_since),
+            "multi": int(multi_since),
+            "single": int(single_since),
+        }
+        # the next iteration, and the first of its phases to run (KINDS order)
+        self.next_iteration, self._start = 0, KINDS[0]
         if last is None:
-            self.next_iteration, self._skip_multi = 0, False
+            pass
         elif last["capped"]:  # the e-node limit cut the last phase short: run it again over
             # the e-nodes it saw (those born before it, or before the first run of it if it was
             # capped more than once: not its own additions), from the same semi-naive start
-            self.next_iteration, self._skip_multi = int(last["iteration"]), last["phase"] != "multi"
-            self.until[last["phase"] == "multi"] = int(last["first"])
+            self.next_iteration, self._start = int(last["iteration"]), last["phase"]
+            self.until[last["phase"]] = int(last["first"])
+        elif last["phase"] == "runtime":  # the runtime phases go on until one changes nothing
+            self._start = "runtime" if last["changed"] else "multi"
         elif last["phase"] == "multi":  # stopped between the two phases of an iteration
-            self.next_iteration, self._skip_multi = int(last["iteration"]), True
+            self.next_iteration, self._start = int(last["iteration"]), "single"
         else:
-            self.next_iteration, self._skip_multi = int(last["iteration"]) + 1, False
+            self.next_iteration = int(last["iteration"]) + 1
         self._whole = True
         self.enodes = egraph.counts()[0]  # kept up to date by phase(): how to search
-        pnode = program.pnode.to_pydict()
-        self.heights = {  # the tallest left-hand-side pattern of each kind of phase
-            kind: max(
-                (h for h, m in zip(pnode["height"], pnode["multi"], strict=True) if m == kind),
-                default=0,
-            )
-            for kind in (True, False)
-        }
         if last is not None:  # rules the last exploration did not run search everything
             with self.db.registered("relsat_rules", program.rule_info):
                 self.db.run("search/new_rules")
+        self._load(program)
+
+    def _load(self, program: Program) -> None:
+        """Load ``program`` into the pattern tables (unless it is loaded), with the scheduler's
+        stored state: rules with their own semi-naive start are searched from it whatever the
+        scheduler; bans hold only under the backoff scheduler."""
+        if program is self._loaded:
+            return
+        self._loaded = None  # until the statements below have all run
         for table in ("rule_info", "pnode", "tnode", "rguard"):
             self.db.execute(f"DELETE FROM {table}")
             self.db.insert_arrow(table, getattr(program, table))
-        self.db.run("apply/template_children")
-        # The scheduler's stored state: rules with their own semi-naive start are searched from
-        # it whatever the scheduler; bans hold only under the backoff scheduler.
+        self.db.run("apply/template_children")  # (tkid: the template children, from tnode)
         self._sync()
+        self.program, self.heights, self._loaded = program, _heights(program), program
 
-    def phases(self, iteration: int) -> list[bool]:
-        """The phases of ``iteration`` still to run (True: multi-pattern)."""
-        multi = iteration < self.k_multi and not (
-            self._skip_multi and iteration == self.next_iteration
-        )
-        return [True, False] if multi else [False]
+    def phases(self, iteration: int) -> list[str]:
+        """The phases of ``iteration`` still to run, in order (:data:`KINDS`)."""
+        kinds = ["single"]
+        if iteration < self.k_multi:
+            kinds.insert(0, "multi")
+            if iteration == 0 and self.runtime is not None:
+                kinds.insert(0, "runtime")
+        if iteration == self.next_iteration:  # a continued exploration: where it stopped
+            kinds = [k for k in kinds if KINDS.index(k) >= KINDS.index(self._start)]
+        return kinds
 
     def search(
         self, *, multi: bool, since: int, until: int = NEVER, iteration: int = NEVER
@@ -189,7 +223,12 @@ class Phases:
         (or the rule's own start after a ban), among the e-nodes born before ``until``, of the
         rules not banned at ``iteration``."""
         self.db.run("search/reset")
-        if self._neutral and not self._retired and iteration >= (self.k_neutral or 0):
+        if (
+            self._neutral
+            and not self._retired
+            and iteration >= (self.k_neutral or 0)
+            and self.program is self.main  # (rule ids of the main program)
+        ):
             self.db.run("search/retire_rules", rules=self._neutral, never=NEVER)
             self._retired = True
         args: dict[str, Any] = {
@@ -208,15 +247,29 @@ class Phases:
                 ((found,),) = self.db.run("search/match_level", h=h, **args)
         self.db.run("search/collect_multi" if multi else "search/collect_single")
 
-    def phase(self, iteration: int, *, multi: bool, budget: int) -> IterationStats:
-        """Run one phase, adding at most ``budget`` e-nodes; its stats row is stored."""
+    def phase(self, iteration: int, kind: str, *, budget: int) -> IterationStats:
+        """Run one phase of ``kind`` (:data:`KINDS`), adding at most ``budget`` e-nodes; its
+        stats row is stored. Run it in a transaction: an exception leaves the program to load
+        again (a rollback may have undone a load)."""
+        try:
+            return self._phase(iteration, kind, budget)
+        except BaseException:
+            self._loaded = None
+            raise
+
+    def _phase(self, iteration: int, kind: str, budget: int) -> IterationStats:
         db = self.db
         before = db.counters.snapshot()
         self.epoch += 1
         t0 = time.perf_counter()
-        since, until = self.since[multi], self.until.pop(multi, NEVER)
+        multi = kind == "multi"
+        program = self.runtime if kind == "runtime" else self.main
+        assert program is not None, "a runtime phase needs a runtime program"
+        self._load(program)
+        since, until = self.since[kind], self.until.pop(kind, NEVER)
         self.search(multi=multi, since=since, until=until, iteration=iteration)
-        banned = self._schedule(iteration, since, multi=multi)
+        # the scheduler counts the phases of the main program only
+        banned = self._schedule(iteration, since, multi=multi) if program is self.main else 0
         t1 = time.perf_counter()
         ((pending, guarded, conditioned, deriving),) = db.run("apply/pending")
         cycle_s = 0.0
@@ -264,7 +317,7 @@ class Phases:
         used = db.counters.since(before)
         stats = IterationStats(
             iteration,
-            "multi" if multi else "single",
+            kind,
             matches,
             applied,
             matches - applied - rejected_cycle - capped - banned,
@@ -289,10 +342,10 @@ class Phases:
         )
         if capped:  # to be run again, here or in a continued run: over the e-nodes its first
             # run saw, from the same semi-naive start (as resume_point.sql finds it stored)
-            self.until[multi] = min(until, self.epoch)
+            self.until[kind] = min(until, self.epoch)
         else:  # the next search of this kind starts here; after re-running a capped phase,
             # which saw only the e-nodes born before it, at the capped phase (its additions)
-            self.since[multi] = min(self.epoch, until)
+            self.since[kind] = min(self.epoch, until)
         fields = asdict(stats)
         db.execute(
             "INSERT INTO iteration_stats VALUES (" + ", ".join(f"${k}" for k in fields) + ")",
@@ -382,3 +435,16 @@ class Phases:
                 break
             budget -= db.scalar("SELECT count(*) FROM used") - used
         return cycle_s
+
+
+def _heights(program: Program) -> dict[bool, int]:
+    """The tallest left-hand-side pattern of ``program``'s multi-pattern (True) and
+    single-pattern (False) rules."""
+    pnode = program.pnode.to_pydict()
+    return {
+        kind: max(
+            (h for h, m in zip(pnode["height"], pnode["multi"], strict=True) if m == kind),
+            default=0,
+        )
+        for kind in (True, False)
+    }

@@ -1,5 +1,7 @@
 """Stage ``explore``: the graph into a DuckDB e-graph (``Options.db``: in that file), saturated
-with the rules (:func:`relsat.engine.explore.explore`) within ``Options.limits``.
+with the rules (:func:`relsat.engine.explore.explore`) within ``Options.limits``; for an ONNX
+input (unless ``Options.runtime_first`` says otherwise) the rules marked ``runtime`` run first, so
+that the multi-pattern rules see its convs fused with their bias, batch norm and activation.
 
 With ``Options.resume`` an e-graph of the same graph already stored in ``db`` is explored further
 (iteration numbers and the limits go on from where it stopped); one of another graph is refused
@@ -42,6 +44,9 @@ def explore(run: Run) -> Run:
             guards=o.guards,
             cycle_filter=o.cycle_filter,
             scheduler=o.scheduler,
+            runtime_first=o.runtime_first
+            if o.runtime_first is not None
+            else run.source is not None,
         ),
     )
     return replace(run, egraph=egraph, exploration=exploration)

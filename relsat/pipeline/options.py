@@ -51,7 +51,11 @@ class Options:
     iteration, TENSAT's schedule), ``scheduler`` (``"simple"``: every
     match applied; ``"backoff"`` or a :class:`~relsat.engine.phase.Backoff`: egg's backoff
     scheduler, as TENSAT ran), ``guards`` (False: TENSAT's unguarded rules, unsound in places;
-    verification catches it), ``cycle_filter`` (``"efficient"``, ``"vanilla"`` or ``"off"``).
+    verification catches it), ``cycle_filter`` (``"efficient"``, ``"vanilla"`` or ``"off"``),
+    ``runtime_first`` (run the rules marked ``runtime`` — the conv and Gemm fusions onnxruntime
+    makes itself — to a fixpoint before the first multi-pattern phase, so that it sees the fused
+    units an ONNX import writes apart; None: for an ONNX input, not for a Graph, whose
+    exploration stays TENSAT's).
 
     Pricing: ``cost_model`` (None: ``"ort-cpu"`` for an ONNX input, ``"analytic"`` for a
     Graph; else ``"analytic"``, ``"ort-cpu"``, a device name, ``"analytic-<device>"`` or a
@@ -100,6 +104,7 @@ class Options:
     scheduler: str | Backoff = "simple"
     guards: bool = True
     cycle_filter: str = "efficient"
+    runtime_first: bool | None = None
     cost_model: str | CostModel | None = None
     concat: str = "copy"
     precompute_weights: bool | None = None
@@ -131,6 +136,7 @@ class Options:
             check_choice(name, getattr(self, name), (False, True))
         check_choice("exportable", self.exportable, (None, False, True))
         check_choice("cycle_filter", self.cycle_filter, MODES)
+        check_choice("runtime_first", self.runtime_first, (None, False, True))
         _check_cost_model(self.cost_model)
         check_choice("concat", self.concat, ("copy", "free"))
         check_choice("precompute_weights", self.precompute_weights, (None, False, True))

@@ -2,7 +2,7 @@
 
 CREATE TABLE IF NOT EXISTS iteration_stats (
     iteration     INTEGER NOT NULL,
-    phase         VARCHAR NOT NULL,  -- 'multi' (multi-pattern pass) or 'single'
+    phase         VARCHAR NOT NULL,  -- 'runtime' (runtime rules first), 'multi' or 'single'
     matches       BIGINT  NOT NULL,  -- new matches found (semi-naive)
     applied       BIGINT  NOT NULL,  -- matches whose right-hand side was inserted
     rejected      BIGINT  NOT NULL,  -- matches refused by the shape check or a guard
