@@ -175,6 +175,7 @@ def fused_graph() -> tuple[relsat.Graph, dict[str, np.ndarray]]:
     mb = b.matmul_bias(lin, b.weight([32, 64], name="w1"), bias64, "RELU")
     mb_tanh = b.matmul_bias(lin, b.weight([32, 64], name="w2"), bias64, "TANH")
     g, gt, bg = b.gelu(mb), b.gelu(mb_tanh, "tanh"), b.biasgelu(mb_tanh, bias64)
+    bgt = b.biasgelu(mb, bias64, "tanh")  # FastGelu with its bias
     scale, shift = b.weight([64], name="scale"), b.weight([64], name="shift")
     ln = b.layernorm(g, scale, shift)
     sk2 = b.skiplayernorm(gt, bg, b.weight([128], name="packed2"))
@@ -203,7 +204,7 @@ def fused_graph() -> tuple[relsat.Graph, dict[str, np.ndarray]]:
     quick = b.quickgelu(rms, 1.702)  # CLIP's quick_gelu (alpha 1: SiLU)
     s16, b16 = b.weight([16], name="s16"), b.weight([16], name="b16")
     norms = [b.groupnorm(convs[0], s16, b16, 4), b.instancenorm(convs[1], s16, b16, 1e-6)]
-    graph = b.build(att, ln, sk3, rms, soft, a1, a2, a3, cut, *convs, pairs, quick, *norms)
+    graph = b.build(att, ln, sk3, rms, soft, a1, a2, a3, cut, *convs, pairs, quick, *norms, bgt)
     masked = np.zeros((2, 1, 1, 8), np.float32)
     masked[0, ..., 5:] = -np.inf
     masked[1] = -np.inf
