@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from relsat.engine.egraph import MAX_CHILDREN
 from relsat.errors import RuleError
+from relsat.graph.ops import opaque_key
 from relsat.rewrite.exprs import (
     BOUNDS,
     FACTS,
@@ -47,7 +48,6 @@ from relsat.rewrite.exprs import (
     params_of,
     subexprs,
 )
-from relsat.graph.ops import opaque_key
 from relsat.rewrite.rules import (
     COMMUTATIVE,
     OPERATORS,
