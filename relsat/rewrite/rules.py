@@ -195,7 +195,8 @@ def check_onnx(op: str, n_args: int) -> None:
         raise RuleError(f"unknown ONNX operator {kind!r} (of the default domain, onnx.defs)")
     most = onnx.defs.get_schema(kind).max_input
     if not 1 <= n_args <= most:
-        raise RuleError(f"{op} takes 1 to {most} tensor inputs, got {n_args}")
+        takes = "1 tensor input" if most == 1 else f"1 to {most} tensor inputs"
+        raise RuleError(f"{op} takes {takes}, got {n_args}")
 
 
 #: Operators whose two operands commute: a rule's pattern of one of them matches either operand
