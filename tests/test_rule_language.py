@@ -283,7 +283,9 @@ def test_a_user_adds_a_fusion_with_a_rule_file_and_no_python(tmp_path: Path) -> 
 
 
 def test_an_onnx_operator_is_matched_by_its_type_and_round_trips() -> None:
-    text = "# name: guard\n(onnx.Where (onnx.IsNaN ?x) ?z ?x) => (nanzero ?x)\nwhere size(?z) == 1\n"
+    text = (
+        "# name: guard\n(onnx.Where (onnx.IsNaN ?x) ?z ?x) => (nanzero ?x)\nwhere size(?z) == 1\n"
+    )
     rules = parse_rules(text)
     assert parse_rules(format_rules(rules)) == rules
     (rule,) = rules

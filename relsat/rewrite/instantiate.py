@@ -129,7 +129,7 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
     return value
 
 
-def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[int, ...], list[Tensor]], Tensor] | None:
+def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value] | None:
     """The maker of an ONNX operator a rule names (``onnx.Where``): an opaque node of that
     type, its output shaped as :data:`relsat.graph.onnx_kernels.SHAPES` says; None for one the
     checker does not model."""
@@ -137,7 +137,7 @@ def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[int, ...], list[Tensor]]
     if how is None:
         return None
 
-    def make(b: GraphBuilder, ints: tuple[int, ...], xs: list[Tensor]) -> Tensor:
+    def make(b: GraphBuilder, ints: tuple[Any, ...], xs: list[Tensor]) -> Value:
         if how == "unary" and len(xs) != 1:
             raise GraphError(f"{kind} takes one input, got {len(xs)}", op=kind)
         try:

@@ -37,6 +37,10 @@ block, blocks separated by blank lines::
   (:data:`OPERATORS`): integer arguments first, as literal leaves that must match exactly
   (``(conv2d 1 1 0 2 ?x ?w)`` is a stride-1, SAME-padded, ReLU-fused conv), then tensor
   arguments, each a pattern or a ``?variable``. A variable used twice binds the same e-class.
+  ``(onnx.<Type> …)`` on a left-hand side matches an ONNX operator of the default domain that
+  relsat keeps opaque (``(onnx.Where (onnx.IsNaN ?x) ?z ?x)``): its arguments are the node's
+  tensor inputs in order, as many as written. An unknown type (``onnx.defs``) or one on a
+  right-hand side is a :class:`RuleError` at ``file:line:col``.
 
 Syntax errors raise :class:`RuleSyntaxError` citing ``file:line:col``; semantic problems (unknown
 operator or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate

@@ -4,7 +4,8 @@ Rules are data (:class:`Rule`: named, one or more ``lhs => rhs`` pairs, flags, g
 formats that produce them live in :mod:`relsat.rewrite.rulefile`. A :class:`Rule` validates itself
 when it
 is built: unknown operators or guards, wrong arity, a right-hand-side variable that no left-hand
-side binds are :class:`RuleError` s naming the rule.
+side binds, an ONNX operator (``onnx.Where``: one relsat keeps opaque, :func:`onnx_type`) on a
+right-hand side are :class:`RuleError` s naming the rule.
 
 >>> r = Rule("relu-of-relu", (Pattern("relu", (Pattern("relu", (Var("x"),)),)),),
 ...          (Pattern("relu", (Var("x"),)),))
