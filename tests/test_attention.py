@@ -19,6 +19,8 @@ from relsat.cost.analytic import AnalyticModel
 from relsat.cost.model import OpSignature
 from relsat.cost.ort import unit_graph
 from relsat.engine.compile import compile_rules
+from relsat.engine.egraph import EGraph
+from relsat.engine.explore import Limits, explore
 from relsat.errors import GraphError
 from relsat.graph.execute import run
 from relsat.graph.ops import f32_bits
@@ -239,11 +241,13 @@ def test_torch_spelling_fuses_and_runs_as_onnx_attention(mask: bool) -> None:
     model = _sdpa_model(mask=mask, guard=mask)
     graph = ronnx.load(model)
     counts = graph.op_counts()
-    assert counts["softmax"] == 1 and counts["nanzero"] == int(mask) and "opaque" not in counts
+    kept = sorted(n.params["type"] for n in graph.nodes if n.op == "opaque")
+    assert counts["softmax"] == 1 and "nanzero" not in counts  # the importer reads no idiom:
+    assert kept == (["IsNaN", "Where"] if mask else [])  # the NaN guard is a rule's (nanzero-guard)
     result = optimize(graph, Options(rules=TRANSFORMER_RULES))  # analytic prices: no timing
     fused = result.graph.op_counts()
     assert fused["attention"] == 1
-    assert not {"softmax", "nanzero"} & set(fused)
+    assert not {"softmax", "nanzero", "opaque"} & set(fused)
     assert result.verified
     out = ronnx.to_model(result.graph, like=model)
     assert {o.domain: o.version for o in out.opset_import}[""] == 23
@@ -379,3 +383,41 @@ def test_onnx_attention_imports_with_strict_guards() -> None:
     scales = sorted(round(n.params["scale"], 6) for n in imported.nodes if n.op == "attention")
     assert scales == sorted([round(1 / math.sqrt(D), 6), 0.25])
     assert ronnx.verify(model, ronnx.to_model(imported, like=model)).ok
+
+
+def _guard_model(fill: float, test: str, other: bool) -> onnx.ModelProto:
+    """x -> Where(test(x), fill, x or y): torch's NaN guard (IsNaN, 0, x) or a near miss."""
+    n = helper.make_node
+    nodes = [
+        n(test, ["x"], ["t"]),
+        n("Where", ["t", "fill", "y" if other else "x"], ["out"]),
+    ]
+    inputs = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [2, 3]) for v in "xy"]
+    graph = helper.make_graph(
+        nodes,
+        "guard",
+        inputs,
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(np.array(fill, np.float32), "fill")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize(
+    ("fill", "test", "other", "fused"),
+    [
+        (0.0, "IsNaN", False, True),  # Where(IsNaN(x), 0, x): the guard
+        (0.0, "IsNaN", True, False),  # Where(IsNaN(x), 0, y)
+        (1.0, "IsNaN", False, False),  # Where(IsNaN(x), 1, x)
+        (0.0, "IsInf", False, False),  # Where(IsInf(x), 0, x)
+    ],
+    ids=["guard", "another-tensor", "fill-1", "isinf"],
+)
+def test_the_nan_guard_is_read_by_a_rule_and_its_near_misses_are_not(
+    fill: float, test: str, other: bool, fused: bool
+) -> None:
+    graph = ronnx.load(_guard_model(fill, test, other))
+    assert {n.params["type"] for n in graph.nodes if n.op == "opaque"} == {test, "Where"}
+    eg = EGraph.from_graph(graph)
+    explore(eg, TRANSFORMER_RULES, limits=Limits(iterations=3))
+    assert eg.db.scalar("SELECT count(*) FROM enode WHERE op = 'nanzero'") == int(fused)

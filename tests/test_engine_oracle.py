@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from relsat import models
@@ -10,8 +11,8 @@ from relsat.engine import phase
 from relsat.engine.compile import rule_sql
 from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Limits, explore, find_matches
-from relsat.graph.builder import GraphBuilder
-from relsat.rewrite.rulefile import load_rules, parse_rules
+from relsat.graph.builder import GraphBuilder, Tensor
+from relsat.rewrite.rulefile import RULES_DIR, load_rules, parse_rules
 
 RULES = load_rules()
 
@@ -119,3 +120,65 @@ def test_subpatterns_at_any_position_match_as_the_per_rule_sql(
         "third-position",
         "three-subpatterns",
     ]
+
+
+OPAQUE = parse_rules(
+    """\
+# name: any-where
+(onnx.Where ?c ?a ?b) => (ewadd ?b (ewmul ?c (ewsub ?a ?b)))
+
+# name: abs-square
+(ewmul (onnx.Abs ?x) (onnx.Abs ?x)) => (ewmul ?x ?x)
+"""
+) + load_rules(RULES_DIR / "transformer.rules")
+
+
+def _opaque_graph() -> EGraph:
+    """ONNX operators kept opaque: torch's NaN guard, its near misses (another tensor, a fill of
+    1, IsInf, an IsNaN of the com.microsoft domain) and a square of Abs."""
+    b = GraphBuilder()
+    x, y = b.input([2, 3], name="x"), b.input([2, 3], name="y")
+    zero = b.weight([1], name="zero", value=np.zeros(1, np.float32))
+    one = b.weight([1], name="one", value=np.ones(1, np.float32))
+
+    def op(kind: str, *xs: Tensor, domain: str = "") -> Tensor:
+        attrs = {"_onnx": {"domain": domain, "inputs": ["t"] * len(xs)}}
+        return b.opaque(kind, xs, [(2, 3)], attrs)[0]
+
+    nan = op("IsNaN", x)
+    outs = [
+        op("Where", nan, zero, x),  # the guard
+        op("Where", nan, zero, y),  # another tensor
+        op("Where", nan, one, x),  # a fill of 1
+        op("Where", op("IsInf", x), zero, x),  # IsInf
+        op("Where", op("IsNaN", x, domain="com.microsoft"), zero, x),  # another domain's IsNaN
+        b.mul(op("Abs", x), op("Abs", x)),
+        b.mul(op("Abs", x), op("Abs", y)),  # two tensors: a near miss
+    ]
+    return EGraph.from_graph(b.build(*outs))
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_onnx_operators_match_as_the_per_rule_sql(
+    recursive: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(phase, "RECURSIVE_BELOW", 10**9 if recursive else 0)
+    eg = _opaque_graph()
+    table = find_matches(eg, OPAQUE, multi=False).to_pylist()
+    engine = {
+        (OPAQUE[r["rule"]].name, r["root0"], tuple(r["v"][: len(OPAQUE[r["rule"]].slots)]))
+        for r in table
+    }
+    oracle = {
+        (rule.name, row[0], tuple(row[1:]))
+        for rule in OPAQUE
+        if not rule.is_multi
+        for row in eg.db.execute(rule_sql(rule))
+    }
+    assert engine == oracle
+    names = sorted(name for name, _, _ in engine)
+    # five Where (IsNaN of the contrib domain is another operator), one square of Abs (which
+    # square-as-pow sees too), one guard: not its near misses
+    assert names == ["abs-square", *["any-where"] * 5, "nanzero-guard", "square-as-pow"]
+    guard = {root for name, root, _ in engine if name == "nanzero-guard"}
+    assert len(guard) == 1

@@ -23,7 +23,7 @@ from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.ops import f32_bits
 from relsat.rewrite.check import check_rule, evaluate
 from relsat.rewrite.rulefile import RULES_DIR, format_rules, load_rules, parse_rules
-from relsat.rewrite.rules import COMMUTATIVE, Pattern, Rule
+from relsat.rewrite.rules import COMMUTATIVE, Pattern, Rule, Var
 
 SHIPPED = load_rules()
 DECODER = load_rules(RULES_DIR / "decoder.rules")
@@ -277,3 +277,99 @@ def test_a_user_adds_a_fusion_with_a_rule_file_and_no_python(tmp_path: Path) -> 
     result = optimize(graph, Options(rules=load_rules(f)))
     assert result.graph.op_counts().get("layernorm") == 1 and result.verified
     assert check_rule(load_rules(f)[0]).status == "ok"
+
+
+# --- ONNX operators kept opaque ----------------------------------------------------------------
+
+
+def test_an_onnx_operator_is_matched_by_its_type_and_round_trips() -> None:
+    text = (
+        "# name: guard\n(onnx.Where (onnx.IsNaN ?x) ?z ?x) => (nanzero ?x)\nwhere size(?z) == 1\n"
+    )
+    rules = parse_rules(text)
+    assert parse_rules(format_rules(rules)) == rules
+    (rule,) = rules
+    assert str(rule.lhs[0]) == "(onnx.Where (onnx.IsNaN ?x) ?z ?x)"
+    assert [str(v) for v in rule.slots] == ["?x", "?z"]
+    assert SHIPPED["nanzero-guard"].lhs[0].op == "onnx.Where"
+
+
+@pytest.mark.parametrize(
+    ("text", "col", "message"),
+    [
+        ("(relu ?x) => (onnx.Relu ?x)", 15, "an opaque operator cannot be built by a rule"),
+        ("(onnx.Abs ?x) => (relu (onnx.Abs ?x))", 25, "cannot be built by a rule"),
+        ("(onnx.IsNan ?x) => (relu ?x)", 2, "unknown ONNX operator 'IsNan'"),
+        ("(onnx.Gelu_ ?x) => (relu ?x)", 2, "unknown ONNX operator"),
+        ("(onnx.IsNaN ?x ?y) => (relu ?x)", 1, "onnx.IsNaN takes 1 tensor input, got 2"),
+        ("(relu (onnx.IsNaN)) => (relu ?x)", 7, "takes 1 tensor input, got 0"),
+        ("(onnx.IsNaN 1) => (relu ?x)", 13, "must be a tensor"),
+        ("(ox.Abs ?x) => (relu ?x)", 2, "unknown operator 'ox.Abs'"),
+    ],
+)
+def test_bad_onnx_operators_name_the_place(text: str, col: int, message: str) -> None:
+    with pytest.raises(RuleError) as err:
+        parse_rules(f"# name: bad\n{text}\n", path="user.rules")
+    assert (err.value.path, err.value.line, err.value.col) == ("user.rules", 2, col)
+    assert message in str(err.value)
+
+
+def test_a_rule_built_in_python_cannot_build_an_onnx_operator() -> None:
+    x = Var("x")
+    with pytest.raises(RuleError, match="cannot be built by a rule"):
+        Rule("r", (Pattern("relu", (x,)),), (Pattern("onnx.Relu", (x,)),))
+    with pytest.raises(RuleError, match="unknown ONNX operator"):
+        Pattern("onnx.NoSuchOp", (x,))
+
+
+def test_two_onnx_types_with_one_key_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from relsat.engine import compile as compile_module
+
+    rules = parse_rules(
+        "# name: a\n(relu (onnx.Abs ?x)) => (relu ?x)\n\n# name: b\n(relu (onnx.Neg ?x)) => (relu ?x)\n"
+    )
+    compile_rules(rules)
+    monkeypatch.setattr(compile_module, "opaque_key", lambda kind: 7)
+    with pytest.raises(RuleError, match="ONNX types Abs and Neg share the key 7"):
+        compile_rules(rules)
+
+
+def test_every_onnx_operator_has_a_key_of_its_own() -> None:
+    """31 bits: about 1 in 2**31 per pair; none of ONNX's operators (any domain) share one."""
+    import onnx.defs
+
+    from relsat.graph.ops import opaque_key
+
+    names = {
+        s.name if s.domain in ("", "ai.onnx") else f"{s.domain}.{s.name}"
+        for s in onnx.defs.get_all_schemas_with_history()
+    }
+    keys = {opaque_key(n) for n in names}
+    assert len(keys) == len(names) > 150 and all(0 <= k < 2**31 for k in keys)
+
+
+def test_a_user_rule_matches_an_onnx_operator(tmp_path: Path) -> None:
+    """|x| * |x| = x * x, in a rule file of the user's own: checked on load, found in an ONNX
+    model's opaque Abs, and numerically sound."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from relsat import onnx as ronnx
+
+    f = tmp_path / "mine.rules"
+    f.write_text("# name: abs-square\n(ewmul (onnx.Abs ?x) (onnx.Abs ?x)) => (ewmul ?x ?x)\n")
+    rules = load_rules(f)  # a user's file: its types are checked on load
+    assert check_rule(rules[0]).status == "ok"
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Abs", ["x"], ["a"]), n("Mul", ["a", "a"], ["y"])],
+        "abs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    g = ronnx.load(model)
+    assert [n.params["type"] for n in g.nodes if n.op == "opaque"] == ["Abs"]
+    result = optimize(g, Options(rules=rules))
+    assert "opaque" not in result.graph.op_counts() and result.verified

@@ -5,8 +5,10 @@ a type or a value is flagged, the shipped rules pass."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from relsat.cli import main
@@ -222,3 +224,77 @@ def test_cli_optimize_refuses_a_rule_file_with_a_type_changing_rule(
     assert main(["optimize", "--model", "nasrnn", "--rules", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "rule 'bad-concat'" in err and f"{path}:1" in err
+
+
+# --- rules over ONNX operators kept opaque ------------------------------------------------------
+
+GUARDS = """\
+# name: other-tensor
+(onnx.Where (onnx.IsNaN ?x) ?z ?y) => (nanzero ?x)
+where lo(?z) == 0 and hi(?z) == 0 and size(?z) == 1 and rank(?z) <= rank(?x)
+
+# name: fill-one
+(onnx.Where (onnx.IsNaN ?x) ?z ?x) => (nanzero ?x)
+where lo(?z) == 1 and hi(?z) == 1 and size(?z) == 1 and rank(?z) <= rank(?x)
+
+# name: isinf
+(onnx.Where (onnx.IsInf ?x) ?z ?x) => (nanzero ?x)
+where lo(?z) == 0 and hi(?z) == 0 and size(?z) == 1 and rank(?z) <= rank(?x)
+
+# name: broadcast-zero
+(onnx.Where (onnx.IsNaN ?x) ?z ?x) => (nanzero ?x)
+where lo(?z) == 0 and hi(?z) == 0
+
+# name: where-as-arithmetic
+(onnx.Where ?c ?a ?b) => (ewadd ?b (ewmul ?c (ewsub ?a ?b)))
+
+# name: abs-square
+(ewmul (onnx.Abs ?x) (onnx.Abs ?x)) => (ewmul ?x ?x)
+
+# name: unmodelled-onnx
+(onnx.Softmax ?x) => (softmax ?x)
+"""
+
+
+def test_the_nan_guard_rule_is_checked_on_nans() -> None:
+    verdict = check_rule(load_rules(RULES_DIR / "transformer.rules")["nanzero-guard"])
+    assert verdict.status == "ok" and verdict.instances >= 10
+    # the zero: one element, of the guarded tensor's rank or less (rank 0 is not drawn)
+    assert all(
+        math.prod(e.shapes["z"]) == 1 and len(e.shapes["z"]) <= len(e.shapes["x"])
+        for e in verdict.examples
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "detail"),
+    [
+        ("other-tensor", "numeric-mismatch", "sides differ"),
+        ("fill-one", "numeric-mismatch", "with NaN and infinities in ?x"),  # finite: equal
+        ("isinf", "numeric-mismatch", "with NaN and infinities in ?x"),
+        ("broadcast-zero", "type-mismatch", "the right-hand side computes"),
+        ("where-as-arithmetic", "ok", ""),  # only with the condition drawn 0 and 1
+        ("abs-square", "ok", ""),
+        ("unmodelled-onnx", "untested", "does not model 'onnx.Softmax'"),
+    ],
+)
+def test_rules_over_onnx_operators_are_checked(name: str, status: str, detail: str) -> None:
+    verdict = check_rule(parse_rules(GUARDS)[name])
+    assert verdict.status == status and detail in verdict.detail, verdict.detail
+
+
+def test_edge_values_of_onnx_operators() -> None:
+    from relsat.rewrite import inputs
+    from relsat.rewrite.check import sides
+
+    rule = parse_rules(GUARDS)["where-as-arithmetic"]
+    lhs, _, _ = sides(rule, {"c": (2, 3), "a": (2, 3), "b": (2, 3)})
+    values = inputs.onnx_values(rule, lhs, None)
+    assert values is not None and set(np.unique(values["c"])) == {0.0, 1.0}
+    assert inputs.special(rule, lhs, values) is None
+    guard = load_rules(RULES_DIR / "transformer.rules")["nanzero-guard"]
+    lhs, _, _ = sides(guard, {"x": (2, 4), "z": (1,)})
+    names, edges = inputs.special(guard, lhs, None) or ([], {})
+    x = edges["x"].reshape(-1)
+    assert names == ["x"] and np.isnan(x[0::4]).all() and np.isposinf(x[1::4]).all()
+    assert np.isneginf(x[2::4]).all() and np.isfinite(x[3::4]).all()

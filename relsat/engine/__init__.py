@@ -14,7 +14,8 @@ The tables (integer parameters follow TENSAT's argument order and codes: activat
 sigmoid, 2 relu, 3 tanh; padding 0 SAME, 1 VALID; absent parameters and children are -1):
 
 ==================  =========================================================================
-``enode``           ``id`` (never reused), ``op``, ``p0…p5`` integer parameters, ``s`` string
+``enode``           ``id`` (never reused), ``op``, ``p0…p5`` integer parameters (an opaque
+                    e-node's ``p0``: the key of its ONNX type, what rules test), ``s`` string
                     parameter (input/weight name, reshape shape ``64_1024``, transpose perm,
                     opaque signature), ``arity``, ``c0…c7`` child classes (canonical after every
                     rebuild), ``class``, ``born`` (epoch that created it, 0 for the input),

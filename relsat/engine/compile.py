@@ -19,7 +19,10 @@ Two views of the same compilation:
 
 Integer arguments of a pattern node map to the ``enode`` columns ``p0…`` in TENSAT's argument
 order and tensor arguments to ``c0…``, so ``(conv2d 1 1 0 2 ?x ?w)`` is ``op = 'conv2d' AND p0 = 1
-AND p1 = 1 AND p2 = 0 AND p3 = 2`` with ``?x = c0`` and ``?w = c1``.
+AND p1 = 1 AND p2 = 0 AND p3 = 2`` with ``?x = c0`` and ``?w = c1``. An ONNX operator relsat keeps
+opaque, ``(onnx.IsNaN ?x)``, is ``op = 'opaque' AND p0 = <the key of IsNaN>``
+(:func:`relsat.graph.ops.opaque_key`, stored when the e-node is written): a literal like any
+other, so the search's statements do not change.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pyarrow as pa
 
 from relsat.engine.egraph import MAX_CHILDREN
 from relsat.errors import RuleError
+from relsat.graph.ops import opaque_key
 from relsat.rewrite.exprs import (
     BOUNDS,
     FACTS,
@@ -44,7 +48,17 @@ from relsat.rewrite.exprs import (
     params_of,
     subexprs,
 )
-from relsat.rewrite.rules import COMMUTATIVE, OPERATORS, Pattern, Rule, Term, Var, canonical
+from relsat.rewrite.rules import (
+    COMMUTATIVE,
+    OPERATORS,
+    Pattern,
+    Rule,
+    Term,
+    Var,
+    canonical,
+    onnx_type,
+    signature,
+)
 
 __all__ = ["MAX_LHS_INTS", "MAX_VARS", "Program", "compile_rules", "expr_sql", "rule_sql"]
 
@@ -115,7 +129,7 @@ def rule_sql(rule: Rule) -> str:
         alias = f"n{len(aliases)}"
         aliases.append((alias, p, join))
         ints, tensors = _split_args(p)
-        conds = [f"{alias}.op = '{p.op}'"]
+        conds = [f"{alias}.op = '{engine_op(p.op)}'"]
         for i, v in enumerate(ints):
             if isinstance(v, Param) and v.wild:
                 continue
@@ -206,6 +220,7 @@ def rule_key(rule: Rule, *, guards: bool = True) -> str:
 def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     """Compile ``rules`` (in order; rule id = position) into a :class:`Program`."""
     rules = tuple(rules)
+    _opaque_keys(rules)
     info_rows: list[dict[str, Any]] = []
     prows: list[dict[str, Any]] = []
     trows: list[dict[str, Any]] = []
@@ -541,11 +556,39 @@ def _symmetric(rule: Rule) -> bool:
     )
 
 
+def engine_op(op: str) -> str:
+    """The ``enode.op`` a pattern's operator matches: ``opaque`` for an ONNX one (whose type is
+    the literal key in ``p0``: :func:`_split_args`), else the operator itself."""
+    return "opaque" if onnx_type(op) is not None else op
+
+
+def _opaque_keys(rules: Iterable[Rule]) -> None:
+    """Refuse two ONNX types of the rules' left-hand sides with one key (odds about 1 in 2**31
+    per pair; no two operators ONNX defines share one): a rule would match the other type."""
+    seen: dict[int, str] = {}
+    for rule in rules:
+        for p in rule.lhs:
+            for op in p.ops():
+                kind = onnx_type(op)
+                if kind is None:
+                    continue
+                other = seen.setdefault(opaque_key(kind), kind)
+                if other != kind:
+                    raise RuleError(
+                        f"ONNX types {other} and {kind} share the key {opaque_key(kind)} "
+                        "(relsat.graph.ops.opaque_key): a rule of one would match the other",
+                        rule=rule.name,
+                    )
+
+
 def _split_args(p: Pattern) -> tuple[list[Any], list[Pattern | Var]]:
     """A pattern's integer arguments (literals, parameter variables, arithmetic) and tensor
     arguments, each in order."""
     ints: list[int] = []
     tensors: list[Pattern | Var] = []
+    kind_of = onnx_type(p.op)
+    if kind_of is not None:  # an opaque e-node: its type's key in p0, its tensor inputs
+        return [opaque_key(kind_of)], list(p.args)  # type: ignore[arg-type]
     for arg, (_, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
         if kind == "int":
             ints.append(arg)  # type: ignore[arg-type]  # a literal, a Param or an Expr
@@ -557,7 +600,7 @@ def _split_args(p: Pattern) -> tuple[list[Any], list[Pattern | Var]]:
 def _list_arg(p: Pattern) -> tuple[int, ...] | Param | Expr | None:
     """A shape operator's list parameter (a literal, a variable or a list function); None for
     an operator without one."""
-    for arg, (_, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
+    for arg, (_, kind) in zip(p.args, signature(p.op, len(p.args)).params, strict=True):
         if kind == "ints":
             return arg  # type: ignore[return-value]
     return None
@@ -585,7 +628,8 @@ def _add_pattern(
     rid: int, lhs: int, p: Pattern, slots: dict[str, int], rows: list[dict], rule: Rule
 ) -> int:
     ints, tensors = _split_args(p)
-    if len(ints) > MAX_LHS_INTS or len(tensors) > MAX_RULE_CHILDREN or not OPERATORS[p.op].in_rules:
+    sig = signature(p.op, len(p.args))
+    if len(ints) > MAX_LHS_INTS or len(tensors) > MAX_RULE_CHILDREN or not sig.in_rules:
         raise RuleError(f"operator {p.op} cannot be matched by the engine", rule=rule.name)
     if sum(isinstance(a, Pattern) for a in tensors) > MAX_SUBPATTERNS:
         raise RuleError(
@@ -622,7 +666,7 @@ def _add_pattern(
         "lhs": lhs,
         "is_root": False,
         "height": 1 + max(heights) if heights else 0,
-        "op": p.op,
+        "op": engine_op(p.op),
         "l0": lits[0],
         "l1": lits[1],
         "l2": lits[2],
@@ -677,7 +721,9 @@ def _add_template(
     if p in memo:
         return memo[p]
     ints, tensors = _split_args(p)
-    if len(tensors) > MAX_RULE_CHILDREN or not OPERATORS[p.op].in_rules:
+    if onnx_type(p.op) is not None or not OPERATORS[p.op].in_rules:
+        raise RuleError(f"operator {p.op} cannot be built by the engine", rule=rule.name)
+    if len(tensors) > MAX_RULE_CHILDREN:
         raise RuleError(f"operator {p.op} cannot be built by the engine", rule=rule.name)
     kinds, refs, heights = [], [], []
     for a in tensors:

@@ -46,7 +46,8 @@ def eclass_dot(egraph: EGraph, eclass: int, depth: int = 1) -> str:
             f"style={'bold' if cls == eclass else 'dashed'};"
         )
         for n in members:
-            params = [str(n[f"p{i}"]) for i in range(6) if n[f"p{i}"] >= 0]
+            skip = 0 if n["op"] == "opaque" else -1  # an opaque p0: its type's key (in s)
+            params = [str(n[f"p{i}"]) for i in range(6) if n[f"p{i}"] >= 0 and i != skip]
             text = (
                 n["op"]
                 + (f"[{','.join(params)}]" if params else "")

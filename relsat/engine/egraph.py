@@ -1,6 +1,7 @@
 """The relational e-graph: a Graph loaded into DuckDB tables, inspected and audited with SQL.
 
-One row per e-node in ``enode`` (op, integer parameters ``p0…p5`` in TENSAT's argument order, a
+One row per e-node in ``enode`` (op, integer parameters ``p0…p5`` in TENSAT's argument order — an
+opaque e-node's ``p0`` the key of its ONNX type, :func:`relsat.graph.ops.opaque_key` — a
 string parameter ``s``, child classes ``c0…c7``, its class), one row per e-class in ``eclass``
 (TENSAT's analysis: shape, split history, all-weights flag), ``uf`` for union-find and ``output``
 for the graph outputs. See ``sql/schema/egraph.sql`` and the README's "Inspecting the e-graph with
@@ -35,6 +36,8 @@ from relsat.graph.ops import (
     PADDINGS,
     Params,
     infer,
+    opaque_key,
+    opaque_type,
     param_ints,
 )
 
@@ -79,8 +82,9 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
         s, ints = "_".join(map(str, p["perm"])), [int(p["shuffle"])]
     elif op in ("reshape", "expand"):
         s = "_".join(map(str, p["shape"]))
-    elif op == "opaque":
+    elif op == "opaque":  # the type's key in p0, for rules to test (relsat.graph.ops.opaque_key)
         s = f"{p['type']}|{p['attrs']}|{json.dumps(p['shapes'], separators=(',', ':'))}"
+        ints = [opaque_key(opaque_type(p["type"], p["attrs"]))]
     elif op in FLOAT_PARAMS or op in INT_PARAMS or op in MIXED_PARAMS:  # float32 bits, ints
         ints = param_ints(op, p) or []  # bits, a slice's bounds: so that rules can spell them
     return op, [*ints, -1, -1, -1, -1, -1, -1][:6], s

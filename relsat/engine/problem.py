@@ -53,7 +53,8 @@ def egraph_problem(egraph: EGraph) -> tuple[Problem, np.ndarray, np.ndarray]:
 
 def _label(r: dict[str, Any]) -> str:
     """An e-node's op with its parameters, e.g. ``conv2d[1,1,0,2]`` or ``weight(w3)``."""
-    params = [r[f"p{i}"] for i in range(6) if r[f"p{i}"] >= 0]
+    opaque = r["op"] == "opaque"  # its p0 is its type's key; the type is in s
+    params = [r[f"p{i}"] for i in range(6) if r[f"p{i}"] >= 0 and not (opaque and i == 0)]
     text = r["op"] + (f"[{','.join(map(str, params))}]" if params else "")
     return text + (f"({r['s']})" if r["s"] else "")
 

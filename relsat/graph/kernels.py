@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from relsat.errors import ExecutionError
 from relsat.graph.graph import Node
+from relsat.graph.onnx_kernels import KERNELS as ONNX_KERNELS
 from relsat.graph.ops import conv_out_size, same_padding
 
 __all__ = ["Lazy", "OpaqueKernel", "Value", "apply", "has_kernel", "register_opaque"]
@@ -30,8 +31,9 @@ _OPAQUE: dict[str, OpaqueKernel] = {}
 
 
 def has_kernel(type_name: str) -> bool:
-    """Whether opaque ops of type ``type_name`` have a registered NumPy kernel."""
-    return type_name in _OPAQUE
+    """Whether opaque ops of type ``type_name`` have a NumPy kernel: a registered one, or one
+    of the ONNX operators rules match (:data:`relsat.graph.onnx_kernels.KERNELS`)."""
+    return type_name in _OPAQUE or type_name in ONNX_KERNELS
 
 
 def register_opaque(type_name: str, fn: OpaqueKernel | None) -> OpaqueKernel | None:
@@ -266,7 +268,7 @@ def _batchnorm(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
 
 def _opaque(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     type_name = node.params["type"]
-    fn = _OPAQUE.get(type_name)
+    fn = _OPAQUE.get(type_name) or ONNX_KERNELS.get(type_name)
     if fn is None:
         raise ExecutionError(
             f"no NumPy kernel registered for opaque type {type_name!r} "

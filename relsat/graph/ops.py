@@ -14,6 +14,7 @@ recorded on that dimension, most recent last. TENSAT's ``split`` cuts at the las
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,6 +39,8 @@ __all__ = [
     "from_f32_bits",
     "infer",
     "int_params",
+    "opaque_key",
+    "opaque_type",
     "param_ints",
     "same_padding",
 ]
@@ -999,6 +1002,32 @@ INT_PARAMS = {
 
 #: Ops with an integer parameter in ``p0`` and a float one, as float32 bits, in ``p1``.
 MIXED_PARAMS = {"mha": ("heads", "scale"), "groupnorm": ("groups", "epsilon")}
+
+
+def opaque_type(type_name: str, attrs: str) -> str:
+    """An opaque node's operator as rules name it: its ONNX type for the default domain (or no
+    domain recorded: not an ONNX node), else ``domain.type`` (``com.microsoft.Gelu``), so that a
+    rule's ``onnx.Gelu`` never matches a contrib operator of the same name. ``attrs``: the node's
+    attributes as JSON text (the domain is ``_onnx.domain``)."""
+    found = attrs.count('"domain":"')
+    if found == 0 or (found == 1 and '"domain":""' in attrs):  # the default one: parse nothing
+        return type_name
+    domain = json.loads(attrs).get("_onnx", {}).get("domain", "")
+    return type_name if domain in ("", "ai.onnx") else f"{domain}.{type_name}"
+
+
+def opaque_key(qualified: str) -> int:
+    """A 31-bit key of an opaque operator's type (:func:`opaque_type`): what an opaque e-node
+    stores in ``p0``, so that a rule's ``(onnx.Where ...)`` is a literal test on ``p0`` like any
+    other (the type itself stays in the e-node's ``s``). Two types share a key with odds of
+    about 1 in 2**31 per pair; every operator ONNX defines has its own (a test checks), and the
+    rule compiler refuses two rule types with one key.
+
+    >>> opaque_key("Where") == opaque_key("Where") != opaque_key("IsNaN")
+    True
+    """
+    digest = hashlib.blake2b(qualified.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
 def int_params(op: str, p: Sequence[int]) -> Params | None:

@@ -211,6 +211,7 @@ class Exporter:
                     meta
                     and not meta["domain"]
                     and not _same_schema(n.params["type"], int(meta["opset"]), opset)
+                    and not _types_only(n.params["type"], int(meta["opset"]), opset)
                 ):
                     raise OnnxError(
                         f"opaque {n.params['type']} was imported at opset {meta['opset']} and "
@@ -748,6 +749,21 @@ _TYPES_ONLY_SINCE = {
     "GlobalAveragePool": 1,
     "GlobalMaxPool": 1,
 }
+
+
+#: Default-domain ops whose definitions from the given opset up to 23 differ only in the element
+#: types they accept (no attribute or input added: Where-16 adds bfloat16): a node of these
+#: imported at one of those opsets means the same at any other, a lower one included (torch's
+#: NaN guard, Where(IsNaN(x), 0, x), written back at opset 14).
+_TYPES_ONLY_BOTH_WAYS = {"Where": 9, "IsNaN": 9, "IsInf": 10}
+
+
+def _types_only(op_type: str, old: int, new: int) -> bool:
+    """Whether opaque ``op_type`` imported at opset ``old`` means the same at ``new``, lower or
+    higher, its definitions in between differing only in types (:data:`_TYPES_ONLY_BOTH_WAYS`)."""
+    since = _TYPES_ONLY_BOTH_WAYS.get(op_type)
+    top = transformer_ops.ATTENTION_OPSET
+    return since is not None and since <= min(old, new) and max(old, new) <= top
 
 
 #: The fused ops whose ONNX operators need a later opset than a model may have, with that opset,

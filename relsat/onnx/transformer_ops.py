@@ -6,8 +6,9 @@ Sub/Div/Pow/Sqrt/Erf, ReduceMean over the last axis with ``keepdims=1``, Softmax
 LayerNormalization over the last axis with a ``[N]`` scale and bias (and only its first output
 read), Gelu (opset 20); ``com.microsoft`` Gelu, FastGelu (its optional bias: ``biasgelu_tanh``),
 BiasGelu and SkipLayerNormalization. Add and Mul read a one-element float constant as a ``scalar``
-(placed second: a rule then needs one operand order only). ``Where(IsNaN(x), 0, x)`` (torch's guard
-after the softmax of a masked attention) is ``nanzero(x)``; ONNX Attention (opset 23, 4-D Q/K/V, a
+(placed second: a rule then needs one operand order only). ``Where`` and ``IsNaN`` stay opaque:
+torch's guard after the softmax of a masked attention, ``Where(IsNaN(x), 0, x)``, is ``nanzero(x)``
+by a rule (rules/transformer.rules, nanzero-guard); ONNX Attention (opset 23, 4-D Q/K/V, a
 float mask or none, no causal flag, softcap, cache or extra outputs) is ``attention`` with the keys
 transposed. Anything that almost matches — another axis, ``keepdims=0``, a scale of shape
 ``[1, N]``, extra outputs read — stays opaque.
@@ -214,22 +215,6 @@ def _skip_layernorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -
     return {outs[0]: imp.g.skiplayernorm(x, skip, packed, eps, name=outs[0])}
 
 
-def _where(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    """``Where(IsNaN(x), 0, x)``: x with NaN replaced by 0 (``nanzero``); any other Where is
-    opaque."""
-    cond, zero, x = node.input
-    test = imp.producer(cond)
-    value = imp.const(zero)
-    if test is None or test.op_type != "IsNaN" or test.domain not in ("", "ai.onnx"):
-        raise Unmapped
-    if test.input[0] != x or value is None or value.size != 1 or value.reshape(-1)[0] != 0:
-        raise Unmapped
-    t = imp.tensor(x)
-    if value.ndim > t.rank:
-        raise Unmapped
-    return {node.output[0]: imp.g.nanzero(t, name=node.output[0])}
-
-
 def _attention(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     """ONNX Attention (opset 23) on 4-D Q/K/V with a float additive mask (or none)."""
     ins = [*node.input, "", "", ""][:6]
@@ -267,7 +252,6 @@ HANDLERS: dict[str, Handler] = {
     "Softmax": _softmax,
     "LayerNormalization": _layernorm,
     "Gelu": _gelu,
-    "Where": _where,
     "Attention": _attention,
 }
 

@@ -7,7 +7,10 @@ whose left-hand side builds and whose guards hold:
   type: shape and split history (relsat has one dtype, float32, so there is no dtype to differ);
 * **numbers**: both sides run in the NumPy executor on the same random values and must agree
   (:data:`RTOL`, :data:`ATOL`: float64-tight, far below what a wrong rewrite gives); the values
-  have the facts the rule's conditions require (:mod:`relsat.rewrite.inputs`).
+  have the facts the rule's conditions require (:mod:`relsat.rewrite.inputs`). An ONNX operator
+  a left-hand side names (``onnx.Where``) runs as an opaque node with its NumPy kernel
+  (:mod:`relsat.graph.onnx_kernels`; one it has none for leaves the rule ``untested``), its
+  boolean inputs drawn as 0 and 1, and NaN and infinities under an ``IsNaN`` or ``IsInf``.
 
 A rule holding an operator the exporter writes as a fused onnxruntime kernel is checked in
 onnxruntime too, at the instances compared here (:mod:`relsat.rewrite.ortcheck`: its result is
@@ -278,11 +281,19 @@ def _evaluate(
     if not numeric:
         return Instance(shapes, "typed", grouped=grouped)
     try:
-        drawn = inputs.drawn(lhs, conds, bounds)
+        drawn = inputs.onnx_values(rule, lhs, inputs.drawn(lhs, conds, bounds))
         if drawn is None:
             result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
         else:
             result = compare_outputs(run(lhs, drawn), run(rhs, drawn), rtol=RTOL, atol=ATOL)
+        special = inputs.special(rule, lhs, drawn) if result.ok else None
+        if special is not None:  # the edge cases of IsNaN and IsInf: NaN and infinities
+            names, edges = special
+            result = compare_outputs(run(lhs, edges), run(rhs, edges), rtol=RTOL, atol=ATOL)
+            if not result.ok:
+                which = ", ".join(f"?{n}" for n in names)
+                detail = f"with NaN and infinities in {which}: {result.report()}"
+                return Instance(shapes, "different", detail, grouped)
         masked = inputs.masked(rule, lhs, conds, drawn) if result.ok else None
         if masked is not None:  # the edge case of an additive mask: a row of -inf
             names, rows_inf = masked

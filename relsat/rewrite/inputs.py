@@ -5,7 +5,9 @@ Values are drawn by name (:func:`relsat.graph.execute.random_values`, seed 0): b
 one array per variable. A rule whose conditions require facts of values (equal halves or pairs of
 the last axis, values >= 0, bounds: :func:`bounds`) gets values that have them (:func:`drawn`);
 a rule that fuses an additive mask into a softmax is compared again with a row of -inf in the
-mask (:func:`masked`).
+mask (:func:`masked`). A variable an ONNX operator reads as a boolean (Where's condition) holds
+0 and 1 (:func:`onnx_values`); one under an ONNX ``IsNaN`` or ``IsInf`` is compared again with
+NaN and infinities among its values (:func:`special`).
 
 >>> from relsat.rewrite.rulefile import parse_rules
 >>> rule = parse_rules("# name: r\\n(relu ?x) => (relu (relu ?x))\\nwhere nonneg(?x)\\n")["r"]
@@ -24,10 +26,11 @@ import numpy as np
 
 from relsat.graph.execute import random_values
 from relsat.graph.graph import Graph
+from relsat.graph.onnx_kernels import BOOLEAN_INPUTS
 from relsat.rewrite.exprs import BOUNDS, COMPARE, VALUE_FACTS, Expr, Num, evaluate, subexprs
-from relsat.rewrite.rules import Pattern, Rule, Var
+from relsat.rewrite.rules import Pattern, Rule, Var, onnx_type
 
-__all__ = ["MAX_BOUNDS", "bounds", "drawn", "masked"]
+__all__ = ["MAX_BOUNDS", "bounds", "drawn", "masked", "onnx_values", "special"]
 
 #: Bound choices tried per instance for the tensors whose ``lo`` / ``hi`` conditions read.
 MAX_BOUNDS = 4096
@@ -114,6 +117,59 @@ def drawn(
         elif fact == "nonneg":
             np.abs(v, out=v)
     return values
+
+
+def _onnx_reads(rule: Rule) -> tuple[list[str], list[str]]:
+    """The variables the left-hand sides' ONNX operators read at a boolean input (Where's
+    condition) and those under an ``IsNaN`` or ``IsInf``, each in order of appearance."""
+    booleans: dict[str, None] = {}
+    special: dict[str, None] = {}
+    stack: list[object] = list(reversed(rule.lhs))
+    while stack:
+        p = stack.pop()
+        if not isinstance(p, Pattern):
+            continue
+        stack.extend(reversed(p.args))
+        kind = onnx_type(p.op)
+        if kind is None:
+            continue
+        for i, a in enumerate(p.args):
+            if isinstance(a, Var) and i in BOOLEAN_INPUTS.get(kind, ()):
+                booleans.setdefault(a.name)
+        if kind in ("IsNaN", "IsInf"):
+            special.update(dict.fromkeys(v.name for v in p.vars()))
+    return list(booleans), list(special)
+
+
+def onnx_values(
+    rule: Rule, g: Graph, values: dict[str, np.ndarray] | None
+) -> dict[str, np.ndarray] | None:
+    """``values`` (None: random ones) with 0 and 1 drawn for each variable an ONNX operator of
+    the left reads as a boolean (Where's condition, :data:`relsat.graph.onnx_kernels.
+    BOOLEAN_INPUTS`); ``values`` as they were when there is none."""
+    booleans, _ = _onnx_reads(rule)
+    if not booleans:
+        return values
+    out = {k: v.copy() for k, v in (values or random_values(g, seed=0)).items()}
+    for name in booleans:
+        out[name] = (out[name] > 0).astype(out[name].dtype)
+    return out
+
+
+def special(
+    rule: Rule, g: Graph, values: dict[str, np.ndarray] | None
+) -> tuple[list[str], dict[str, np.ndarray]] | None:
+    """``values`` (None: random ones) with NaN, +inf and -inf at three of every four elements of
+    each variable under an ONNX ``IsNaN`` or ``IsInf`` on the left (random values are finite, so
+    a rule about NaNs would prove nothing on them); None when the rule has none."""
+    _, names = _onnx_reads(rule)
+    if not names:
+        return None
+    out = {k: v.copy() for k, v in (values or random_values(g, seed=0)).items()}
+    for name in names:
+        flat = out[name].reshape(-1)  # a view: the array itself
+        flat[0::4], flat[1::4], flat[2::4] = np.nan, np.inf, -np.inf
+    return names, out
 
 
 def masked(

@@ -21,12 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+import numpy as np
+
 from relsat.errors import GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph
+from relsat.graph.onnx_kernels import SHAPES as ONNX_SHAPES
 from relsat.graph.ops import TensorType, from_f32_bits
 from relsat.rewrite.exprs import Expr, evaluate, sexpr
-from relsat.rewrite.rules import Guard, Pattern, Rule, Term, Var
+from relsat.rewrite.rules import Guard, Pattern, Rule, Term, Var, onnx_type
 
 __all__ = [
     "InvalidInstance",
@@ -95,7 +98,8 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
         raise GraphError(f"integer {term} where a tensor is expected")
     if term in memo:
         return memo[term]
-    make = _MAKERS.get(term.op)
+    kind = onnx_type(term.op)
+    make = _MAKERS.get(term.op) if kind is None else _opaque(kind)
     if make is None:
         raise GraphError(f"operator {term.op!r} cannot be built from a rule", op=term.op)
     ints = tuple(  # a list: as one item; arithmetic over shapes: its value here
@@ -123,6 +127,29 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
             ) from None
     memo[term] = value
     return value
+
+
+def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value] | None:
+    """The maker of an ONNX operator a rule names (``onnx.Where``): an opaque node of that
+    type, its output shaped as :data:`relsat.graph.onnx_kernels.SHAPES` says; None for one the
+    checker does not model."""
+    how = ONNX_SHAPES.get(kind)
+    if how is None:
+        return None
+
+    def make(b: GraphBuilder, ints: tuple[Any, ...], xs: list[Tensor]) -> Value:
+        if how == "unary" and len(xs) != 1:
+            raise GraphError(f"{kind} takes one input, got {len(xs)}", op=kind)
+        try:
+            shape = np.broadcast_shapes(*(x.shape for x in xs))
+        except ValueError:
+            raise GraphError(
+                f"{kind}'s inputs do not broadcast", op=kind, shapes=[x.shape for x in xs]
+            ) from None
+        (out,) = b.opaque(kind, xs, [shape])
+        return out
+
+    return make
 
 
 def _value(e: Expr, env: Mapping[str, Tensor], parent: Pattern) -> int | tuple[int, ...]:

@@ -26,7 +26,7 @@ from typing import Any
 from relsat.graph.ops import ACTIVATIONS, PADDINGS, f32_bits, from_f32_bits
 from relsat.rewrite.exprs import Cond, Expr, Num, Param, evaluate, params_of, tensors_of
 from relsat.rewrite.pins import equations, pins
-from relsat.rewrite.rules import OPERATORS, Guard, Pattern, Rule, Term, param_type
+from relsat.rewrite.rules import Guard, Pattern, Rule, Term, param_type, signature
 from relsat.rewrite.shapes import Choose
 
 __all__ = ["FLOAT_POOL", "INT_POOL", "Undefined", "draw_params", "specialize"]
@@ -74,7 +74,7 @@ def _domain(rule: Rule, param: Param) -> tuple[Any, ...] | None:
     while stack:
         p = stack.pop()
         if isinstance(p, Pattern):
-            for arg, (name, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
+            for arg, (name, kind) in zip(p.args, signature(p.op, len(p.args)).params, strict=True):
                 if isinstance(arg, Param) and arg == param:
                     if kind == "ints":
                         return LIST_DOMAINS.get(name)
@@ -199,7 +199,7 @@ def specialize(rule: Rule, values: Mapping[str, Num | tuple[int, ...]]) -> tuple
             return term
         args: list[Term] = []
         index = 0
-        for a, (_, kind) in zip(term.args, OPERATORS[term.op].params, strict=True):
+        for a, (_, kind) in zip(term.args, signature(term.op, len(term.args)).params, strict=True):
             if kind == "tensor":
                 args.append(sub(a))
             elif isinstance(a, Param | Expr):

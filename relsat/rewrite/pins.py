@@ -41,6 +41,7 @@ from relsat.rewrite.exprs import (
 from relsat.rewrite.rules import Rule, Var
 
 __all__ = [
+    "UNIT",
     "NotSymbolic",
     "OutOfRange",
     "Pin",
@@ -128,13 +129,23 @@ def pins(rule: Rule) -> dict[str, Pin]:
     return {n: p for n, p in found.items() if p.whole is not None or p.length is not None}
 
 
+#: What :func:`shapes` gives a tensor of one element (``where size(?z) == 1``): every dim 1, at a
+#: rank of its own.
+UNIT = "unit"
+
+
 def shapes(rule: Rule) -> dict[str, object]:
     """The tensor variables of ``rule`` whose shape its conditions pin to other tensors' (``where
     shape(?w) == [dim(?x, 1)] + ones(rank(?x) - 2)``: a channel vector of ``?x``), by name: the
     shape solver draws them so (a broadcast operand, which the solver would otherwise give the
-    dims of what it broadcasts against)."""
+    dims of what it broadcasts against). A tensor of one element (``size(?z) == 1``) is
+    :data:`UNIT`."""
     found: dict[str, object] = {}
     for target, other in equations(_conds(rule)):
+        if isinstance(target, Expr) and target.op == "size" and other == 1:
+            if isinstance(target.args[0], Var):
+                found.setdefault(target.args[0].name, UNIT)
+            continue
         if isinstance(target, Expr) and target.op == "shape" and isinstance(target.args[0], Var):
             name = target.args[0].name
             reads = {_name(t) for t in tensors_of(other) if isinstance(t, Var)}

@@ -37,6 +37,10 @@ block, blocks separated by blank lines::
   (:data:`OPERATORS`): integer arguments first, as literal leaves that must match exactly
   (``(conv2d 1 1 0 2 ?x ?w)`` is a stride-1, SAME-padded, ReLU-fused conv), then tensor
   arguments, each a pattern or a ``?variable``. A variable used twice binds the same e-class.
+  ``(onnx.<Type> …)`` on a left-hand side matches an ONNX operator of the default domain that
+  relsat keeps opaque (``(onnx.Where (onnx.IsNaN ?x) ?z ?x)``): its arguments are the node's
+  tensor inputs in order, as many as written. An unknown type (``onnx.defs``) or one on a
+  right-hand side is a :class:`RuleError` at ``file:line:col``.
 
 Syntax errors raise :class:`RuleSyntaxError` citing ``file:line:col``; semantic problems (unknown
 operator or guard, wrong arity, a right-hand-side variable no left-hand side binds, duplicate
@@ -87,7 +91,10 @@ from relsat.rewrite.rules import (
     _format_rule,
     _kind,
     _sig_text,
+    check_onnx,
+    onnx_type,
     param_type,
+    signature,
 )
 
 __all__ = ["RULES_DIR", "format_rules", "load_rules", "load_tensat", "parse_rules", "parse_tensat"]
@@ -103,7 +110,7 @@ _TOKEN = re.compile(
     r"|(?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))(?=[\s()\[\]]|=>|$)"
     r"|(?P<int>-?\d+)(?=[\s()\[\]]|=>|$)"
     r"|(?P<var>\?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?)(?=[\s()\[\]]|=>|$)"
-    r"|(?P<sym>[A-Za-z_][A-Za-z0-9_]*)(?=[\s()\[\]]|=>|$)"
+    r"|(?P<sym>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)(?=[\s()\[\]]|=>|$)"
     r"|(?P<arith>[-+*/%])(?=\s)"
 )
 _BAD = re.compile(r"[^\s()\[\]]+")
@@ -137,6 +144,7 @@ class _Line:
     ) -> None:
         self.text, self.path, self.line, self.rule = text, path, line, rule
         self.types = {} if types is None else types  # parameter variable -> type, per rule
+        self.side = "left"  # the side being read: an ONNX operator only on the left
         self.tokens: list[tuple[str, str, int]] = []  # (kind, text, 1-based col)
         pos = 0
         while pos < len(text):
@@ -269,6 +277,14 @@ class _Line:
         return arg
 
     def _check_op(self, op: str, col: int) -> None:
+        if onnx_type(op) is not None:
+            if self.side == "right":
+                self.semantic("an opaque operator cannot be built by a rule", col)
+            try:
+                check_onnx(op, 1)  # the type; its arity when the node closes
+            except RuleError as err:
+                self.semantic(err.reason, col)
+            return
         sig = OPERATORS.get(op)
         if sig is None:
             self.semantic(f"unknown operator {op!r}", col)
@@ -297,7 +313,12 @@ class _Line:
             if len(nums) != 2:
                 self.semantic(f"'{frame.op}' takes 2 arguments, got {len(nums)}", frame.col)
             return Expr(frame.op, nums)
-        sig = OPERATORS[frame.op]
+        if onnx_type(frame.op) is not None:
+            try:
+                check_onnx(frame.op, len(frame.args))
+            except RuleError as err:
+                self.semantic(err.reason, frame.col)
+        sig = signature(frame.op, len(frame.args))
         if len(frame.args) != sig.arity:
             self.semantic(
                 f"{frame.op} takes {sig.arity} arguments ({_sig_text(sig)}), got {len(frame.args)}",
@@ -329,6 +350,7 @@ class _Line:
         tensor variable, ``?x``, is the pattern ``(same ?x)``: the match is that tensor."""
         sides: list[Pattern] = []
         for side in ("left", "right"):
+            self.side = side
             col = self.tokens[self.i][2] if self.i < len(self.tokens) else self.end_col()
             term = self.term()
             if side == "right" and isinstance(term, Var) and term.name not in self.types:

@@ -4,7 +4,8 @@ Rules are data (:class:`Rule`: named, one or more ``lhs => rhs`` pairs, flags, g
 formats that produce them live in :mod:`relsat.rewrite.rulefile`. A :class:`Rule` validates itself
 when it
 is built: unknown operators or guards, wrong arity, a right-hand-side variable that no left-hand
-side binds are :class:`RuleError` s naming the rule.
+side binds, an ONNX operator (``onnx.Where``: one relsat keeps opaque, :func:`onnx_type`) on a
+right-hand side are :class:`RuleError` s naming the rule.
 
 >>> r = Rule("relu-of-relu", (Pattern("relu", (Pattern("relu", (Var("x"),)),)),),
 ...          (Pattern("relu", (Var("x"),)),))
@@ -28,6 +29,7 @@ from relsat.rewrite.exprs import Cond, Expr, Param, expr_type, params_of, sexpr,
 __all__ = [
     "COMMUTATIVE",
     "GUARDS",
+    "ONNX_PREFIX",
     "OPERATORS",
     "Guard",
     "GuardSpec",
@@ -41,7 +43,10 @@ __all__ = [
     "Term",
     "Var",
     "canonical",
+    "check_onnx",
+    "onnx_type",
     "param_type",
+    "signature",
 ]
 
 
@@ -157,6 +162,44 @@ OPERATORS: dict[str, OpSignature] = {
 }
 
 
+#: A left-hand side names an ONNX operator relsat keeps opaque as ``onnx.<Type>`` (the default
+#: domain): ``(onnx.Where (onnx.IsNaN ?x) ?z ?x)``. Its arguments are the node's tensor inputs in
+#: order (as many as written); a right-hand side cannot build one.
+ONNX_PREFIX = "onnx."
+
+
+def onnx_type(op: str) -> str | None:
+    """The ONNX type a pattern's ``onnx.<Type>`` names (``"Where"``), None for relsat's ops."""
+    return op[len(ONNX_PREFIX) :] if op.startswith(ONNX_PREFIX) else None
+
+
+def signature(op: str, n_args: int) -> OpSignature:
+    """The signature of ``op`` as written with ``n_args`` arguments: :data:`OPERATORS`' for
+    relsat's operators, ``n_args`` tensors for an ONNX one (:func:`onnx_type`). Raises
+    :class:`RuleError` for an unknown operator."""
+    if onnx_type(op) is None:
+        sig = OPERATORS.get(op)
+        if sig is None:
+            raise RuleError(f"unknown operator {op!r}")
+        return sig
+    return OpSignature(tuple((f"input{i}", "tensor") for i in range(n_args)))
+
+
+def check_onnx(op: str, n_args: int) -> None:
+    """Raise :class:`RuleError` unless ``onnx.<Type>`` is an operator of ONNX's default domain
+    (``onnx.defs``) that takes ``n_args`` inputs (at least one; a constant the importer keeps in
+    the node's attributes is not an input, so fewer than the schema's least are allowed)."""
+    import onnx.defs  # only for a rule that names one
+
+    kind = onnx_type(op)
+    if not kind or not onnx.defs.has(kind):
+        raise RuleError(f"unknown ONNX operator {kind!r} (of the default domain, onnx.defs)")
+    most = onnx.defs.get_schema(kind).max_input
+    if not 1 <= n_args <= most:
+        takes = "1 tensor input" if most == 1 else f"1 to {most} tensor inputs"
+        raise RuleError(f"{op} takes {takes}, got {n_args}")
+
+
 #: Operators whose two operands commute: a rule's pattern of one of them matches either operand
 #: order (relsat.engine.compile), so no rule is written per order. TENSAT's converted rules are
 #: ``ordered`` (matched as written, as TENSAT matches them).
@@ -224,9 +267,9 @@ class Pattern:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))
-        sig = OPERATORS.get(self.op)
-        if sig is None:
-            raise RuleError(f"unknown operator {self.op!r}")
+        if onnx_type(self.op) is not None:
+            check_onnx(self.op, len(self.args))
+        sig = signature(self.op, len(self.args))
         if not sig.in_rules:
             raise RuleError(f"operator {self.op!r} takes string arguments and cannot be in rules")
         if len(self.args) != sig.arity:
@@ -413,6 +456,9 @@ def _check_rule(rule: Rule) -> None:
     for p in (*rule.lhs, *rule.rhs):
         if not isinstance(p, Pattern):
             fail(f"each side must be an operator pattern, got {p}", None)
+    for i, rhs in enumerate(rule.rhs):
+        if any(onnx_type(op) is not None for op in rhs.ops()):
+            fail("an opaque operator cannot be built by a rule", ("eq", i))
     if not rule.lhs:
         fail("no left-hand side", None)
     if len(rule.rhs) != len(rule.lhs):
@@ -455,7 +501,7 @@ def _check_params(rule: Rule, fail: object) -> None:
         for i, p in enumerate(patterns):
             part = ("eq", i)
             for node in _nodes(p):
-                sig = OPERATORS[node.op].params
+                sig = signature(node.op, len(node.args)).params
                 ints = [a for a, (_, k) in zip(node.args, sig, strict=True) if k == "int"]
                 lists = [a for a, (_, k) in zip(node.args, sig, strict=True) if k == "ints"]
                 places = [(j, a, param_type(node.op, j)) for j, a in enumerate(ints)]

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from relsat.errors import RuleError
+from relsat.graph.onnx_kernels import SHAPES as ONNX_SHAPES
 from relsat.rewrite.exprs import LIST, Param
 from relsat.rewrite.exprs import Expr as ValueExpr
-from relsat.rewrite.pins import NotSymbolic, OutOfRange, Pin, length, one, symbolic
-from relsat.rewrite.rules import Pattern, Rule, Term, Var
+from relsat.rewrite.pins import UNIT, NotSymbolic, OutOfRange, Pin, length, one, symbolic
+from relsat.rewrite.rules import Pattern, Rule, Term, Var, onnx_type
 
 __all__ = [
     "DIMS",
@@ -173,12 +174,17 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     key = _key(term)
     ranks.root(key)
     if not isinstance(term, Pattern):
-        if isinstance(term, Var) and term.name in ranks.shaped:  # its rank: its pin's length
-            ranks.deferred.append((key, ranks.shaped[term.name]))
+        pin = ranks.shaped.get(term.name) if isinstance(term, Var) else None
+        if pin is not None and pin != UNIT:  # its rank: its pin's length (a unit's: its own)
+            ranks.deferred.append((key, pin))
         return key
     kids = [_walk_ranks(a, ranks) for a in _tensor_args(term)]
     ints = [a for a in term.args if isinstance(a, int)]
     op = term.op
+    if onnx_type(op) is not None:  # an ONNX operator rules match: as relsat's element-wise
+        if ONNX_SHAPES.get(onnx_type(op) or "") is None:
+            raise Unsolvable(f"the shape solver does not model {op!r}")
+        op = "ewadd"
     if op in ("conv2d", "conv2d_bias", "merge", "enlarge", "poolmax", "poolavg"):
         for k in (key, *kids):
             ranks.fix(k, 4)
@@ -477,11 +483,13 @@ class _Solver:
             if self.memo[key] is None:
                 raise Unsolvable(f"the shape pinned for {term} reads its own shape")
             return self.memo[key]
-        if isinstance(term, Var) and term.name in self.shaped:  # drawn as its pin says
+        if isinstance(term, Var) and self.shaped.get(term.name) == UNIT:  # one element
+            out: Any = [("const", 1)] * self.ranks[key]
+        elif isinstance(term, Var) and term.name in self.shaped:  # drawn as its pin says
             self.memo[key] = None  # (a pin that reads back this tensor cannot be drawn)
             pin = self.shaped[term.name]
             assert isinstance(pin, ValueExpr)
-            out: Any = self._computed(pin)
+            out = self._computed(pin)
         elif isinstance(term, Var):
             out = [self.dims.fresh() for _ in range(self.ranks[key])]
         else:
@@ -499,21 +507,27 @@ class _Solver:
             return [d.fresh() for _ in kids[0]]
         if op not in ("split_0", "split_1") and any(isinstance(k, _SplitDims) for k in kids):
             raise Unsolvable(f"a split pair is an argument of {op}")
-        if op in ("ewadd", "ewmul", "ewsub", "ewdiv", "ewpow"):
+        kind = onnx_type(op)
+        if kind is not None and ONNX_SHAPES.get(kind) == "unary":
+            return kids[0]
+        if op in ("ewadd", "ewmul", "ewsub", "ewdiv", "ewpow") or kind is not None:
             # right-aligned, as NumPy broadcasts (a matmul_bias's [N] bias against [M, N]); a
             # 1 in a shape of its own broadcasts (a channel vector [C, 1, 1]: _own_shape)
             pinned = [_own_shape(a, self.shaped) for a in _tensor_args(p)]
-            (longer, long_pin), (shorter, short_pin) = sorted(
-                zip(kids[:2], pinned, strict=True), key=lambda k: len(k[0]), reverse=True
-            )
-            out = list(longer)
-            for i, (x, y) in enumerate(zip(longer[::-1], shorter[::-1], strict=False)):
-                if short_pin and d.resolve(y) == ("const", 1):
-                    continue
-                if long_pin and d.resolve(x) == ("const", 1):
-                    out[len(out) - 1 - i] = y
-                    continue
-                d.unify(x, y)
+            out, out_pin = kids[0], pinned[0]
+            for kid, pin in zip(kids[1:], pinned[1:], strict=True):  # ONNX Where: three
+                (longer, long_pin), (shorter, short_pin) = sorted(
+                    ((out, out_pin), (kid, pin)), key=lambda k: len(k[0]), reverse=True
+                )
+                out = list(longer)
+                for i, (x, y) in enumerate(zip(longer[::-1], shorter[::-1], strict=False)):
+                    if short_pin and d.resolve(y) == ("const", 1):
+                        continue
+                    if long_pin and d.resolve(x) == ("const", 1):
+                        out[len(out) - 1 - i] = y
+                        continue
+                    d.unify(x, y)
+                out_pin = out_pin and pin
             return out
         if op in ("conv2d_bias", "matmul_bias"):
             out = self._op(Pattern(op.removesuffix("_bias"), p.args[:-1]), kids[:2])

@@ -1,7 +1,8 @@
--- Every e-node with its operator signature: op, params, s, its children's shapes in argument
--- order, its output shape (its e-class's; piece 0 for a split's pair), whether all its
--- children are weight-only (`all_weights`) and whether each is (`weight_only`, in argument
--- order). Identical signatures share a `sig` number (0-based, dense).
+-- Every e-node with its operator signature: op, params (an opaque e-node's p0, its type's key
+-- for rules, is left out: the type is in s, and price keys stay as they were), s, its
+-- children's shapes in argument order, its output shape (its e-class's; piece 0 for a split's
+-- pair), whether all its children are weight-only (`all_weights`) and whether each is
+-- (`weight_only`, in argument order). Identical signatures share a `sig` number (0-based, dense).
 -- A split_0/split_1 child is a pair class: its shape is piece 0 (irrelevant, they cost 0).
 -- $constants (BOOLEAN): whether `weight_only` is part of the signature (for cost models whose
 -- price depends on which inputs are weight-only); false numbers signatures as before.
@@ -18,7 +19,7 @@ WITH child AS (
     FROM child c JOIN eclass k ON k.id = c.class
     GROUP BY c.enode
 ), sig AS (
-    SELECT e.id AS enode, e.op, e.p0, e.p1, e.p2, e.p3, e.p4, e.p5, e.s,
+    SELECT e.id AS enode, e.op, CASE WHEN e.op = 'opaque' THEN -1 ELSE e.p0 END AS p0, e.p1, e.p2, e.p3, e.p4, e.p5, e.s,
            coalesce(a.inputs, []::INTEGER[][]) AS inputs,
            o.shape AS output,
            coalesce(a.all_weights, false) AS all_weights,

@@ -11,6 +11,7 @@ CREATE TABLE IF NOT EXISTS enode (
     id     BIGINT  NOT NULL,      -- e-node id, unique, never reused
     op     VARCHAR NOT NULL,      -- operator (TENSAT's name: matmul, conv2d, concat, split_0, ...)
     p0     INTEGER NOT NULL,      -- integer parameters in TENSAT's argument order, -1 if absent
+                                  -- (opaque: p0 the key of its ONNX type, for rules to test)
     p1     INTEGER NOT NULL,
     p2     INTEGER NOT NULL,
     p3     INTEGER NOT NULL,

@@ -1,0 +1,105 @@
+"""NumPy kernels of the ONNX operators rules match while relsat keeps them opaque.
+
+A rule may name an ONNX operator on its left (``(onnx.Where (onnx.IsNaN ?x) ?z ?x)``,
+:mod:`relsat.rewrite.rules`); the rule checker runs such a side, and the pipeline verifies a graph
+that still holds one, in the NumPy executor. The executor runs an opaque node with a kernel
+registered for its type (:func:`relsat.graph.kernels.register_opaque`) or, for the element-wise
+operators of :data:`KERNELS`, with the one here. An imported node keeps its non-float constant
+inputs in its attributes (``_onnx.inputs``: ``"t"`` a tensor input, ``""`` an omitted one, a
+tensor dict a constant, :mod:`relsat.onnx.importer`); a kernel sees the ONNX inputs again in
+order. :data:`SHAPES` says which output shape each computes, for the rule checker's shape solver.
+
+>>> import numpy as np
+>>> KERNELS["Where"]({}, np.array([1.0, 0.0]), np.zeros(2), np.ones(2))[0].tolist()
+[0.0, 1.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from relsat.errors import ExecutionError
+
+__all__ = ["BOOLEAN_INPUTS", "BOOLEAN_OUTPUTS", "KERNELS", "SHAPES"]
+
+_Kernel = Callable[..., Sequence[np.ndarray]]
+
+#: ONNX element type names (as the importer records constants) → NumPy dtypes.
+_DTYPES = {
+    "FLOAT": np.float32,
+    "DOUBLE": np.float64,
+    "FLOAT16": np.float16,
+    "BOOL": np.bool_,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+}
+
+
+def _operands(attrs: dict[str, Any], tensors: Sequence[np.ndarray]) -> list[np.ndarray | None]:
+    """The node's ONNX inputs in order: its tensor inputs and the constants its attributes keep
+    (None for an omitted one); a node not imported from ONNX has only tensor inputs."""
+    meta = attrs.get("_onnx")
+    if meta is None:
+        return list(tensors)
+    if meta.get("domain", "") not in ("", "ai.onnx"):
+        raise ExecutionError(f"no NumPy kernel for an operator of domain {meta['domain']!r}")
+    given = iter(tensors)
+    out: list[np.ndarray | None] = []
+    for entry in meta.get("inputs", ["t"] * len(tensors)):
+        if entry == "t":
+            out.append(next(given))
+        elif isinstance(entry, dict) and entry.get("dtype") in _DTYPES:
+            kind = _DTYPES[entry["dtype"]]
+            out.append(np.array(entry["data"], dtype=kind).reshape(entry["dims"]))
+        elif isinstance(entry, dict):
+            raise ExecutionError(f"a constant input of ONNX type {entry.get('dtype')}")
+        else:
+            out.append(None)
+    return out
+
+
+def _unary(fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]) -> _Kernel:
+    def kernel(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
+        (x,) = _operands(attrs, tensors)
+        assert x is not None
+        return (fn(x, attrs),)
+
+    return kernel
+
+
+def _is_inf(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    positive = np.isposinf(x) if attrs.get("detect_positive", 1) else np.zeros(x.shape, bool)
+    negative = np.isneginf(x) if attrs.get("detect_negative", 1) else np.zeros(x.shape, bool)
+    return positive | negative
+
+
+def _where(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
+    cond, then, other = _operands(attrs, tensors)
+    assert cond is not None and then is not None and other is not None
+    return (np.where(cond.astype(bool), then, other),)
+
+
+#: ONNX type (default domain) → NumPy kernel ``fn(attrs, *inputs)``, as
+#: :func:`relsat.graph.kernels.register_opaque` takes one.
+KERNELS: dict[str, _Kernel] = {
+    "Abs": _unary(lambda x, _: np.abs(x)),
+    "IsInf": _unary(_is_inf),
+    "IsNaN": _unary(lambda x, _: np.isnan(x)),
+    "Where": _where,
+}
+
+#: How each operator of :data:`KERNELS` shapes its output: ``unary`` (its input's shape) or
+#: ``broadcast`` (its inputs' shapes broadcast, as NumPy broadcasts).
+SHAPES = {"Abs": "unary", "IsInf": "unary", "IsNaN": "unary", "Where": "broadcast"}
+
+#: Operators whose output is boolean (relsat's executor holds it as 0 and 1).
+BOOLEAN_OUTPUTS = frozenset({"IsInf", "IsNaN"})
+
+#: ONNX input positions that are boolean, by operator: a rule checker draws 0 and 1 there.
+BOOLEAN_INPUTS: dict[str, frozenset[int]] = {"Where": frozenset({0})}
