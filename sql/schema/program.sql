@@ -93,6 +93,32 @@ CREATE TABLE IF NOT EXISTS rguard (
 -- ("0_2_1_3"), so that it fits a match's slot and equal lists have equal keys.
 CREATE OR REPLACE MACRO skey(t) AS CAST(hash(t) >> 1 AS BIGINT);
 
+-- The search's reading of an e-node for a pattern node (sql/search/match*.sql): the binding of
+-- one slot from its source `w` (child j as j, integer parameter i as 8 + i, the list parameter's
+-- key as 12, -1: not bound here; relsat/engine/compile.py _slot_sources), the child class at
+-- position `pos`, and whether every child bound to a slot already bound at an earlier child
+-- (slots x0…x7, -1: a sub-pattern) has that child's class.
+CREATE OR REPLACE MACRO slot_value(w, c0, c1, c2, c3, c4, c5, c6, c7, p0, p1, p2, p3, sk) AS
+    CASE w WHEN -1 THEN NULL WHEN 0 THEN c0 WHEN 1 THEN c1 WHEN 2 THEN c2 WHEN 3 THEN c3
+           WHEN 4 THEN c4 WHEN 5 THEN c5 WHEN 6 THEN c6 WHEN 7 THEN c7 WHEN 8 THEN p0
+           WHEN 9 THEN p1 WHEN 10 THEN p2 WHEN 11 THEN p3 ELSE sk END;
+CREATE OR REPLACE MACRO child_at(pos, c0, c1, c2, c3, c4, c5, c6, c7) AS
+    CASE pos WHEN 0 THEN c0 WHEN 1 THEN c1 WHEN 2 THEN c2 WHEN 3 THEN c3 WHEN 4 THEN c4
+             WHEN 5 THEN c5 WHEN 6 THEN c6 ELSE c7 END;
+CREATE OR REPLACE MACRO repeats_agree(x0, x1, x2, x3, x4, x5, x6, x7,
+                                      c0, c1, c2, c3, c4, c5, c6, c7) AS
+    (x1 < 0 OR c1 = CASE x1 WHEN x0 THEN c0 ELSE c1 END)
+    AND (x2 < 0 OR c2 = CASE x2 WHEN x0 THEN c0 WHEN x1 THEN c1 ELSE c2 END)
+    AND (x3 < 0 OR c3 = CASE x3 WHEN x0 THEN c0 WHEN x1 THEN c1 WHEN x2 THEN c2 ELSE c3 END)
+    AND (x4 < 0 OR c4 = CASE x4 WHEN x0 THEN c0 WHEN x1 THEN c1 WHEN x2 THEN c2 WHEN x3 THEN c3
+                                ELSE c4 END)
+    AND (x5 < 0 OR c5 = CASE x5 WHEN x0 THEN c0 WHEN x1 THEN c1 WHEN x2 THEN c2 WHEN x3 THEN c3
+                                WHEN x4 THEN c4 ELSE c5 END)
+    AND (x6 < 0 OR c6 = CASE x6 WHEN x0 THEN c0 WHEN x1 THEN c1 WHEN x2 THEN c2 WHEN x3 THEN c3
+                                WHEN x4 THEN c4 WHEN x5 THEN c5 ELSE c6 END)
+    AND (x7 < 0 OR c7 = CASE x7 WHEN x0 THEN c0 WHEN x1 THEN c1 WHEN x2 THEN c2 WHEN x3 THEN c3
+                                WHEN x4 THEN c4 WHEN x5 THEN c5 WHEN x6 THEN c6 ELSE c7 END);
+
 -- E-nodes as patterns see them: every e-node as it is (turned = false), and the e-nodes of a
 -- commutative operator (relsat.rewrite.rules.COMMUTATIVE) once more with their two operands
 -- swapped (turned = true), so that one pattern of ewadd or ewmul matches either operand order

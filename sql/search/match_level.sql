@@ -12,30 +12,18 @@ WITH m AS (
     SELECT p.pid, p.jslot, e.class AS root, p.is_root AND NOT p.multi AS lone,
            e.stamp >= coalesce(p.since, $since) OR a.fresh OR coalesce(b.fresh, false)
                OR coalesce(d.fresh, false) AS fresh,
-           CASE p.w0 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o0,
-           CASE p.w1 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o1,
-           CASE p.w2 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o2,
-           CASE p.w3 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o3,
-           CASE p.w4 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o4,
-           CASE p.w5 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o5,
-           CASE p.w6 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o6,
-           CASE p.w7 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o7,
-           CASE p.w8 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o8,
-           CASE p.w9 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o9,
-           CASE p.w10 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o10,
-           CASE p.w11 WHEN -1 THEN NULL WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4
-                WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 WHEN 7 THEN e.c7 WHEN 8 THEN e.p0 WHEN 9 THEN e.p1 WHEN 10 THEN e.p2 WHEN 11 THEN e.p3 ELSE e.sk END AS o11,
+           slot_value(p.w0, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o0,
+           slot_value(p.w1, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o1,
+           slot_value(p.w2, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o2,
+           slot_value(p.w3, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o3,
+           slot_value(p.w4, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o4,
+           slot_value(p.w5, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o5,
+           slot_value(p.w6, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o6,
+           slot_value(p.w7, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o7,
+           slot_value(p.w8, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o8,
+           slot_value(p.w9, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o9,
+           slot_value(p.w10, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o10,
+           slot_value(p.w11, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.p0, e.p1, e.p2, e.p3, e.sk) AS o11,
            a.v0 AS a0, a.v1 AS a1, a.v2 AS a2, a.v3 AS a3, a.v4 AS a4, a.v5 AS a5,
            a.v6 AS a6, a.v7 AS a7, a.v8 AS a8, a.v9 AS a9, a.v10 AS a10, a.v11 AS a11,
            b.v0 AS b0, b.v1 AS b1, b.v2 AS b2, b.v3 AS b3, b.v4 AS b4, b.v5 AS b5,
@@ -48,21 +36,15 @@ WITH m AS (
      AND (p.y0 >= 0 OR e.p0 = p.l0) AND (p.y1 >= 0 OR e.p1 = p.l1)
      AND (p.y2 >= 0 OR e.p2 = p.l2) AND (p.y3 >= 0 OR e.p3 = p.l3)
      AND (p.ys >= 0 OR p.ls IS NULL OR e.s = p.ls)
-    JOIN sub a ON a.pid = p.dpid AND a.root = CASE p.dpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4 WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 ELSE e.c7 END
-    LEFT JOIN sub b ON b.pid = p.spid AND b.root = CASE p.spos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4 WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 ELSE e.c7 END
-    LEFT JOIN sub d ON d.pid = p.tpid AND d.root = CASE p.tpos WHEN 0 THEN e.c0 WHEN 1 THEN e.c1 WHEN 2 THEN e.c2 WHEN 3 THEN e.c3 WHEN 4 THEN e.c4 WHEN 5 THEN e.c5 WHEN 6 THEN e.c6 ELSE e.c7 END
+    JOIN sub a ON a.pid = p.dpid AND a.root = child_at(p.dpos, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7)
+    LEFT JOIN sub b ON b.pid = p.spid AND b.root = child_at(p.spos, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7)
+    LEFT JOIN sub d ON d.pid = p.tpid AND d.root = child_at(p.tpos, e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7)
     WHERE p.height = $h AND p.multi = $multi AND p.banned_until <= $iteration
       AND NOT e.filtered AND e.born < $until
       AND (p.spid < 0 OR b.pid IS NOT NULL) AND (p.tpid < 0 OR d.pid IS NOT NULL)
       -- a slot at two children (`dup`): child j is the class of the first child bound to its slot
-      AND (NOT p.dup
-           OR (p.x1 < 0 OR e.c1 = CASE p.x1 WHEN p.x0 THEN e.c0 ELSE e.c1 END)
-              AND (p.x2 < 0 OR e.c2 = CASE p.x2 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 ELSE e.c2 END)
-              AND (p.x3 < 0 OR e.c3 = CASE p.x3 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 ELSE e.c3 END)
-              AND (p.x4 < 0 OR e.c4 = CASE p.x4 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 ELSE e.c4 END)
-              AND (p.x5 < 0 OR e.c5 = CASE p.x5 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 ELSE e.c5 END)
-              AND (p.x6 < 0 OR e.c6 = CASE p.x6 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 ELSE e.c6 END)
-              AND (p.x7 < 0 OR e.c7 = CASE p.x7 WHEN p.x0 THEN e.c0 WHEN p.x1 THEN e.c1 WHEN p.x2 THEN e.c2 WHEN p.x3 THEN e.c3 WHEN p.x4 THEN e.c4 WHEN p.x5 THEN e.c5 WHEN p.x6 THEN e.c6 ELSE e.c7 END))
+      AND (NOT p.dup OR repeats_agree(p.x0, p.x1, p.x2, p.x3, p.x4, p.x5, p.x6, p.x7,
+                                        e.c0, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7))
 ), merged AS (
     SELECT pid, jslot, root, lone, fresh,
            coalesce(o0, a0, b0, d0) AS v0, coalesce(o1, a1, b1, d1) AS v1,
