@@ -816,6 +816,8 @@ def _draw(
         if sides == "joint":
             if isinstance(left, _SplitDims) or isinstance(right, _SplitDims):
                 raise Unsolvable("a side is a split pair, not a tensor")
+            if len(left) != len(right):  # a broadcast on one side drawn past the other's rank
+                raise NoInstance(f"the sides' ranks differ here ({len(left)}, {len(right)})")
             for x, y in zip(left, right, strict=True):
                 solver.dims.unify(x, y)
     var_dims = {v.name: solver.walk(v) for v in rule.bound}
