@@ -347,6 +347,21 @@ def test_the_default_cost_model_follows_the_input() -> None:
     assert cost_model(options(bundled), onnx=False).name == "analytic"
 
 
+def test_runtime_first_follows_the_input_unless_asked() -> None:
+    """``--runtime-first auto`` (the default) leaves it to the input's kind; on and off say it."""
+    from relsat.cli import parser
+    from relsat.cli.optimize import options
+
+    def given(*flags: str) -> bool | None:
+        return options(parser().parse_args(["optimize", "in.onnx", *flags])).runtime_first
+
+    assert given() is None
+    assert given("--runtime-first", "on") is True
+    assert given("--runtime-first", "off") is False
+    with pytest.raises(SystemExit):
+        parser().parse_args(["optimize", "in.onnx", "--runtime-first", "yes"])
+
+
 def test_same_graph_ignores_node_order_and_inner_labels() -> None:
     from relsat import GraphBuilder
     from relsat.graph.graph import same_computation as same_graph

@@ -118,6 +118,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "iterations with the neutral rules (element-wise associativity and commutativity, priced "
         "alike by every cost model)",
     )
+    p.add_argument(
+        "--runtime-first",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="run the rules marked runtime (the fusions onnxruntime makes itself: a Conv's bias, "
+        "batch norm and activation) to a fixpoint before the multi-pattern rules, so that these "
+        "see the fused units (auto: for an ONNX input, not for a TENSAT graph)",
+    )
     _number(p, "--nodes", int, 50_000, "e-node limit")
     _number(p, "--iterations", int, 15, "iteration limit")
     _number(p, "--time-limit", float, 3600.0, "exploration seconds")
@@ -417,6 +425,7 @@ def options(args: argparse.Namespace) -> Options:
             rules=load_rules(args.rules) if args.rules else None,
             k_multi=args.k_multi,
             k_neutral=args.k_neutral,
+            runtime_first={"auto": None, "on": True, "off": False}[args.runtime_first],
             scheduler=args.scheduler,
             guards=not args.no_guards,
             cost_model=args.cost_model,
