@@ -286,21 +286,19 @@ def _evaluate(
             result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
         else:
             result = compare_outputs(run(lhs, drawn), run(rhs, drawn), rtol=RTOL, atol=ATOL)
-        special = inputs.special(rule, lhs, drawn) if result.ok else None
-        if special is not None:  # the edge cases of IsNaN and IsInf: NaN and infinities
-            names, edges = special
-            result = compare_outputs(run(lhs, edges), run(rhs, edges), rtol=RTOL, atol=ATOL)
+        edge_cases = (  # IsNaN's and IsInf's: NaN and infinities; an additive mask's: -inf rows
+            (lambda: inputs.special(rule, lhs, drawn), "with NaN and infinities in"),
+            (lambda: inputs.masked(rule, lhs, conds, drawn), "with a row of -inf in"),
+        )
+        for case, words in edge_cases:
+            found = case() if result.ok else None
+            if found is None:
+                continue
+            names, feeds = found
+            result = compare_outputs(run(lhs, feeds), run(rhs, feeds), rtol=RTOL, atol=ATOL)
             if not result.ok:
                 which = ", ".join(f"?{n}" for n in names)
-                detail = f"with NaN and infinities in {which}: {result.report()}"
-                return Instance(shapes, "different", detail, grouped)
-        masked = inputs.masked(rule, lhs, conds, drawn) if result.ok else None
-        if masked is not None:  # the edge case of an additive mask: a row of -inf
-            names, rows_inf = masked
-            result = compare_outputs(run(lhs, rows_inf), run(rhs, rows_inf), rtol=RTOL, atol=ATOL)
-            if not result.ok:
-                rows = ", ".join(f"?{n}" for n in names)
-                detail = f"with a row of -inf in {rows}: {result.report()}"
+                detail = f"{words} {which}: {result.report()}"
                 return Instance(shapes, "different", detail, grouped)
     except ExecutionError as err:  # an op the NumPy executor cannot run: say so, go on
         return Instance(shapes, "not-run", str(err), grouped)
