@@ -235,3 +235,9 @@ def test_a_concat_wider_than_an_enode_nests() -> None:
     assert max(arities) <= 8 and len(arities) == 3  # 8 + 7 + the rest, nested
     result = optimize(g)
     assert result.verified and compare(g, result.graph).ok
+
+
+def test_the_shape_check_reads_as_many_children_as_an_enode_has() -> None:
+    from relsat.engine import egraph, shapecheck
+
+    assert shapecheck.MAX_CHILDREN == egraph.MAX_CHILDREN

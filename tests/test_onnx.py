@@ -348,9 +348,9 @@ def bn_nodes(x: str, out: str, prefix: str) -> tuple[onnx.NodeProto, list[onnx.T
     return node("BatchNormalization", [x, *names], [out], epsilon=1e-3), params
 
 
-def test_batchnorm_is_imported_as_batchnorm() -> None:
-    """One op per node: the fold into the conv is a rule (rules/bias.rules,
-    conv-batchnorm-fold), applied when optimized (below)."""
+def conv_bn_model() -> onnx.ModelProto:
+    """conv (with its bias) -> batchnorm -> relu -> conv -> batchnorm, the second conv's output
+    also a graph output."""
     bn1, p1 = bn_nodes("c1", "n1", "a")
     bn2, p2 = bn_nodes("c2", "n2", "b")
     nodes = [
@@ -361,7 +361,13 @@ def test_batchnorm_is_imported_as_batchnorm() -> None:
         bn2,  # c2 is also a graph output
     ]
     inits = [init("w1", 4, 2, 3, 3), init("b1", 4), init("w2", 4, 4, 1, 1), *p1, *p2]
-    model = make(nodes, {"x": [1, 2, 8, 8]}, {"n2": [1, 4, 8, 8], "c2": [1, 4, 8, 8]}, inits)
+    return make(nodes, {"x": [1, 2, 8, 8]}, {"n2": [1, 4, 8, 8], "c2": [1, 4, 8, 8]}, inits)
+
+
+def test_batchnorm_is_imported_as_batchnorm() -> None:
+    """One op per node: the fold into the conv is a rule (rules/bias.rules,
+    conv-batchnorm-fold), applied when optimized (below)."""
+    model = conv_bn_model()
     graph = check_model(model)
     assert graph.op_counts()["batchnorm"] == 2
     assert graph.op_counts()["conv2d_bias"] == 1 and graph.op_counts()["conv2d"] == 1
@@ -373,17 +379,7 @@ def test_a_batchnorm_after_a_conv_folds_when_optimized() -> None:
     """conv -> batchnorm -> relu is one conv2d_bias with its ReLU once optimized (the scaled
     weight and bias are weight-only: initializers in the ONNX written); a batchnorm after a conv
     that is also a graph output stays (folding would compute the conv twice)."""
-    bn1, p1 = bn_nodes("c1", "n1", "a")
-    bn2, p2 = bn_nodes("c2", "n2", "b")
-    nodes = [
-        node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-        bn1,
-        node("Relu", ["n1"], ["r"]),
-        node("Conv", ["r", "w2"], ["c2"]),
-        bn2,  # c2 is also a graph output
-    ]
-    inits = [init("w1", 4, 2, 3, 3), init("b1", 4), init("w2", 4, 4, 1, 1), *p1, *p2]
-    model = make(nodes, {"x": [1, 2, 8, 8]}, {"n2": [1, 4, 8, 8], "c2": [1, 4, 8, 8]}, inits)
+    model = conv_bn_model()
     # weight-only work priced free, as onnxruntime runs what the exporter writes (the ort-cpu
     # model's default; the analytic one charges it, TENSAT's convention)
     options = relsat.Options(cost_model="analytic-cpu", timing=None, precompute_weights=True)

@@ -22,6 +22,10 @@ import pyarrow.compute as pc
 from relsat.engine.db import Database, sql_text
 from relsat.graph.ops import ACTIVATIONS, PADDINGS, OpError, Params, TensorType, infer, int_params
 
+#: Children an e-node can have (``c0`` … ``c7``; relsat.engine.egraph.MAX_CHILDREN, which
+#: imports this module's callers: not imported here).
+MAX_CHILDREN = 8
+
 __all__ = ["check_new", "enode_params", "infer_enode", "shape_disagreements"]
 
 _INTS = pa.list_(pa.int32())
@@ -47,9 +51,6 @@ _NEWNODE = pa.schema(
     ]
 )
 
-#: Children a rule-built e-node can have (``c0`` … ``c7`` of sql/apply/fresh.sql;
-#: relsat.engine.compile.MAX_RULE_CHILDREN).
-_SIDES = "abcdefgh"
 
 
 def infer_enode(
@@ -157,7 +158,7 @@ def check_new(db: Database) -> int:
         return 0
     types = _Types()
     arity = rows["arity"].to_numpy()
-    child = np.stack([rows[f"c{j}"].to_numpy() for j in range(len(_SIDES))], axis=1)
+    child = np.stack([rows[f"c{j}"].to_numpy() for j in range(MAX_CHILDREN)], axis=1)
     ctype, cweights, built = _existing_children(db, child, arity, types)
     ops = pc.dictionary_encode(rows["op"]).combine_chunks()
     op_names = ops.dictionary.to_pylist()
@@ -174,7 +175,7 @@ def check_new(db: Database) -> int:
     bounds = [0, *(np.flatnonzero(np.diff(height)) + 1).tolist(), n]
     checked = 0
     for lo, hi in itertools.pairwise(bounds):
-        for j in range(len(_SIDES)):  # children built at a lower height of the phase
+        for j in range(MAX_CHILDREN):  # children built at a lower height of the phase
             idx = lo + np.flatnonzero(built[lo:hi, j])
             ctype[idx, j], cweights[idx, j] = _lookup(done, child[idx, j])
         keys, inverse = np.unique(  # op, arity, p0…p5, child types, list parameter
@@ -197,7 +198,7 @@ def check_new(db: Database) -> int:
                 )
             )
         result[lo:hi] = verdicts[inverse.ravel()]
-        present = arity[lo:hi, None] > np.arange(len(_SIDES))
+        present = arity[lo:hi, None] > np.arange(MAX_CHILDREN)
         weights[lo:hi] = np.all(cweights[lo:hi] | ~present, axis=1)
         merged = np.concatenate([done[0], cls[lo:hi]])
         order = np.argsort(merged, kind="stable")
