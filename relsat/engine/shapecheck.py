@@ -52,7 +52,6 @@ _NEWNODE = pa.schema(
 )
 
 
-
 def infer_enode(
     op: str,
     p: list[int],
