@@ -24,6 +24,7 @@ from relsat.engine.explore import Limits, explore
 from relsat.errors import GraphError
 from relsat.graph.execute import run
 from relsat.graph.ops import f32_bits
+from relsat.onnx.exporter import spelled_out
 from relsat.rewrite.rulefile import RULES_DIR, load_rules
 
 ort = pytest.importorskip("onnxruntime")
@@ -356,6 +357,46 @@ def test_spelled_out_below_opset_23_and_for_opaque_nodes_that_change_meaning() -
     both = ronnx.to_model(b.build(r, b.attention(qq, kk, vv, b.scalar(0.0), 0.25)))
     assert {o.domain: o.version for o in both.opset_import}[""] == 17
     assert "Attention" not in {n.op_type for n in both.graph.node}
+
+
+def test_spelled_out_attention_adds_no_scale_of_one_and_no_guard_without_a_mask() -> None:
+    """Below opset 23 attention is written as the softmax it stands for, and no more: a Mul only
+    for a scale other than 1, the NaN guard only for a mask that may hold -inf."""
+    b = GraphBuilder()
+    q, kt, v = b.input([B, H, S, D]), b.input([B, H, D, S]), b.input([B, H, S, D])
+    for scale, mul in ((1.0, False), (0.25, True)):
+        graph = b.build(b.attention(q, kt, v, b.scalar(0.0), scale))
+        types = [n.op_type for n in ronnx.to_model(graph, opset=17).graph.node]
+        assert ("Mul" in types) == mul
+        assert "Softmax" in types and not {"IsNaN", "Where"} & set(types)
+
+
+def _with_opaque_reduce(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (opset 17) with an opaque ReduceMax of x beside it, its axes an attribute (an
+    input from opset 18 on): the model cannot be written at opset 23."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    out.graph.node.append(helper.make_node("ReduceMax", ["x"], ["r"], axes=[-1], keepdims=1))
+    out.graph.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [B, S, 1]))
+    return out
+
+
+def test_attention_that_would_be_spelled_out_is_not_chosen() -> None:
+    """A fused op the exporter must spell out (the model's opaque nodes keep it below the
+    kernel's opset) is priced as the kernel it is not written as: extraction is never offered
+    it, and the model comes back in its own spelling."""
+    plain = _sdpa_model(mask=True, guard=True)
+    model = _with_opaque_reduce(plain)
+    assert spelled_out(ronnx.load(model)) >= {"attention", "rmsnorm"}
+    assert not spelled_out(ronnx.load(plain))
+    options = Options(rules=TRANSFORMER_RULES, cost_model="analytic", timing=None)
+    assert optimize(plain, options).graph.op_counts()["attention"] == 1
+    result = optimize(model, options)
+    assert "attention" not in result.graph.op_counts()
+    out = result.model
+    assert {o.domain: o.version for o in out.opset_import}[""] == 17
+    feeds = _feeds(model)
+    np.testing.assert_allclose(_ort(out, feeds), _ort(model, feeds), rtol=1e-4, atol=1e-5)
 
 
 def test_onnx_attention_imports_with_strict_guards() -> None:

@@ -133,10 +133,14 @@ def _reached(seeds: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int) -> np.
     return seen
 
 
-def exportable_only(problem: Problem, ops: Sequence[str] | np.ndarray) -> Problem:
+def exportable_only(
+    problem: Problem, ops: Sequence[str] | np.ndarray, spelled: Iterable[str] = ()
+) -> Problem:
     """``problem`` with what the exporter cannot write forbidden too (``ops``: each problem
-    node's operator), so that every extraction of it exports."""
-    bad = unexportable(
+    node's operator), so that every extraction of it exports; and the fused ops ``spelled``,
+    which it writes spelled out (:func:`relsat.onnx.exporter.spelled_out`), so that none is
+    chosen at its fused kernel's price and run as the spelling."""
+    bad = np.isin(np.asarray(ops), list(spelled)) | unexportable(
         ops,
         problem.node_class,
         problem.child_ptr,

@@ -28,7 +28,7 @@ from relsat.onnx.names import fresh_name
 from relsat.onnx.symbolic import Dims
 from relsat.onnx.symbolize import symbolize
 
-__all__ = ["FUSED", "Exporter", "build_model", "write_model"]
+__all__ = ["FUSED", "Exporter", "build_model", "spelled_out", "write_model"]
 
 FLOAT = TensorProto.FLOAT
 #: The relsat ops written as one fused onnxruntime kernel (a ``com.microsoft`` contrib op, or
@@ -222,16 +222,8 @@ class Exporter:
     def _raise_to(self, opset: int, fused: frozenset[str], at: int) -> bool:
         """Whether to write the model at opset ``at`` rather than ``opset``: the graph holds one
         of the ops ``fused`` whose ONNX operator needs ``at`` (else they are spelled out), and
-        every opaque node means the same at ``at`` as at the opset it was imported at
-        (:func:`_same_meaning`)."""
-        if not any(n.op in fused for n in self.graph.nodes):
-            return False
-        for n in self.graph.nodes:
-            meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
-            old = int(meta["opset"]) if meta and not meta["domain"] else None
-            if old is not None and not _same_meaning(n.params["type"], old, at):
-                return False
-        return True
+        every opaque node means the same at ``at`` (:func:`_raisable`)."""
+        return any(n.op in fused for n in self.graph.nodes) and _raisable(self.graph, at)
 
     # --- names ----------------------------------------------------------------------------
 
@@ -748,6 +740,10 @@ _TYPES_ONLY_SINCE = {
     "AveragePool": 11,
     "GlobalAveragePool": 1,
     "GlobalMaxPool": 1,
+    "InstanceNormalization": 6,
+    "Sin": 7,
+    "Cos": 7,
+    "Resize": 13,  # 18: antialias, axes, keep_aspect_ratio_policy; 19: a coordinate mode
 }
 
 
@@ -774,6 +770,36 @@ _RAISING = (
     (frozenset({"attention", "gqa", *decoder_ops.OPSET_23_OPS}), transformer_ops.ATTENTION_OPSET),
     (frozenset({"groupnorm"}), norm_ops.GROUPNORM_OPSET),
 )
+
+
+def spelled_out(graph: Graph) -> frozenset[str]:
+    """The fused ops that a model holding ``graph``'s opaque nodes is written with spelled out
+    (:data:`_RAISING`): those whose ONNX operator needs an opset above the model's that an
+    opaque node means something else at. An extraction of ``graph``'s e-graph that chose one
+    would be priced as the fused kernel and run as the spelling."""
+    default = {
+        int(meta["opset"])
+        for n in graph.nodes
+        if n.op == "opaque" and (meta := json.loads(n.params["attrs"]).get("_onnx"))
+        if not meta["domain"]
+    }
+    opset = max(default, default=OPSET)
+    out: set[str] = set()
+    for fused, at in _RAISING:
+        if opset < at and not _raisable(graph, at):
+            out |= fused
+    return frozenset(out)
+
+
+def _raisable(graph: Graph, at: int) -> bool:
+    """Whether every opaque node of ``graph`` means the same at opset ``at`` as at the opset it
+    was imported at (:func:`_same_meaning`)."""
+    for n in graph.nodes:
+        meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
+        old = int(meta["opset"]) if meta and not meta["domain"] else None
+        if old is not None and not _same_meaning(n.params["type"], old, at):
+            return False
+    return True
 
 
 def _same_meaning(op_type: str, old: int, new: int) -> bool:

@@ -392,7 +392,9 @@ def _attention_out(ex: ExportContext, scale: float, ins: list[str], out: str, no
     if ex.opset < ATTENTION_OPSET:
         heads = ex.graph.shape(node.inputs[0])[1]
         kt, v = (repeat_heads_out(ex, x, node.inputs[i], heads) for i, x in ((1, kt), (2, v)))
-        _attention_spelled(ex, scale, q, kt, v, _mask_in(ex, node, out, s, t, nudge=False), out)
+        bias = _mask_in(ex, node, out, s, t, nudge=False)
+        guard = bias is not None and not masks.no_infinity(ex.graph, node.inputs[3])
+        _attention_spelled(ex, scale, q, kt, v, bias, out, guard=guard)
         return
     key = _untransposed(ex, node, out)
     if key is None:
@@ -505,17 +507,33 @@ def repeat_heads_out(
 
 
 def _attention_spelled(
-    ex: ExportContext, scale: float, q: str, kt: str, v: str, bias: str | None, out: str
+    ex: ExportContext,
+    scale: float,
+    q: str,
+    kt: str,
+    v: str,
+    bias: str | None,
+    out: str,
+    *,
+    guard: bool,
 ) -> None:
-    """Attention as MatMul, Mul, Add, Softmax, IsNaN/Where and MatMul (below opset 23)."""
-    scores, scaled = ex.fresh(f"{out}_scores"), ex.fresh(f"{out}_scaled")
-    masked, probs, guarded = (ex.fresh(f"{out}_{s}") for s in ("masked", "probs", "guarded"))
+    """Attention as MatMul, Mul, Add, Softmax, IsNaN/Where and MatMul (below opset 23): no Mul
+    at a scale of 1, no Add without a ``bias``, and the NaN guard only where asked (a mask that
+    may hold -inf: a row of finite scores never comes out NaN)."""
+    scores = ex.fresh(f"{out}_scores")
     ex.emit("MatMul", [q, kt], [scores])
-    ex.emit("Mul", [scores, ex.float_const("scale", scale)], [scaled])
+    if scale != 1.0:
+        scaled = ex.fresh(f"{out}_scaled")
+        ex.emit("Mul", [scores, ex.float_const("scale", scale)], [scaled])
+        scores = scaled
     if bias is not None:
-        ex.emit("Add", [scaled, bias], [masked])
-    else:
-        masked = scaled
-    ex.emit("Softmax", [masked], [probs], axis=-1 if ex.opset >= 13 else 3)
-    _nanzero(ex, probs, guarded)
-    ex.emit("MatMul", [guarded, v], [out])
+        masked = ex.fresh(f"{out}_masked")
+        ex.emit("Add", [scores, bias], [masked])
+        scores = masked
+    probs = ex.fresh(f"{out}_probs")
+    ex.emit("Softmax", [scores], [probs], axis=-1 if ex.opset >= 13 else 3)
+    if guard:
+        guarded = ex.fresh(f"{out}_guarded")
+        _nanzero(ex, probs, guarded)
+        probs = guarded
+    ex.emit("MatMul", [probs, v], [out])

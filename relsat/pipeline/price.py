@@ -52,8 +52,10 @@ def price(run: Run) -> Run:
     problem, enode_ids, class_ids = egraph_problem(egraph)
     ops, born = enode_columns(egraph, enode_ids, "op", "born")
     exportable = o.exportable if o.exportable is not None else run.source is not None
-    if exportable:  # what the ONNX exporter cannot write is never offered
-        problem = exportable_only(problem, ops)
+    if exportable:  # what the ONNX exporter cannot write, or writes spelled out, is never offered
+        from relsat.onnx.exporter import spelled_out  # (onnx is imported only where it is used)
+
+        problem = exportable_only(problem, ops, spelled_out(run.explored))
     if run.folding:  # a copy's prices count once per occurrence: costs are the whole graph's
         times, crossing = run.folding.restrict(problem, leaf_names(egraph, enode_ids))
         problem = replace(
