@@ -359,6 +359,40 @@ def test_a_dynamic_image_size_through_strided_convs_stays_symbolic() -> None:
         _same_at(model, written, {"x": shape})
 
 
+def test_a_table_resized_to_the_image_is_not_evaluated_at_import(monkeypatch) -> None:
+    """A position table resized to the image's sides (ViT at any size) follows the dims: its
+    shape differs at the two marker assignments, so shape folding never evaluates it (at the
+    markers the reference evaluator's bicubic Resize took 90 s); the model still optimizes."""
+    from relsat.onnx import shapefold
+
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["shape"]),
+        n("Slice", ["shape", "two", "four"], ["sides"]),
+        n("Concat", ["lead", "sides"], ["sizes"], axis=0),
+        n("Resize", ["table", "", "", "sizes"], ["grid"], mode="cubic"),
+        n("Add", ["x", "grid"], ["y"]),
+    ]
+    inits = [_f32("table", (1, 8, 4, 4)), _i64("two", [2]), _i64("four", [4])]
+    inits.append(_i64("lead", [1, 8]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, "H", "W"])
+    model = _model(nodes, [x], [y], inits)
+    evaluated: list[str] = []
+    run = shapefold._run
+
+    def spy(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
+        evaluated.append(node.op_type)
+        return run(node, feeds, opset)
+
+    monkeypatch.setattr(shapefold, "_run", spy)
+    result = optimize(model, ANALYTIC)
+    assert "Slice" in evaluated and "Resize" not in evaluated
+    assert result.shapes is not None and result.shapes.symbolic
+    for shape in ((1, 8, 16, 16), (1, 8, 7, 5)):
+        _same_at(model, result.model, {"x": shape})
+
+
 def test_a_side_divided_by_several_strides_is_one_quotient() -> None:
     """Two stride-2 convolutions: ``floor((floor((H + 1)/2) + 1)/2)`` is ``(H + 3)//4``."""
     n = helper.make_node

@@ -272,6 +272,10 @@ class _State:
             if sa is None or sb is None or None in sa or None in sb:
                 return None
             return [(_shape_value(node, sa), _shape_value(node, sb))]  # type: ignore[arg-type]
+        for out in node.output:
+            sa, sb = shapes_a.get(out), shapes_b.get(out)
+            if sa is not None and sb is not None and None not in sa + sb and sa != sb:
+                return None  # its size follows a dim: never folded (a Resize of a table to it)
         feeds_a: dict[str, np.ndarray] = {}
         feeds_b: dict[str, np.ndarray] = {}
         for name in node.input:
