@@ -1,13 +1,15 @@
 """GPT-2's attention: one packed projection (``c_attn``: x @ W [E, 3E] + b), split in three,
-the heads of each, and SDPA; rules/transformer.rules' ``attention-packed-split`` (and its
-``-unbiased`` twin, for a projection written without its bias) rewrite it to one com.microsoft
-Attention over the packed weight and bias (relsat's ``mha``).
+the heads of each, and SDPA; rules/transformer.rules' ``attention-packed-split`` (one Split in
+three) and ``attention-packed-slices`` (three Slices), each with an ``-unbiased`` twin for a
+projection written without its bias, rewrite it to one com.microsoft Attention over the packed
+weight and bias (relsat's ``mha``).
 
 The graphs are written with onnx.helper in the spellings torch 2.13 writes for
 transformers' GPT2Model: the legacy exporter (opset 17) flattens x for a Gemm with its bias,
 splits with a ``split`` input and transposes the keys (0, 2, 3, 1); the dynamo exporter (opset
 20) drops a bias it knows is zero, splits with ``num_outputs`` and transposes the keys through a
-3-D reshape. Analytic prices; each fused graph is run in onnxruntime against the original.
+3-D reshape. torch 2.13 writes Split with both; the Slices are written here as another exporter
+may. Analytic prices; each graph written is run in onnxruntime against the original.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ def gpt2_attention(
     axis: int = 2,
     order: tuple[int, int, int] = (0, 1, 2),
     causal: bool = True,
+    slices: bool = False,
 ) -> onnx.ModelProto:
     """One GPT-2 attention block of ``heads`` heads over ``x [B, S, width]``. Near misses:
     ``sizes`` the split's pieces (default thirds of the last axis), ``axis`` the axis split (1:
     the tokens, in three runs of S/3), ``order`` which piece is q, k, v; ``causal`` False: the
-    padding mask alone."""
+    padding mask alone; ``slices``: three Slices instead of one Split."""
     sizes = sizes or ((width,) * 3 if axis == 2 else (S // 3,) * 3)
     packed = sum(sizes) if axis == 2 else 3 * width
     t = S if axis == 2 else S // 3  # tokens each piece holds
@@ -71,7 +74,13 @@ def gpt2_attention(
         nodes.append(n("Gemm", ["x2", "w", "b"], ["qkv2"]))
     nodes.append(n("Reshape", ["qkv2", "unflat"], ["qkv"]))
     pieces = ["p0", "p1", "p2"]
-    if dynamo and len(set(sizes)) == 1:
+    if slices:  # three Slices of the axis, [0, a), [a, a + b), [a + b, a + b + c)
+        bounds = np.cumsum([0, *sizes])
+        for i, piece in enumerate(pieces):
+            for key, value in (("start", bounds[i]), ("end", bounds[i + 1]), ("axis", axis)):
+                consts[f"{key}{i}"] = np.array([value], np.int64)
+            nodes.append(n("Slice", ["qkv", f"start{i}", f"end{i}", f"axis{i}"], [piece]))
+    elif dynamo and len(set(sizes)) == 1:
         nodes.append(n("Split", ["qkv"], pieces, axis=axis, num_outputs=3))
     else:
         nodes.append(n("Split", ["qkv", "sizes"], pieces, axis=axis))
@@ -156,11 +165,14 @@ def _same_outputs(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
 
 
 @pytest.mark.parametrize(("heads", "width"), [(2, 32), (4, 64), (3, 48), (8, 64)])
+@pytest.mark.parametrize("cut", ["split", "slices"])
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
-def test_packed_qkv_attention_becomes_one_attention(heads: int, width: int, dynamo: bool) -> None:
-    model = gpt2_attention(heads, width, dynamo=dynamo)
+def test_packed_qkv_attention_becomes_one_attention(
+    heads: int, width: int, cut: str, dynamo: bool
+) -> None:
+    model = gpt2_attention(heads, width, dynamo=dynamo, slices=cut == "slices")
     counts, out, applied = _optimized(model)
-    rule = "attention-packed-split-unbiased" if dynamo else "attention-packed-split"
+    rule = f"attention-packed-{cut}" + ("-unbiased" if dynamo else "")
     assert applied == {rule: 1}, applied
     _same_outputs(model, out)
     if dynamo:  # the fused kernel and its pieces price the same by the roofline (the zero
@@ -168,7 +180,8 @@ def test_packed_qkv_attention_becomes_one_attention(heads: int, width: int, dyna
     assert counts.get("mha") == 1, counts
     assert not {"split", "attention", "softmax"} & set(counts), counts
     written = [(x.op_type, x.domain) for x in out.graph.node]
-    assert ("Attention", "com.microsoft") in written and ("Split", "") not in written
+    assert ("Attention", "com.microsoft") in written
+    assert not {("Split", ""), ("Slice", "")} & set(written)
     (att,) = (x for x in out.graph.node if x.op_type == "Attention")
     assert {a.name: a.i for a in att.attribute}["num_heads"] == heads
     w = {i.name: list(i.dims) for i in out.graph.initializer}[att.input[1]]
@@ -190,6 +203,9 @@ def test_a_padding_mask_without_the_causal_one_fuses_too() -> None:
         ("the tokens split, not the features", {"axis": 1}),
         ("q and k taken in the other order", {"order": (1, 0, 2)}),
         ("v first", {"order": (2, 1, 0)}),
+        ("three Slices, unequal", {"sizes": (32, 32, 48), "slices": True}),
+        ("three Slices, k and v swapped", {"order": (0, 2, 1), "slices": True}),
+        ("three Slices of the tokens", {"axis": 1, "slices": True}),
     ],
 )
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
