@@ -185,7 +185,9 @@ class Pricing:
 
     ``concat="copy"`` charges every concat its copy unless all its inputs are weight-only (TENSAT's
     ``--all_weight_only``, its main experiments); ``"free"`` makes every concat free (TASO's
-    convention for rule-made concats, and TENSAT without the flag).
+    convention for rule-made concats, and TENSAT without the flag). An expand of weights alone (a
+    rule's constant fill: the zero bias of ``attention-packed-split-unbiased``) is free either
+    way: like a weight-only concat, the exporter writes it as an initializer.
 
     ``precompute_weights=True`` prices every operator whose inputs are all weight-only at 0: it
     can be evaluated once before inference (TASO's ``preprocess_weights``, which the published
@@ -211,6 +213,7 @@ class Pricing:
         """Which operators the policies make free (vectorized: op names, inputs-all-weights)."""
         concat = ops == "concat"
         free = concat & all_weights if self.concat == "copy" else concat
+        free = free | ((ops == "expand") & all_weights)
         if self.precompute_weights:
             free = free | all_weights
         return np.asarray(free, dtype=bool)

@@ -658,6 +658,8 @@ def _add_pattern(
             rule=rule.name,
         )
     ys = [_slot_of(a, slots) for a in ints] + [-1] * MAX_LHS_INTS
+    if p.op == "split":  # its cut (p1) is no argument of the language: any cut matches (as in
+        ys[1] = WILD  # rule_sql); what reads the pieces (a reshape's shape) constrains them
     items = _list_arg(p)
     lits = [a if isinstance(a, int) else -1 for a in ints] + [-1] * MAX_LHS_INTS
     row = {

@@ -107,6 +107,8 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
         for a in term.args
         if isinstance(a, int | tuple | Expr)
     )
+    if term.op == "reshape":
+        _cut_for(builder, term, ints[0], env, memo)
     args = [
         _build(builder, a, env, memo) for a in term.args if not isinstance(a, int | tuple | Expr)
     ]
@@ -127,6 +129,35 @@ def _build(builder: GraphBuilder, term: Term, env: Mapping[str, Tensor], memo: M
             ) from None
     memo[term] = value
     return value
+
+
+def _cut_for(
+    builder: GraphBuilder, term: Pattern, shape: Any, env: Mapping[str, Tensor], memo: Memo
+) -> None:
+    """A split read on the left of a rule (``(reshape (split_0 (split a X)) L)``: a packed
+    projection cut into q, k, v) cuts where the reshape of its piece says, when ``X`` holds no
+    concat boundary on ``a`` to cut at: the piece has ``prod(L)`` elements. The pair goes into
+    ``memo`` for :func:`_build` to read; nothing is done for any other pattern."""
+    piece = term.args[0]
+    if not (isinstance(piece, Pattern) and piece.op in ("split_0", "split_1")):
+        return
+    pair = piece.args[0]
+    if not isinstance(pair, Pattern) or pair.op != "split" or pair in memo:
+        return
+    axis = pair.args[0]
+    if not isinstance(axis, int) or not isinstance(shape, tuple):
+        return
+    x = _tensor(_build(builder, pair.args[1], env, memo), pair)
+    if not 0 <= axis < x.rank or x.type.splits[axis]:
+        return  # a concat boundary to cut at, or no such axis: the builder decides
+    across = int(np.prod(x.shape)) // x.shape[axis]
+    size, rest = divmod(int(np.prod(shape)), across)
+    if rest or not 0 < size < x.shape[axis]:
+        raise InvalidInstance(
+            f"no piece of {list(x.shape)} reshapes to {list(shape)}", pattern=term
+        )
+    sizes = [size, x.shape[axis] - size] if piece.op == "split_0" else [x.shape[axis] - size, size]
+    memo[pair] = tuple(builder.split(x, axis, sizes))  # type: ignore[assignment]
 
 
 def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]], Value] | None:
