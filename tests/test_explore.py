@@ -548,9 +548,11 @@ def test_rules_new_to_an_explored_egraph_search_all_of_it() -> None:
     known = EGraph.from_graph(models.load("nasrnn"))
     explore(known, RULES)
     assert explore(known, RULES).iterations[0].matches == 0
-    assert explore(known, RULES, schedule=Schedule(guards=False)).iterations[0].matches > 0
     renamed = [replace(r, name=f"{r.name}-again") for r in RULES]
     assert explore(known, renamed).iterations[0].matches > 0
+    # last: without its guards add-zeros makes every sum its first operand, and the e-graph
+    # grows to the node limit, where a later exploration stops before its first iteration
+    assert explore(known, RULES, schedule=Schedule(guards=False)).iterations[0].matches > 0
     # new multi-pattern rules search all of it once, then semi-naively too
     late = EGraph.from_graph(models.load("nasrnn"))
     explore(late, single, limits=Limits(iterations=1), schedule=Schedule(k_multi=2))
