@@ -183,7 +183,7 @@ def test_statements_per_phase_do_not_grow_with_rules() -> None:
         result = explore(eg, rules, limits=Limits(iterations=3))
         assert all(s.matches for s in result.iterations)
         counts[label] = max(s.statements for s in result.iterations)
-    assert len(RULES) == 224  # TENSAT 135; relsat 89: fusion 27, transformer 36, decoder 19,
+    assert len(RULES) == 225  # TENSAT 135; relsat 90: fusion 27, transformer 36, decoder 20,
     # layout 5, norm 2
     assert counts["all"] <= counts["ten"] + 8  # only the number of rebuild rounds may differ
 
@@ -548,9 +548,11 @@ def test_rules_new_to_an_explored_egraph_search_all_of_it() -> None:
     known = EGraph.from_graph(models.load("nasrnn"))
     explore(known, RULES)
     assert explore(known, RULES).iterations[0].matches == 0
-    assert explore(known, RULES, schedule=Schedule(guards=False)).iterations[0].matches > 0
     renamed = [replace(r, name=f"{r.name}-again") for r in RULES]
     assert explore(known, renamed).iterations[0].matches > 0
+    # last: without its guards add-zeros makes every sum its first operand, and the e-graph
+    # grows to the node limit, where a later exploration stops before its first iteration
+    assert explore(known, RULES, schedule=Schedule(guards=False)).iterations[0].matches > 0
     # new multi-pattern rules search all of it once, then semi-naively too
     late = EGraph.from_graph(models.load("nasrnn"))
     explore(late, single, limits=Limits(iterations=1), schedule=Schedule(k_multi=2))

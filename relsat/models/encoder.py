@@ -8,7 +8,11 @@ which onnxruntime's own graph optimizer does not recognize, then the output proj
 residual ``Add`` and ``LayerNormalization``, an MLP with the exact (erf) GELU spelled out, and a
 second residual and LayerNormalization. relsat fuses the attention into one ONNX ``Attention``
 (opset 23) that onnxruntime runs as one kernel. Weights are seeded random numbers scaled by
-``1/sqrt(fan_in)``. Regenerate with ``python -m relsat.models.encoder``.
+``1/sqrt(fan_in)``; biases and layer norms are small and not trivial, as a trained model's
+(biases ``0.02`` times a normal, gains ``1`` plus that, from a second seed): a bias of zeros
+is an ``x + 0`` that a rule drops, and the fusions with the bias (BiasGelu,
+SkipLayerNormalization) would have nothing to fuse. Regenerate with ``python -m
+relsat.models.encoder``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ __all__ = ["PATH", "build"]
 PATH = Path(__file__).resolve().parent / "data" / "encoder.onnx"
 
 TOKENS, HIDDEN, HEADS, MLP = 256, 64, 2, 256
+#: The spread of the biases and of the layer norms' gains around 1.
+NOISE = 0.02
 
 
 def build() -> bytes:
@@ -32,6 +38,7 @@ def build() -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(2021)
+    small = np.random.default_rng(2022)  # biases and norms: the weights' draws stay as they were
     head_dim = HIDDEN // HEADS
     inits: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
@@ -43,18 +50,21 @@ def build() -> bytes:
     def weight(name: str, shape: tuple[int, ...], fan_in: int) -> str:
         return const(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
 
+    def noise(name: str, n: int, mean: float = 0.0) -> str:
+        return const(name, (mean + NOISE * small.standard_normal(n)).astype(np.float32))
+
     def op(op_type: str, inputs: list[str], name: str, **attrs: Any) -> str:
         nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
         return name
 
     def linear(x: str, cin: int, cout: int, name: str) -> str:
         w = weight(f"{name}.weight", (cin, cout), cin)
-        b = const(f"{name}.bias", np.zeros(cout, np.float32))
+        b = noise(f"{name}.bias", cout)
         return op("Add", [op("MatMul", [x, w], f"{name}.matmul"), b], f"{name}.out")
 
     def layernorm(x: str, name: str) -> str:
-        g = const(f"{name}.weight", np.ones(HIDDEN, np.float32))
-        b = const(f"{name}.bias", np.zeros(HIDDEN, np.float32))
+        g = noise(f"{name}.weight", HIDDEN, mean=1.0)
+        b = noise(f"{name}.bias", HIDDEN)
         return op("LayerNormalization", [x, g, b], name, axis=-1, epsilon=1e-12)
 
     heads = const("heads_shape", np.array([1, TOKENS, HEADS, head_dim], np.int64))
