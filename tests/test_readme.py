@@ -53,6 +53,10 @@ def test_readme_commands_run(tmp_path: Path) -> None:
         args = shlex.split(command)[1:]
         if args[0] in ("optimize", "optimize-many") and "--threads" not in args:
             args += ["--threads", "1"]  # a test machine's cores are shared: no spinning pools
+        if args[0] in ("optimize", "optimize-many") and "--timing-seconds" not in args:
+            # the default 10 s budget runs out where the machine is busy; a command that names
+            # its budget runs as written
+            args += ["--timing-seconds", "1"]
         done = subprocess.run(cli + args, cwd=tmp_path, capture_output=True, text=True)
         if done.returncode != 0:
             pytest.fail(f"README command {command!r} exited {done.returncode}:\n{done.stderr}")
