@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import replace
 
@@ -271,9 +272,20 @@ def test_a_capped_exploration_continued_with_a_higher_limit_reaches_the_same_egr
     assert explore(eg, RULES, limits=Limits(nodes=1000)).stop is StopReason.NODE_LIMIT
     again = explore(eg, RULES)
     assert again.stop is StopReason.SATURATED
-    whole = EGraph.from_graph(models.load("nasrnn"))
-    assert explore(whole, RULES).enodes == again.enodes == eg.counts()[0]
+    assert saturated("nasrnn")[0] == again.enodes == eg.counts()[0]
     assert not any(eg.audit().values())
+
+
+@functools.cache
+def saturated(name: str, k_multi: int = 1) -> tuple[int, int]:
+    """A bundled model's e-graph counts once explored to saturation with every rule (asserted),
+    computed once per session: the tests below compare their continued runs with it."""
+    whole = EGraph.from_graph(models.load(name))
+    result = explore(whole, RULES, schedule=Schedule(k_multi=k_multi))
+    assert result.stop is StopReason.SATURATED
+    counts = whole.counts()
+    whole.close()
+    return counts
 
 
 def _researched(eg: EGraph) -> tuple[int, int]:
@@ -296,15 +308,13 @@ def test_a_run_continued_after_capped_phases_is_saturated(
     at 600 e-nodes claimed saturation at 1,791 e-nodes (searching it again merged it to 1,530);
     Inception-v3's multi-pattern phase capped three times searched its own additions each time
     and saturated at 35,897 e-nodes instead of 4,193."""
-    whole = EGraph.from_graph(models.load(name))
-    assert explore(whole, RULES, schedule=Schedule(k_multi=k_multi)).stop is StopReason.SATURATED
     eg = EGraph.from_graph(models.load(name))
     for limit in limits:
         result = explore(eg, RULES, limits=Limits(nodes=limit), schedule=Schedule(k_multi=k_multi))
         assert result.stop is StopReason.NODE_LIMIT
     assert explore(eg, RULES, schedule=Schedule(k_multi=k_multi)).stop is StopReason.SATURATED
     counts = eg.counts()
-    assert counts == whole.counts()
+    assert counts == saturated(name, k_multi)
     assert _researched(eg) == counts
     assert not any(eg.audit().values())
 
@@ -314,8 +324,6 @@ def test_a_capped_phase_runs_again_when_merging_made_room() -> None:
     merges e-nodes away, it runs again in the same run and goes on with the matches not applied
     (here BERT's second single-pattern phase: capped, 84 merged, then applied in full). The run
     stops once a phase is capped with no room made; continued, it reaches the uncapped e-graph."""
-    whole = EGraph.from_graph(models.load("bert"))
-    explore(whole, RULES)
     eg = EGraph.from_graph(models.load("bert"))
     result = explore(eg, RULES, limits=Limits(nodes=1000))
     assert result.stop is StopReason.NODE_LIMIT and result.enodes <= 1000
@@ -326,7 +334,7 @@ def test_a_capped_phase_runs_again_when_merging_made_room() -> None:
     assert again.capped == 0 and again.new_enodes > 0
     assert not any(eg.audit().values())
     assert explore(eg, RULES).stop is StopReason.SATURATED
-    assert eg.counts() == whole.counts() == _researched(eg)
+    assert eg.counts() == saturated("bert") == _researched(eg)
 
 
 @pytest.mark.parametrize("limits", [(600,), (600, 700)])
@@ -336,8 +344,6 @@ def test_a_stored_egraph_stopped_right_after_a_rerun_goes_on_from_the_capped_pha
     """The stored resume point: a run that re-ran the capped phase (capped once, or twice) and
     then stopped (here at the iteration limit) is continued from the first capped run's epoch,
     not the re-run's."""
-    whole = EGraph.from_graph(models.load("bert"))
-    explore(whole, RULES)
     eg = EGraph.from_graph(models.load("bert"))
     for limit in limits:
         capped = explore(eg, RULES, limits=Limits(nodes=limit)).iterations[-1]
@@ -348,7 +354,7 @@ def test_a_stored_egraph_stopped_right_after_a_rerun_goes_on_from_the_capped_pha
         (capped.iteration, capped.phase, 0)
     ]
     assert explore(eg, RULES).stop is StopReason.SATURATED
-    assert eg.counts() == whole.counts() == _researched(eg)
+    assert eg.counts() == saturated("bert") == _researched(eg)
 
 
 def test_an_exploding_rule_set_stops_at_the_node_limit_naming_the_busiest_rules() -> None:
@@ -456,7 +462,9 @@ def test_a_phase_applied_in_chunks_adds_what_it_adds_in_one_go(
     for chunk in (None, 777):
         seen = _chunked(monkeypatch, chunk) if chunk else []
         eg = EGraph.from_graph(models.load("nasrnn"))
-        result = explore(eg, RULES, audit=True, schedule=Schedule(k_multi=2))
+        # two iterations hold the 6,740-match multi phase; the two after it add 10 matches
+        limits = Limits(iterations=2)
+        result = explore(eg, RULES, limits=limits, audit=True, schedule=Schedule(k_multi=2))
         stats = [(*(getattr(s, f) for f in PHASE_FIELDS), s.new_enodes) for s in result.iterations]
         ops = eg.sql("SELECT op, count(*) AS n FROM enode GROUP BY op ORDER BY op").to_pylist()
         runs.append((result.stop, result.enodes, result.eclasses, stats, ops))
@@ -532,14 +540,12 @@ def test_rules_new_to_an_explored_egraph_search_all_of_it() -> None:
     with all of them stopped 'saturated' at once, at the first run's e-graph."""
     multi = [r for r in RULES if r.is_multi]
     single = [r for r in RULES if not r.is_multi]
-    whole = EGraph.from_graph(models.load("nasrnn"))
-    explore(whole, RULES)
     eg = EGraph.from_graph(models.load("nasrnn"))
     explore(eg, multi + single[: len(single) // 2])
     smaller = eg.counts()
     result = explore(eg, RULES)
     assert result.stop is StopReason.SATURATED and result.iterations[0].new_enodes > 0
-    assert eg.counts() == whole.counts() != smaller
+    assert eg.counts() == saturated("nasrnn") != smaller
     assert _researched(eg) == eg.counts()
     # the rules searched once go on semi-naively: continuing again searches nothing old
     assert explore(eg, RULES).iterations[0].matches == 0

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from relsat import Options, optimize
+from relsat import Options, Result, optimize
 from relsat import onnx as ronnx
 
 pytest.importorskip("onnxruntime")
@@ -55,7 +56,10 @@ f32 = np.float32
 
 
 def _fused(model: onnx.ModelProto) -> dict[str, int]:
-    result = optimize(ronnx.load(model), Options(cost_model="analytic", timing=None))
+    return _fused_in(optimize(ronnx.load(model), Options(cost_model="analytic", timing=None)))
+
+
+def _fused_in(result: Result) -> dict[str, int]:
     counts = result.graph.op_counts()
     return {op: counts[op] for op in FUSED if counts.get(op)}
 
@@ -251,6 +255,16 @@ def attention(
     return _model(nodes, inputs, consts, 20 if dynamo else 17, (B, S, e))
 
 
+@cache
+def _attention_optimized(
+    dynamo: bool, mask: str | None, eager: bool, d: int
+) -> tuple[onnx.ModelProto, Result]:
+    """An attention block and relsat's result on it (analytic prices), once per block: the
+    tests below only read them."""
+    model = attention(dynamo, mask=mask, eager=eager, d=d)
+    return model, optimize(ronnx.load(model), Options(cost_model="analytic", timing=None))
+
+
 @pytest.mark.parametrize(
     "kind",
     ["sdpa-unmasked", "sdpa-masked", "eager-masked"],
@@ -259,7 +273,7 @@ def test_attention_both_exporters_fuse(kind: str) -> None:
     masked, eager = kind.endswith("-masked"), kind.startswith("eager")
     d = 64 if eager else D  # eager's scale literal: head size 64 (BERT, GPT-2)
     legacy, dynamo = (
-        _fused(attention(dyn, mask="bool" if masked else None, eager=eager, d=d))
+        _fused_in(_attention_optimized(dyn, "bool" if masked else None, eager, d)[1])
         for dyn in (False, True)
     )
     # the analytic prices favour packing it with its q, k, v projections (attention-packed)
@@ -267,8 +281,7 @@ def test_attention_both_exporters_fuse(kind: str) -> None:
 
 
 def test_attention_runs_in_onnxruntime_with_a_padded_mask() -> None:
-    model = attention(True, mask="bool", eager=True, d=64)
-    result = optimize(ronnx.load(model), Options(cost_model="analytic", timing=None))
+    model, result = _attention_optimized(True, "bool", True, 64)  # eager-masked's dynamo result
     out = ronnx.to_model(result.graph, like=model)
     assert "Attention" in {x.op_type for x in out.graph.node}
     keep = np.ones((B, S), np.int64)

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import pytest
 
-from relsat import GraphBuilder, IlpOptions, Limits, Options, VerificationError, models, optimize
+from relsat import (
+    GraphBuilder,
+    IlpOptions,
+    Limits,
+    Options,
+    Result,
+    VerificationError,
+    models,
+    optimize,
+)
 from relsat.cost import AnalyticModel, CostModel, OpSignature
 from relsat.cost.model import Pricing
 from relsat.engine.egraph import EGraph
@@ -28,8 +38,20 @@ def depthwise_pair():  # type: ignore[no-untyped-def]
     return b.build(b.concat(1, [y1, y2]))
 
 
+@cache
+def nasrnn_3() -> Result:
+    """NASRNN optimized with three iterations, once: the tests below only read the result."""
+    return optimize(models.load("nasrnn"), Options(limits=Limits(iterations=3)))
+
+
+@cache
+def squeezenet(extractor: str = "ilp") -> Result:
+    """SqueezeNet optimized with ``extractor``, once per extractor (the tests only read it)."""
+    return optimize(models.load("squeezenet"), Options(extractor=extractor))
+
+
 def test_optimize_nasrnn() -> None:
-    result = optimize(models.load("nasrnn"), Options(limits=Limits(iterations=3)))
+    result = nasrnn_3()
     assert result.verified
     assert result.cost_after < result.cost_before
     assert result.reduction > 0.25  # fused gate matmuls; TENSAT's historical run: 33 %
@@ -42,7 +64,7 @@ def test_optimize_nasrnn() -> None:
 
 @pytest.mark.parametrize("extractor", ["greedy", "greedy-dag", "ilp"])
 def test_extractors(extractor: str) -> None:
-    result = optimize(models.load("squeezenet"), Options(extractor=extractor))
+    result = squeezenet(extractor)
     assert result.verified and result.cost_after <= result.cost_before
     assert result.graph.op_counts()["relu"] < 26  # ReLUs fused into the convs
 
@@ -201,7 +223,7 @@ def test_an_exact_tie_with_fewer_enodes_still_keeps_the_input() -> None:
 
 
 def test_attribution_names_the_rules_that_paid() -> None:
-    result = optimize(models.load("nasrnn"), Options(limits=Limits(iterations=3)))
+    result = nasrnn_3()
     gains = result.attribution()
     assert set(gains) <= set(result.rewrites()) and gains
     assert all(0 <= ms <= result.cost_before for ms in gains.values())
@@ -211,8 +233,7 @@ def test_attribution_names_the_rules_that_paid() -> None:
 
 def test_same_inputs_same_output() -> None:
     """The same model, rules, cost table and settings give the same graph on every run."""
-    graph = models.load("squeezenet")
-    first, second = optimize(graph), optimize(graph)
+    first, second = squeezenet(), optimize(models.load("squeezenet"))  # ilp: the default
     assert to_json(first.graph) == to_json(second.graph)
 
 

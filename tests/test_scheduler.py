@@ -3,13 +3,22 @@ only once no rule is banned, state kept for a continued exploration, bad setting
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from test_explore import EXPLODING, sum_chain
 
 from relsat import Options, models, optimize
 from relsat.cli import main
 from relsat.engine.egraph import EGraph
-from relsat.engine.explore import Backoff, Limits, Schedule, StopReason, explore
+from relsat.engine.explore import (
+    Backoff,
+    Exploration,
+    Limits,
+    Schedule,
+    StopReason,
+    explore,
+)
 from relsat.errors import SettingsError
 from relsat.rewrite.rulefile import load_rules
 
@@ -21,21 +30,46 @@ def _bans(eg: EGraph) -> dict[str, tuple]:
     return {r[0]: r[1:] for r in rows}
 
 
-def test_simple_applies_every_match_and_bans_nothing() -> None:
+@pytest.fixture(scope="module")
+def bert_simple() -> Iterator[tuple[EGraph, Exploration]]:
+    """BERT explored to saturation applying every match (read only: tests compare with it)."""
     eg = EGraph.from_graph(models.load("bert"))
-    result = explore(eg, RULES)
+    yield eg, explore(eg, RULES)
+    eg.close()
+
+
+@pytest.fixture(scope="module")
+def bert_backoff() -> Iterator[tuple[EGraph, Exploration]]:
+    """BERT explored to saturation under the backoff scheduler with egg's defaults (read only)."""
+    eg = EGraph.from_graph(models.load("bert"))
+    yield eg, explore(eg, RULES, schedule=Schedule(scheduler="backoff"))
+    eg.close()
+
+
+@pytest.fixture(scope="module")
+def nasrnn_counts() -> tuple:
+    """NASRNN's e-graph counts at saturation, every match applied."""
+    whole = EGraph.from_graph(models.load("nasrnn"))
+    explore(whole, RULES)
+    counts = whole.counts()
+    whole.close()
+    return counts
+
+
+def test_simple_applies_every_match_and_bans_nothing(bert_simple) -> None:  # type: ignore[no-untyped-def]
+    eg, result = bert_simple
     assert result.stop is StopReason.SATURATED
     assert not any(s.banned for s in result.iterations) and not _bans(eg)
 
 
-def test_backoff_bans_busy_rules_and_still_reaches_the_saturated_egraph() -> None:
+def test_backoff_bans_busy_rules_and_still_reaches_the_saturated_egraph(  # type: ignore[no-untyped-def]
+    bert_simple, bert_backoff
+) -> None:
     """BERT has phases of 2,780 and 5,620 new matches: with egg's defaults the busiest rules are
     banned, their matches discarded and found again when the ban ends, so the saturated e-graph
     is the one every match gives, reached in more iterations."""
-    simple = EGraph.from_graph(models.load("bert"))
-    plain = explore(simple, RULES)
-    eg = EGraph.from_graph(models.load("bert"))
-    result = explore(eg, RULES, schedule=Schedule(scheduler="backoff"))
+    simple, plain = bert_simple
+    eg, result = bert_backoff
     assert result.stop is StopReason.SATURATED
     banned = sum(s.banned for s in result.iterations)
     assert banned > 0
@@ -52,12 +86,11 @@ def test_backoff_bans_busy_rules_and_still_reaches_the_saturated_egraph() -> Non
     assert not any(eg.audit().values())
 
 
-def test_a_banned_rule_is_not_searched_until_its_ban_ends_or_is_lifted() -> None:
+def test_a_banned_rule_is_not_searched_until_its_ban_ends_or_is_lifted(bert_backoff) -> None:  # type: ignore[no-untyped-def]
     """Every ban in BERT's exploration (egg's defaults): the banned rule is next searched when
     its ban (5 iterations, doubled per earlier ban) ends, or earlier only right after an
     iteration that changed nothing (egg moves the bans forward instead of stopping there)."""
-    eg = EGraph.from_graph(models.load("bert"))
-    result = explore(eg, RULES, schedule=Schedule(scheduler="backoff"))
+    eg, result = bert_backoff
     idle = {
         it
         for it in {s.iteration for s in result.iterations}
@@ -76,12 +109,10 @@ def test_a_banned_rule_is_not_searched_until_its_ban_ends_or_is_lifted() -> None
 
 
 @pytest.mark.parametrize("ban_length", [1, 3])
-def test_discarded_matches_are_found_again(ban_length: int) -> None:
+def test_discarded_matches_are_found_again(ban_length: int, nasrnn_counts: tuple) -> None:
     """With a match limit of 1 nearly every rule is banned at some point; the e-graph still
     saturates to exactly what applying every match gives (the semi-naive search of a rule
     coming off a ban starts where its banned search started)."""
-    whole = EGraph.from_graph(models.load("nasrnn"))
-    explore(whole, RULES)
     eg = EGraph.from_graph(models.load("nasrnn"))
     result = explore(
         eg,
@@ -91,15 +122,14 @@ def test_discarded_matches_are_found_again(ban_length: int) -> None:
     )
     assert result.stop is StopReason.SATURATED
     assert sum(s.banned for s in result.iterations) > 0
-    assert eg.counts() == whole.counts()
+    assert eg.counts() == nasrnn_counts
     assert not any(eg.audit().values())
 
 
-def test_a_continued_exploration_keeps_the_bans() -> None:
+def test_a_continued_exploration_keeps_the_bans(bert_backoff) -> None:  # type: ignore[no-untyped-def]
     """Stopped by the iteration limit while a rule is banned, then continued: the same phases
     and e-graph as one run (the stored ban and the rule's own semi-naive start hold)."""
-    one = EGraph.from_graph(models.load("bert"))
-    explore(one, RULES, schedule=Schedule(scheduler="backoff"))
+    one, _ = bert_backoff
     eg = EGraph.from_graph(models.load("bert"))
     first = explore(eg, RULES, limits=Limits(iterations=3), schedule=Schedule(scheduler="backoff"))
     assert first.stop is StopReason.ITERATION_LIMIT
@@ -113,14 +143,12 @@ def test_a_continued_exploration_keeps_the_bans() -> None:
     assert eg.counts() == one.counts()
 
 
-def test_continuing_without_the_scheduler_still_finds_the_discarded_matches() -> None:
+def test_continuing_without_the_scheduler_still_finds_the_discarded_matches(bert_simple) -> None:  # type: ignore[no-untyped-def]
     eg = EGraph.from_graph(models.load("bert"))
     explore(eg, RULES, limits=Limits(iterations=4), schedule=Schedule(scheduler="backoff"))
     assert any(since is not None for since, _, _ in _bans(eg).values())
     explore(eg, RULES, limits=Limits(iterations=100))
-    whole = EGraph.from_graph(models.load("bert"))
-    explore(whole, RULES)
-    assert eg.counts() == whole.counts()
+    assert eg.counts() == bert_simple[0].counts()
 
 
 def test_an_exploding_rule_set_under_backoff_holds_the_node_limit() -> None:

@@ -321,8 +321,14 @@ def test_goal_silu_finds_swish_as_quickgelu_at_alpha_one():
     assert "onnxruntime ok (4 instances: QuickGelu)" in rule.doc  # a fused kernel: run there
 
 
-def test_goal_rmsnorm_finds_a_spelling_with_epsilon_a_float_variable(tmp_path):
-    s = _goal_rules("rmsnorm", slack=0)
+@pytest.fixture(scope="module")
+def rmsnorm():
+    """The rmsnorm goal's spellings at slack 0, searched once for the tests that read them."""
+    return _goal_rules("rmsnorm", slack=0)
+
+
+def test_goal_rmsnorm_finds_a_spelling_with_epsilon_a_float_variable(rmsnorm, tmp_path):
+    s = rmsnorm
     assert s.goals[0].smallest == 6
     ms = "(ewadd (reducemean (ewmul ?x ?x)) (scalar ?eps:float))"
     assert _same(f"(ewmul ?g (ewdiv ?x (sqrt {ms}))) => (rmsnorm ?eps ?x ?g)", s.rules)
@@ -357,8 +363,8 @@ def test_goal_layernorm_with_the_shared_difference_finds_the_hand_written_spelli
     assert main(["rules", "check", str(out)]) == 0
 
 
-def test_goal_rmsnorm_spells_the_square_as_a_power_too():
-    s = _goal_rules("rmsnorm", slack=0)
+def test_goal_rmsnorm_spells_the_square_as_a_power_too(rmsnorm):
+    s = rmsnorm
     ms = "(ewadd (reducemean (ewpow ?x (scalar 2.0))) (scalar ?eps:float))"
     assert _same(f"(ewmul ?g (ewdiv ?x (sqrt {ms}))) => (rmsnorm ?eps ?x ?g)", s.rules)
 
