@@ -9,7 +9,8 @@ torchvision 0.2x defines them (torchvision's wheels do not import beside the CPU
 uses): ``resnet50``, ``resnext50_32x4d``, ``squeezenet1_1``, ``inception_v3`` (aux logits off,
 299x299, ``transform_input=False``), ``vgg19``, ``mobilenet_v2`` (ReLU6, exported as Clip),
 ``densenet121`` and ``efficientnet_b0`` (SiLU, squeeze-excitation; stochastic depth is the
-identity at inference and left out), with torchvision's parameter counts. Batch-norm running
+identity at inference and left out), with torchvision's parameter counts. Every bias is a
+small seeded non-zero value (:func:`nonzero_biases`), as a trained model's. Batch-norm running
 statistics are calibrated on one seeded random batch (as if trained, :func:`calibrated`), so
 activations stay in range through 50+ layers and numerical comparisons mean something.
 
@@ -25,8 +26,28 @@ import torch
 from torch import nn
 
 SEED = 0
+#: The spread of the values :func:`nonzero_biases` gives every bias: small, as a trained model's.
+BIAS_STD = 0.02
 
 Example = tuple[torch.Tensor, ...]
+
+
+def nonzero_biases(model: nn.Module, seed: int = SEED) -> nn.Module:
+    """``model`` with every bias (any parameter named ``bias`` or ``*_bias``: linear, conv and
+    norm layers, attention's packed projection) drawn from a normal of spread :data:`BIAS_STD`,
+    seeded ``seed``; in place.
+
+    Random init leaves biases at 0, which a trained model's are not: a tool that drops ``x + 0``
+    would be credited with a gain no trained model gives. Every builder of the bench calls this
+    after init (before :func:`calibrated`, which measures the statistics the biases move).
+    """
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "bias" or leaf.endswith("_bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * BIAS_STD)
+    return model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,7 +596,7 @@ def calibrated(model: nn.Module, example: torch.Tensor) -> nn.Module:
 
 def _vision(build: Callable[[], nn.Module], size: int = 224) -> tuple[nn.Module, Example]:
     torch.manual_seed(SEED)
-    model = build()
+    model = nonzero_biases(build())
     example = torch.randn(1, 3, size, size)
     return calibrated(model, example), (example,)
 
@@ -628,7 +649,7 @@ def transformer() -> tuple[nn.Module, Example]:
     """``nn.TransformerEncoder``: d_model 256, 4 heads, feed-forward 1024, 2 layers; seq 64."""
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024, dropout=0.0, batch_first=True)
-    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    model = nonzero_biases(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False))
     return model.eval(), (torch.randn(1, 64, 256),)
 
 

@@ -119,9 +119,10 @@ def _timm(model: str) -> Callable[[], tuple[Any, Any]]:
     def build() -> tuple[Any, Any]:
         import timm
         import torch
+        from architectures import nonzero_biases
 
         torch.manual_seed(0)
-        net = timm.create_model(model, pretrained=False).eval()
+        net = nonzero_biases(timm.create_model(model, pretrained=False)).eval()
         size = net.pretrained_cfg.get("input_size", (3, 224, 224))
         return net, (torch.randn(1, *size),)
 

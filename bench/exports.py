@@ -39,7 +39,7 @@ EXPORTERS = ("legacy", "dynamo")
 LEGACY_OPSET = 17
 HERE = Path(__file__).resolve().parent
 #: The files whose code decides what a cached export contains.
-SOURCES = ("exports.py", "architectures.py", "hfmodels.py")
+SOURCES = ("exports.py", "architectures.py", "hfmodels.py", "corpus.py", "groupnorm.py")
 
 
 @dataclass(frozen=True)

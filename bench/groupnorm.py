@@ -58,6 +58,7 @@ JOIN mu ON mu.class = ad.c0 JOIN rs ON rs.class = mu.c0 JOIN nm ON nm.class = rs
 
 def _unet2d() -> tuple[Any, list[Any], list[str]]:
     import torch
+    from architectures import nonzero_biases
     from diffusers import UNet2DModel
 
     torch.manual_seed(0)
@@ -71,6 +72,7 @@ def _unet2d() -> tuple[Any, list[Any], list[str]]:
         down_block_types=("DownBlock2D", "AttnDownBlock2D"),
         up_block_types=("AttnUpBlock2D", "UpBlock2D"),
     )
+    nonzero_biases(unet)  # random init leaves them at 0, trained models' are not
 
     class Sample(torch.nn.Module):
         def __init__(self) -> None:
@@ -85,6 +87,7 @@ def _unet2d() -> tuple[Any, list[Any], list[str]]:
 
 def _unet2d_cond() -> tuple[Any, list[Any], list[str]]:
     import torch
+    from architectures import nonzero_biases
     from diffusers import UNet2DConditionModel
 
     torch.manual_seed(0)
@@ -100,6 +103,7 @@ def _unet2d_cond() -> tuple[Any, list[Any], list[str]]:
         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
     )
+    nonzero_biases(unet)  # random init leaves them at 0, trained models' are not
 
     class Sample(torch.nn.Module):
         def __init__(self) -> None:

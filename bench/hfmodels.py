@@ -1,11 +1,13 @@
 """Hugging Face transformers models built from configs, random init, nothing downloaded.
 
 Importing this module needs torch; building a model needs ``transformers`` (``pip install -e
-'.[bench]'``). Every builder seeds torch, takes its sizes as arguments (the defaults are the
-sizes bench/real.py has always used) and returns ``(module in eval mode, example inputs,
-input names)``. The module is wrapped so that it takes its inputs by position and returns the
-first output only (``last_hidden_state``); no KV cache, except :func:`llama_decode` (one token
-after a cache of past keys and values, which are inputs; the present ones are outputs).
+'.[bench]'``). Every builder seeds torch, gives every bias a small seeded non-zero value
+(:func:`architectures.nonzero_biases`: random init leaves them at 0, trained models do not),
+takes its sizes as arguments (the defaults are the sizes bench/real.py has always used) and
+returns ``(module in eval mode, example inputs, input names)``. The module is wrapped so that it
+takes its inputs by position and returns the first output only (``last_hidden_state``); no KV
+cache, except :func:`llama_decode` (one token after a cache of past keys and values, which are
+inputs; the present ones are outputs).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import inspect
 from collections.abc import Sequence
 
 import torch
-from architectures import SEED, Example, calibrated
+from architectures import SEED, Example, calibrated, nonzero_biases
 from torch import nn
 
 #: What a builder returns: the module, its example inputs, their names.
@@ -43,7 +45,7 @@ def tokens(vocab: int, seq: int = 128) -> Example:
 
 
 def _text(model: nn.Module, vocab: int, seq: int) -> Built:
-    return HiddenState(model, TOKENS).eval(), tokens(vocab, seq), TOKENS
+    return HiddenState(nonzero_biases(model), TOKENS).eval(), tokens(vocab, seq), TOKENS
 
 
 def bert(
@@ -173,7 +175,7 @@ def _llama_model(
         max_position_embeddings=max(256, positions),
         use_cache=cache,
     )
-    return LlamaModel(config)
+    return nonzero_biases(LlamaModel(config))
 
 
 class Decode(nn.Module):
@@ -251,7 +253,8 @@ def vit(
         image_size=image,
     )
     extra = {"interpolate_pos_encoding": True} if any_size else {}
-    model = HiddenState(ViTModel(config, add_pooling_layer=False), PIXELS, **extra)
+    vit_model = nonzero_biases(ViTModel(config, add_pooling_layer=False))
+    model = HiddenState(vit_model, PIXELS, **extra)
     return model.eval(), (torch.randn(1, 3, image, image),), PIXELS
 
 
@@ -266,7 +269,7 @@ def convnext(
 
     torch.manual_seed(SEED)
     config = ConvNextConfig(hidden_sizes=list(widths), depths=list(depths))
-    model = HiddenState(ConvNextModel(config), PIXELS)
+    model = HiddenState(nonzero_biases(ConvNextModel(config)), PIXELS)
     return model.eval(), (torch.randn(1, 3, image, image),), PIXELS
 
 
@@ -289,5 +292,5 @@ def resnet(
     torch.manual_seed(SEED)
     example = torch.randn(1, 3, image, image)
     config = ResNetConfig(embedding_size=stem, hidden_sizes=list(widths), depths=list(depths))
-    model = HiddenState(ResNetModel(config), PIXELS)
+    model = HiddenState(nonzero_biases(ResNetModel(config)), PIXELS)
     return calibrated(model, example), (example,), PIXELS
