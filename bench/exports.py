@@ -39,7 +39,14 @@ EXPORTERS = ("legacy", "dynamo")
 LEGACY_OPSET = 17
 HERE = Path(__file__).resolve().parent
 #: The files whose code decides what a cached export contains.
-SOURCES = ("exports.py", "architectures.py", "hfmodels.py", "corpus.py", "groupnorm.py")
+SOURCES = (
+    "exports.py",
+    "architectures.py",
+    "hfmodels.py",
+    "corpus.py",
+    "groupnorm.py",
+    "hffamilies.py",
+)
 
 
 @dataclass(frozen=True)

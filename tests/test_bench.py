@@ -199,6 +199,14 @@ def test_today_list() -> None:
         assert "# timm skipped" in proc.stdout
 
 
+def test_families_list() -> None:
+    proc = _run(str(BENCH / "families.py"), "--list")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = proc.stdout.split()
+    assert {"qwen3.dynamo", "t5.legacy", "clip-vision.dynamo", "segformer.legacy"} <= set(names)
+    assert len(names) == 24
+
+
 def test_ort_fusions_list() -> None:
     proc = _run(str(BENCH / "ort_fusions.py"), "--list")
     assert proc.returncode == 0, proc.stderr[-2000:]

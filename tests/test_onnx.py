@@ -445,6 +445,23 @@ def test_identity_dropout_dropped() -> None:
     assert graph.op_counts() == {"tanh": 1}
 
 
+def test_pad_of_zeros_dropped() -> None:
+    """Swin pads its windows with Pad(pads all 0) where the window divides the size: nothing."""
+    nodes = [node("Pad", ["x", "p"], ["q"]), node("Tanh", ["q"], ["y"])]
+    model = make(nodes, {"x": [1, 4, 4, 3]}, {"y": [1, 4, 4, 3]}, [ints("p", [0] * 8)])
+    assert check_model(model).op_counts() == {"tanh": 1}
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, -1, 0]])
+def test_pad_of_nonzeros_kept(pads: list[int]) -> None:
+    """A Pad that adds or crops anything stays a Pad (opaque)."""
+    out = [1, 4 + sum(pads[i] for i in (1, 5)), 4 + sum(pads[i] for i in (2, 6)), 3]
+    nodes = [node("Pad", ["x", "p"], ["q"]), node("Tanh", ["q"], ["y"])]
+    model = make(nodes, {"x": [1, 4, 4, 3]}, {"y": out}, [ints("p", pads)])
+    counts = check_model(model, relsat_runs=False).op_counts()  # (no NumPy kernel for Pad)
+    assert counts == {"opaque": 1, "tanh": 1}
+
+
 def test_sum_is_a_chain_of_adds() -> None:
     """The model zoo joins residual branches with Sum (one, two or more operands)."""
     nodes = [

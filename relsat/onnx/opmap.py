@@ -328,6 +328,17 @@ def _identity(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict
     return {node.output[0]: imp.tensor(node.input[0])}
 
 
+def _pad_nothing(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
+    """A Pad whose pads are all constant zeros returns its input, whatever its mode (Swin's
+    window padding of a size the window divides; an opaque Pad would be written back)."""
+    pads = a.get("pads")  # an attribute before opset 11, an input since
+    if pads is None:
+        pads = imp.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if pads is None or np.any(np.asarray(pads) != 0):
+        raise Unmapped
+    return {node.output[0]: imp.tensor(node.input[0])}
+
+
 def _batchnorm(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
     extra = [o for o in node.output[1:] if o and imp.readers(o)]
     if a.get("training_mode", 0) or extra:
@@ -365,5 +376,6 @@ HANDLERS: dict[str, Handler] = {
     "Transpose": _transpose,
     "Identity": _identity,
     "Dropout": _identity,
+    "Pad": _pad_nothing,
     "BatchNormalization": _batchnorm,
 }

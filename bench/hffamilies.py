@@ -1,0 +1,259 @@
+"""The model families users bring (bench/families.py), tiny Hugging Face models from configs.
+
+Each builder seeds torch, builds the model from a tiny config (2 layers or stages, hidden 64-128,
+short sequences; random init, nothing downloaded), gives every bias a small non-zero value
+(:func:`architectures.nonzero_biases`) and returns ``(module in eval mode, example inputs, input
+names)``, the module taking its inputs by position and returning its first output
+(:class:`hfmodels.HiddenState`). Importing this module does not import torch; a builder does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+TOKENS = ["input_ids", "attention_mask"]
+SEQ = 32
+
+
+def _wrapped(model: Any, names: list[str], example: tuple[Any, ...], **extra: Any) -> Any:
+    from architectures import nonzero_biases
+    from hfmodels import HiddenState
+
+    return HiddenState(nonzero_biases(model), names, **extra).eval(), example, names
+
+
+def _tokens(vocab: int, seq: int = SEQ) -> tuple[Any, Any]:
+    from hfmodels import tokens
+
+    return tokens(vocab, seq)
+
+
+def _decoder(config_name: str, model_name: str, **sizes: Any) -> Any:
+    """A decoder-only model (prefill, no cache) from ``transformers.<config_name>``."""
+    import torch
+    import transformers
+    from architectures import SEED
+
+    torch.manual_seed(SEED)
+    common_sizes = {
+        "vocab_size": 1000,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+    }
+    config = getattr(transformers, config_name)(**(common_sizes | sizes))
+    model = getattr(transformers, model_name)(config)
+    return _wrapped(model, TOKENS, _tokens(1000), use_cache=False)
+
+
+def qwen() -> Any:
+    import transformers
+
+    if hasattr(transformers, "Qwen3Config"):
+        return _decoder("Qwen3Config", "Qwen3Model", head_dim=32)
+    return _decoder("Qwen2Config", "Qwen2Model")
+
+
+def mistral() -> Any:
+    return _decoder("MistralConfig", "MistralModel", sliding_window=None)
+
+
+def phi3() -> Any:
+    return _decoder("Phi3Config", "Phi3Model", pad_token_id=0)
+
+
+def gemma3() -> Any:
+    import transformers
+
+    if hasattr(transformers, "Gemma3TextConfig"):
+        return _decoder(
+            "Gemma3TextConfig",
+            "Gemma3TextModel",
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            sliding_window=16,
+        )
+    return _decoder("GemmaConfig", "GemmaModel", head_dim=256, num_key_value_heads=1)
+
+
+def t5() -> Any:
+    """``T5Model``: the encoder on 32 tokens and one decoder step."""
+    import torch
+    from architectures import SEED
+    from transformers import T5Config, T5Model
+
+    torch.manual_seed(SEED)
+    config = T5Config(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
+    ids, mask = _tokens(1000)
+    example = (ids, mask, torch.zeros(1, 1, dtype=torch.int64))
+    names = [*TOKENS, "decoder_input_ids"]
+    return _wrapped(T5Model(config), names, example, use_cache=False)
+
+
+def bart() -> Any:
+    """``BartModel``: the encoder on 32 tokens and the decoder on 4."""
+    import torch
+    from architectures import SEED
+    from transformers import BartConfig, BartModel
+
+    torch.manual_seed(SEED)
+    config = BartConfig(
+        vocab_size=1000,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=64,
+    )
+    ids, mask = _tokens(1000)
+    example = (ids, mask, ids[:, :4].clone())
+    names = [*TOKENS, "decoder_input_ids"]
+    return _wrapped(BartModel(config), names, example, use_cache=False)
+
+
+def whisper() -> Any:
+    """Whisper's encoder on 64 frames of 80 mel bins."""
+    import torch
+    from architectures import SEED
+    from transformers import WhisperConfig, WhisperModel
+
+    torch.manual_seed(SEED)
+    config = WhisperConfig(
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        num_mel_bins=80,
+        max_source_positions=32,
+        max_target_positions=32,
+        vocab_size=1000,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
+    encoder = WhisperModel(config).encoder
+    return _wrapped(encoder, ["input_features"], (torch.randn(1, 80, 64),))
+
+
+def clip_text() -> Any:
+    import torch
+    from architectures import SEED
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    torch.manual_seed(SEED)
+    config = CLIPTextConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=SEQ,
+        hidden_act="quick_gelu",
+    )
+    return _wrapped(CLIPTextModel(config), TOKENS, _tokens(1000))
+
+
+def clip_vision() -> Any:
+    import torch
+    from architectures import SEED
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    torch.manual_seed(SEED)
+    config = CLIPVisionConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=64,
+        patch_size=8,
+        hidden_act="quick_gelu",
+    )
+    return _wrapped(CLIPVisionModel(config), ["pixel_values"], (torch.randn(1, 3, 64, 64),))
+
+
+def wav2vec2() -> Any:
+    """``Wav2Vec2Model`` on 1,600 samples: a 3-conv feature extractor (GroupNorm on the first),
+    the convolutional position embedding, 2 post-norm layers."""
+    import torch
+    from architectures import SEED
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    torch.manual_seed(SEED)
+    config = Wav2Vec2Config(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        conv_dim=(32, 32, 32),
+        conv_stride=(5, 2, 2),
+        conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        vocab_size=32,
+    )
+    return _wrapped(Wav2Vec2Model(config), ["input_values"], (torch.randn(1, 1600),))
+
+
+def swin() -> Any:
+    import torch
+    from architectures import SEED
+    from transformers import SwinConfig, SwinModel
+
+    torch.manual_seed(SEED)
+    config = SwinConfig(
+        image_size=64,
+        patch_size=4,
+        embed_dim=32,
+        depths=[2, 2],
+        num_heads=[2, 4],
+        window_size=4,
+    )
+    return _wrapped(SwinModel(config), ["pixel_values"], (torch.randn(1, 3, 64, 64),))
+
+
+def segformer() -> Any:
+    import torch
+    from architectures import SEED
+    from transformers import SegformerConfig, SegformerModel
+
+    torch.manual_seed(SEED)
+    config = SegformerConfig(
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[4, 2],
+        hidden_sizes=[32, 64],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        num_attention_heads=[1, 2],
+        mlp_ratios=[4, 4],
+    )
+    return _wrapped(SegformerModel(config), ["pixel_values"], (torch.randn(1, 3, 64, 64),))
+
+
+MODELS: dict[str, Callable[[], Any]] = {
+    "qwen3": qwen,
+    "mistral": mistral,
+    "phi3": phi3,
+    "gemma3": gemma3,
+    "t5": t5,
+    "bart": bart,
+    "whisper-encoder": whisper,
+    "clip-text": clip_text,
+    "clip-vision": clip_vision,
+    "wav2vec2": wav2vec2,
+    "swin": swin,
+    "segformer": segformer,
+}
