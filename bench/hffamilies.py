@@ -29,13 +29,19 @@ def _tokens(vocab: int, seq: int = SEQ) -> tuple[Any, Any]:
     return tokens(vocab, seq)
 
 
-def _decoder(config_name: str, model_name: str, **sizes: Any) -> Any:
-    """A decoder-only model (prefill, no cache) from ``transformers.<config_name>``."""
+def _model(config_name: str, model_name: str, **config: Any) -> Any:
+    """``transformers.<model_name>`` of ``transformers.<config_name>(**config)``, torch seeded
+    just before (:data:`architectures.SEED`): every call builds the same model."""
     import torch
     import transformers
     from architectures import SEED
 
     torch.manual_seed(SEED)
+    return getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
+
+
+def _decoder(config_name: str, model_name: str, **sizes: Any) -> Any:
+    """A decoder-only model (prefill, no cache) from ``transformers.<config_name>``."""
     common_sizes = {
         "vocab_size": 1000,
         "hidden_size": 128,
@@ -45,8 +51,7 @@ def _decoder(config_name: str, model_name: str, **sizes: Any) -> Any:
         "num_key_value_heads": 2,
         "max_position_embeddings": 256,
     }
-    config = getattr(transformers, config_name)(**(common_sizes | sizes))
-    model = getattr(transformers, model_name)(config)
+    model = _model(config_name, model_name, **(common_sizes | sizes))
     return _wrapped(model, TOKENS, _tokens(1000), use_cache=False)
 
 
@@ -123,11 +128,10 @@ def bart() -> Any:
 def whisper() -> Any:
     """Whisper's encoder on 64 frames of 80 mel bins."""
     import torch
-    from architectures import SEED
-    from transformers import WhisperConfig, WhisperModel
 
-    torch.manual_seed(SEED)
-    config = WhisperConfig(
+    model = _model(
+        "WhisperConfig",
+        "WhisperModel",
         d_model=64,
         encoder_layers=2,
         decoder_layers=2,
@@ -144,17 +148,13 @@ def whisper() -> Any:
         eos_token_id=2,
         decoder_start_token_id=1,
     )
-    encoder = WhisperModel(config).encoder
-    return _wrapped(encoder, ["input_features"], (torch.randn(1, 80, 64),))
+    return _wrapped(model.encoder, ["input_features"], (torch.randn(1, 80, 64),))
 
 
 def clip_text() -> Any:
-    import torch
-    from architectures import SEED
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    torch.manual_seed(SEED)
-    config = CLIPTextConfig(
+    model = _model(
+        "CLIPTextConfig",
+        "CLIPTextModel",
         vocab_size=1000,
         hidden_size=64,
         intermediate_size=128,
@@ -163,16 +163,15 @@ def clip_text() -> Any:
         max_position_embeddings=SEQ,
         hidden_act="quick_gelu",
     )
-    return _wrapped(CLIPTextModel(config), TOKENS, _tokens(1000))
+    return _wrapped(model, TOKENS, _tokens(1000))
 
 
 def clip_vision() -> Any:
     import torch
-    from architectures import SEED
-    from transformers import CLIPVisionConfig, CLIPVisionModel
 
-    torch.manual_seed(SEED)
-    config = CLIPVisionConfig(
+    model = _model(
+        "CLIPVisionConfig",
+        "CLIPVisionModel",
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -181,18 +180,17 @@ def clip_vision() -> Any:
         patch_size=8,
         hidden_act="quick_gelu",
     )
-    return _wrapped(CLIPVisionModel(config), ["pixel_values"], (torch.randn(1, 3, 64, 64),))
+    return _wrapped(model, ["pixel_values"], (torch.randn(1, 3, 64, 64),))
 
 
 def wav2vec2() -> Any:
     """``Wav2Vec2Model`` on 1,600 samples: a 3-conv feature extractor (GroupNorm on the first),
     the convolutional position embedding, 2 post-norm layers."""
     import torch
-    from architectures import SEED
-    from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    torch.manual_seed(SEED)
-    config = Wav2Vec2Config(
+    model = _model(
+        "Wav2Vec2Config",
+        "Wav2Vec2Model",
         hidden_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
@@ -204,16 +202,15 @@ def wav2vec2() -> Any:
         num_conv_pos_embedding_groups=4,
         vocab_size=32,
     )
-    return _wrapped(Wav2Vec2Model(config), ["input_values"], (torch.randn(1, 1600),))
+    return _wrapped(model, ["input_values"], (torch.randn(1, 1600),))
 
 
 def swin() -> Any:
     import torch
-    from architectures import SEED
-    from transformers import SwinConfig, SwinModel
 
-    torch.manual_seed(SEED)
-    config = SwinConfig(
+    model = _model(
+        "SwinConfig",
+        "SwinModel",
         image_size=64,
         patch_size=4,
         embed_dim=32,
@@ -221,16 +218,15 @@ def swin() -> Any:
         num_heads=[2, 4],
         window_size=4,
     )
-    return _wrapped(SwinModel(config), ["pixel_values"], (torch.randn(1, 3, 64, 64),))
+    return _wrapped(model, ["pixel_values"], (torch.randn(1, 3, 64, 64),))
 
 
 def segformer() -> Any:
     import torch
-    from architectures import SEED
-    from transformers import SegformerConfig, SegformerModel
 
-    torch.manual_seed(SEED)
-    config = SegformerConfig(
+    model = _model(
+        "SegformerConfig",
+        "SegformerModel",
         num_encoder_blocks=2,
         depths=[1, 1],
         sr_ratios=[4, 2],
@@ -240,7 +236,7 @@ def segformer() -> Any:
         num_attention_heads=[1, 2],
         mlp_ratios=[4, 4],
     )
-    return _wrapped(SegformerModel(config), ["pixel_values"], (torch.randn(1, 3, 64, 64),))
+    return _wrapped(model, ["pixel_values"], (torch.randn(1, 3, 64, 64),))
 
 
 MODELS: dict[str, Callable[[], Any]] = {

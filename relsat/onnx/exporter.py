@@ -187,11 +187,8 @@ class Exporter:
 
     def _opsets(self, requested: int | None) -> tuple[int, dict[str, int]]:
         recorded: dict[str, set[int]] = {}
-        for n in self.graph.nodes:
-            if n.op == "opaque":
-                meta = json.loads(n.params["attrs"]).get("_onnx")
-                if meta:
-                    recorded.setdefault(meta["domain"] or "", set()).add(int(meta["opset"]))
+        for _, domain, at in _imported(self.graph):
+            recorded.setdefault(domain, set()).add(at)
         if requested is not None and requested < 7:
             raise OnnxError(f"opset {requested} is not supported (need >= 7)")
         default = recorded.pop("", set())
@@ -205,17 +202,15 @@ class Exporter:
                     break
         else:
             opset = requested
-            for n in self.graph.nodes:
-                meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
+            for op_type, domain, at in _imported(self.graph):
                 if (
-                    meta
-                    and not meta["domain"]
-                    and not _same_schema(n.params["type"], int(meta["opset"]), opset)
-                    and not _types_only(n.params["type"], int(meta["opset"]), opset)
+                    not domain
+                    and not _same_schema(op_type, at, opset)
+                    and not _types_only(op_type, at, opset)
                 ):
                     raise OnnxError(
-                        f"opaque {n.params['type']} was imported at opset {meta['opset']} and "
-                        f"means something else at opset {opset}; export at opset {meta['opset']}"
+                        f"opaque {op_type} was imported at opset {at} and "
+                        f"means something else at opset {opset}; export at opset {at}"
                     )
         return opset, {d: max(v) for d, v in recorded.items()}
 
@@ -777,13 +772,7 @@ def spelled_out(graph: Graph) -> frozenset[str]:
     (:data:`_RAISING`): those whose ONNX operator needs an opset above the model's that an
     opaque node means something else at. An extraction of ``graph``'s e-graph that chose one
     would be priced as the fused kernel and run as the spelling."""
-    default = {
-        int(meta["opset"])
-        for n in graph.nodes
-        if n.op == "opaque" and (meta := json.loads(n.params["attrs"]).get("_onnx"))
-        if not meta["domain"]
-    }
-    opset = max(default, default=OPSET)
+    opset = max((at for _, domain, at in _imported(graph) if not domain), default=OPSET)
     out: set[str] = set()
     for fused, at in _RAISING:
         if opset < at and not _raisable(graph, at):
@@ -794,12 +783,20 @@ def spelled_out(graph: Graph) -> frozenset[str]:
 def _raisable(graph: Graph, at: int) -> bool:
     """Whether every opaque node of ``graph`` means the same at opset ``at`` as at the opset it
     was imported at (:func:`_same_meaning`)."""
+    return all(
+        domain or _same_meaning(op_type, old, at) for op_type, domain, old in _imported(graph)
+    )
+
+
+def _imported(graph: Graph) -> list[tuple[str, str, int]]:
+    """Each opaque node's ONNX type, domain (``""``: the default) and the opset it was imported
+    at, for those that recorded one."""
+    out = []
     for n in graph.nodes:
         meta = json.loads(n.params["attrs"]).get("_onnx") if n.op == "opaque" else None
-        old = int(meta["opset"]) if meta and not meta["domain"] else None
-        if old is not None and not _same_meaning(n.params["type"], old, at):
-            return False
-    return True
+        if meta:
+            out.append((str(n.params["type"]), meta["domain"] or "", int(meta["opset"])))
+    return out
 
 
 def _same_meaning(op_type: str, old: int, new: int) -> bool:
