@@ -110,10 +110,15 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def op_types(path: Path) -> Counter[str]:
-    """The ONNX file's operators by type, Constant left out (weights are not work)."""
+def op_types(path: Path, *, qualified: bool = False) -> Counter[str]:
+    """The ONNX file's operators by type, Constant left out (weights are not work);
+    ``qualified``: com.microsoft's with ``ms.`` before them (its Attention is not ONNX's)."""
     graph = onnx.load(str(path), load_external_data=False).graph
-    return Counter(n.op_type for n in graph.node if n.op_type != "Constant")
+    return Counter(
+        ("ms." if qualified and n.domain == "com.microsoft" else "") + n.op_type
+        for n in graph.node
+        if n.op_type != "Constant"
+    )
 
 
 def op_count(path: Path) -> int:

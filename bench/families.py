@@ -48,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench modules
 import calls
 import common
 import hffamilies
-import onnx
 import timing
 
 EXPORTERS = ("dynamo", "legacy")
@@ -88,16 +87,6 @@ NAN = float("nan")
 
 # ---------------------------------------------------------------------------------------------
 # one export through the tools
-
-
-def kernels(path: Path) -> Counter[str]:
-    """The file's operators by type, ``ms.`` before com.microsoft's."""
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return Counter(
-        ("ms." if n.domain == "com.microsoft" else "") + n.op_type
-        for n in graph.node
-        if n.op_type != "Constant"
-    )
 
 
 def listed(counts: Counter[str], names: tuple[str, ...]) -> str:
@@ -190,7 +179,7 @@ def bench_export(model: str, exporter: str, args: argparse.Namespace) -> tuple[l
         path = made.path if variant in ("original", "A/A") else files.get(variant)
         if path is None and variant not in notes:
             continue
-        counts = kernels(path) if path is not None else Counter()
+        counts = common.op_types(path, qualified=True) if path is not None else Counter()
         ratio = t.ratio(variant)
         check = t.checks.get(variant, "")
         flag = ""
