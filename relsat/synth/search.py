@@ -255,12 +255,11 @@ class Search:
         db = self.terms.db
         data = {
             "tid": np.array(frontier, dtype=np.int64),
-            "room": np.full(len(frontier), room, dtype=np.int32),
             "lo": proj - tol,
             "hi": proj + tol,
         }
         db.insert_arrow("synth_target", pa.table(data))
-        rows = db.run("synth/goal_hits")
+        rows = db.run("synth/goal_hits", room=room)
         db.execute("DELETE FROM synth_target")
         self.looked += len(frontier)
         for tid, id_ in rows:

@@ -11,10 +11,9 @@ CREATE TABLE synth_value (
 );
 
 -- One row per target of a lookup batch: the projection's range [lo, hi] that a term within the
--- tolerance of the target's values falls in; `room`: the most operators a hit may have.
+-- tolerance of the target's values falls in.
 CREATE TABLE synth_target (
     tid  BIGINT  NOT NULL,
-    room INTEGER NOT NULL,
     lo   DOUBLE  NOT NULL,
     hi   DOUBLE  NOT NULL
 );
