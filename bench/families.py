@@ -96,7 +96,6 @@ ORT_TYPE = {
     "falcon": "gpt2",
     "bloom": "gpt2",
     "opt": "gpt2",
-    "phi": "phi",
     "gpt-neo": "gpt2",
     "beit": "vit",
     "deit": "vit",
