@@ -1,14 +1,20 @@
 """The model families users bring: tiny Hugging Face models through relsat and its peers.
 
-    python bench/families.py --list
-    python bench/families.py [--models qwen3 t5 ...] [--exporters dynamo legacy] [--rounds 200]
-                             [--threads 1] [--timeout 600] [--no-peers] [--exports DIR]
+    python bench/families.py [--more] --list
+    python bench/families.py [--more | --models qwen3 t5 ...] [--exporters dynamo legacy]
+                             [--rounds 200] [--threads 1] [--timeout 600] [--no-peers]
+                             [--exports DIR]
 
 relsat's transformer fusions are tested on BERT, GPT-2, ViT, Llama- and GPT-J-style models
 (bench/ort_fusions.py, bench/today.py). This bench asks what it does with the others: Qwen3
 (Qwen2 where transformers lacks it), Mistral, Phi-3, Gemma 3's text model (head size 256), T5
 (encoder and one decoder step), BART (encoder and decoder), Whisper's encoder, CLIP's text and
-vision towers (``quick_gelu``), wav2vec2, Swin and SegFormer. Each is built from a tiny config
+vision towers (``quick_gelu``), wav2vec2, Swin and SegFormer; ``--more`` the next ones
+(:data:`hffamilies.MORE`): GPT-NeoX/Pythia (partial rotary, parallel residual), Falcon
+(multi-query, parallel block), BLOOM (ALiBi), OPT, Phi-2 (partial rotary, parallel block),
+StableLM, GPT-Neo (local attention), Mixtral (top-2 of 4 experts), DeBERTa-v2 (disentangled
+relative attention), ALBERT (shared layers), ModernBERT, DistilBERT, BEiT (relative position
+bias), DeiT, ConvNeXt-V2, MobileViT-V2 and HuBERT. Each is built from a tiny config
 (2 layers or stages, hidden 64-128, short sequences; random init, nothing downloaded; every bias
 made non-zero by :func:`architectures.nonzero_biases`) and exported by torch's ``dynamo``
 exporter (``torch.onnx.export(dynamo=True)``, its default opset) and the ``legacy`` one (opset
@@ -80,7 +86,22 @@ FUSED = (
 #: or a norm (ReduceMean, Pow, Sqrt) when a file still holds them.
 SPELLED = ("Softmax", "Erf", "Tanh", "Sigmoid", "ReduceMean", "Pow", "Sqrt")
 #: onnxruntime's transformers optimizer's ``model_type`` per family (``bert`` otherwise).
-ORT_TYPE = {"t5": "t5", "bart": "bart", "clip-text": "clip", "clip-vision": "clip", "swin": "swin"}
+ORT_TYPE = {
+    "t5": "t5",
+    "bart": "bart",
+    "clip-text": "clip",
+    "clip-vision": "clip",
+    "swin": "swin",
+    "gpt-neox": "gpt_neox",
+    "falcon": "gpt2",
+    "bloom": "gpt2",
+    "opt": "gpt2",
+    "gpt-neo": "gpt2",
+    "beit": "vit",
+    "deit": "vit",
+}
+#: Every family the bench can build: the first twelve, then ``--more``.
+ALL = hffamilies.MODELS | hffamilies.MORE
 VARIANTS = ("original", "A/A", "raw", "relsat", "onnxslim", "ort-opt")
 NOISE_FLOOR = 0.03
 NAN = float("nan")
@@ -106,7 +127,7 @@ def bench_export(model: str, exporter: str, args: argparse.Namespace) -> tuple[l
     folder = args.exports / "families"
     start = time.perf_counter()
     try:
-        made = export(tag, hffamilies.MODELS[model], folder, exporter)
+        made = export(tag, ALL[model], folder, exporter)
     # Broad on purpose: an exporter that cannot export this model is a row, not the end.
     except Exception as exc:
         error = timing.first_line(exc)
@@ -214,8 +235,9 @@ RELSAT_HEADERS = ["export", "run", "s", "rc", "kept / error", "verified", "rewri
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", choices=list(ALL), help="default: the first twelve")
     ap.add_argument(
-        "--models", nargs="+", choices=list(hffamilies.MODELS), default=list(hffamilies.MODELS)
+        "--more", action="store_true", help="the families of hffamilies.MORE (default --models)"
     )
     ap.add_argument("--exporters", nargs="+", choices=EXPORTERS, default=list(EXPORTERS))
     ap.add_argument("--rounds", type=int, default=200)
@@ -225,8 +247,10 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="list the exports")
     common.add_exports(ap)
     args = ap.parse_args()
+    if args.models is None:
+        args.models = list(hffamilies.MORE if args.more else hffamilies.MODELS)
     if args.list:
-        for model in hffamilies.MODELS:
+        for model in args.models:
             for exporter in EXPORTERS:
                 print(f"{model}.{exporter}")
         return

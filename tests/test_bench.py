@@ -205,6 +205,9 @@ def test_families_list() -> None:
     names = proc.stdout.split()
     assert {"qwen3.dynamo", "t5.legacy", "clip-vision.dynamo", "segformer.legacy"} <= set(names)
     assert len(names) == 24
+    more = _run(str(BENCH / "families.py"), "--more", "--list").stdout.split()
+    assert {"falcon.dynamo", "mixtral.legacy", "deberta-v2.dynamo", "hubert.legacy"} <= set(more)
+    assert len(more) == 34 and not set(more) & set(names)
 
 
 def test_ort_fusions_list() -> None:

@@ -5,6 +5,8 @@ the fused ONNX operators import back; near misses stay unfused."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import pytest
@@ -543,6 +545,124 @@ def test_gqa_and_repeatkv_kernels_agree_with_repeated_heads() -> None:
     )
     with pytest.raises(GraphError, match="divide"):
         b.gqa(q, b.input([1, 3, D, S]), b.input([1, 3, S, D]), m, 0.5)
+
+
+# --- multi-query attention: one key/value head that MatMul broadcasts ------------------------
+
+
+def _mqa_model(
+    spelling: str = "sdpa", q_shape: tuple[int, ...] = (1, HQ, S, D), kv_heads: int = 1
+) -> onnx.ModelProto:
+    """Multi-query attention as Falcon exports it: q [1, HQ, S, D] against one key/value head
+    [1, 1, S, D] that each MatMul broadcasts to every query head (no repeat_kv). ``sdpa``: torch's
+    SDPA (q and the transposed keys scaled by sqrt(1/sqrt(D)), an additive mask, the softmax's
+    NaN guard); ``eager``: the product scaled after, a finite mask (Where(bool, 0, -1e9));
+    ``sdpa-3d``: the keys transposed as a 3-D tensor and viewed [1, 1, D, S] (the dynamo
+    export). ``q_shape``, ``kv_heads``: the near misses' operands."""
+    c = float(np.float32(1 / np.sqrt(np.sqrt(D))))
+    inits = [
+        _init("c", c),
+        _init("s", float(np.float32(1 / np.sqrt(D)))),
+        _init("zero", 0.0),
+        _init("big", -1e9),
+        _init("keys_3d", [1, S, D], np.int64),
+        _init("keys_t", [1, 1, D, S], np.int64),
+    ]
+    if spelling == "sdpa-3d":
+        nodes = [
+            n("Reshape", ["k", "keys_3d"], ["k_3"]),
+            n("Transpose", ["k_3"], ["k_3t"], perm=[0, 2, 1]),
+            n("Reshape", ["k_3t", "keys_t"], ["k_t"]),
+        ]
+    else:
+        nodes = [n("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2])]
+    if spelling == "eager":
+        nodes += [
+            n("MatMul", ["q", "k_t"], ["qk"]),
+            n("Mul", ["qk", "s"], ["scores"]),
+            n("Where", ["keep", "zero", "big"], ["mask"]),
+            n("Add", ["scores", "mask"], ["masked"]),
+            n("Softmax", ["masked"], ["guarded"], axis=-1),
+        ]
+    else:
+        nodes += [
+            n("Mul", ["q", "c"], ["q_s"]),
+            n("Mul", ["k_t", "c"], ["k_s"]),
+            n("MatMul", ["q_s", "k_s"], ["scores"]),
+            n("Add", ["scores", "mask"], ["masked"]),
+            n("Softmax", ["masked"], ["probs"], axis=-1),
+            n("IsNaN", ["probs"], ["nan"]),
+            n("Where", ["nan", "zero", "probs"], ["guarded"]),
+        ]
+    nodes.append(n("MatMul", ["guarded", "v"], ["y"]))
+    kv = [1, kv_heads, S, D]
+    inputs = {"q": list(q_shape), "k": kv, "v": kv}
+    if spelling != "eager":
+        inputs["mask"] = [1, 1, S, S]
+    model = _model(nodes, inits, inputs, {"y": [*q_shape[:2], S, D]}, opset=20)
+    if spelling == "eager":
+        model.graph.input.append(
+            helper.make_tensor_value_info("keep", TensorProto.BOOL, [1, 1, S, S])
+        )
+    return model
+
+
+def _mqa_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    feeds = {}
+    for i in model.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        if i.type.tensor_type.elem_type == TensorProto.BOOL:
+            feeds[i.name] = np.tril(np.ones(shape, bool))
+        else:
+            feeds[i.name] = RNG.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _mqa_optimized(model: onnx.ModelProto) -> Any:
+    rules = [*DECODER_RULES, *load_rules(RULES_DIR / "transformer.rules")]
+    return optimize(
+        ronnx.load(model), Options(rules=[*rules, *load_rules(RULES_DIR / "layout.rules")])
+    )
+
+
+@pytest.mark.parametrize("spelling", ["sdpa", "sdpa-3d", "eager"])
+def test_multi_query_attention_broadcast_by_matmul_fuses_as_gqa(spelling: str) -> None:
+    model = _mqa_model(spelling)
+    graph = ronnx.load(model)
+    # ONNX MatMul broadcasts the one head; relsat's matmul does not: the importer keeps both
+    # products opaque, and the rule matmul-broadcast-heads reads them as products by repeated heads
+    assert sorted(n.params["type"] for n in graph.nodes if n.op == "opaque").count("MatMul") == 2
+    result = _mqa_optimized(model)
+    fused = result.graph.op_counts()
+    assert fused["gqa"] == 1 and not {"repeatkv", "matmul"} & set(fused)
+    assert fused["ewmul"] == 0  # both square roots of the scale went into the kernel's
+    assert result.verified
+    out = ronnx.to_model(result.graph, like=model)
+    ops = [node.op_type for node in out.graph.node]
+    # the kernel reads the one key/value head itself: nothing repeats it
+    assert ops.count("Attention") == 1 and not {"MatMul", "Expand", "Tile"} & set(ops)
+    feeds = _mqa_feeds(model)
+    (want,) = _ort(model, feeds)
+    np.testing.assert_allclose(_ort(out, feeds)[0], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "batch-broadcast",  # the keys' batch broadcast too: [2, HQ, S, D] against [1, 1, S, D]
+        "left-broadcast",  # the one head on the left: q [1, 1, S, D] against 4 key heads
+    ],
+)
+def test_products_broadcasting_otherwise_stay_as_they_are(case: str) -> None:
+    if case == "batch-broadcast":
+        model = _mqa_model("sdpa", q_shape=(2, HQ, S, D))
+    else:
+        model = _mqa_model("sdpa", q_shape=(1, 1, S, D), kv_heads=HQ)
+        model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = HQ
+    result = _mqa_optimized(model)
+    counts = result.graph.op_counts()
+    assert not {"gqa", "attention", "repeatkv"} & set(counts)
+    assert ronnx.verify(model, ronnx.to_model(result.graph, like=model)).ok
 
 
 def test_onnxruntime_optimizers_rmsnorm_operators_import() -> None:

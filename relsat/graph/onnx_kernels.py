@@ -85,18 +85,32 @@ def _where(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
     return (np.where(cond.astype(bool), then, other),)
 
 
+def _matmul(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
+    a, b = _operands(attrs, tensors)
+    assert a is not None and b is not None
+    return (np.matmul(a, b),)
+
+
 #: ONNX type (default domain) → NumPy kernel ``fn(attrs, *inputs)``, as
 #: :func:`relsat.graph.kernels.register_opaque` takes one.
 KERNELS: dict[str, _Kernel] = {
     "Abs": _unary(lambda x, _: np.abs(x)),
     "IsInf": _unary(_is_inf),
     "IsNaN": _unary(lambda x, _: np.isnan(x)),
+    "MatMul": _matmul,
     "Where": _where,
 }
 
 #: How each operator of :data:`KERNELS` shapes its output: ``unary`` (its input's shape) or
-#: ``broadcast`` (its inputs' shapes broadcast, as NumPy broadcasts).
-SHAPES = {"Abs": "unary", "IsInf": "unary", "IsNaN": "unary", "Where": "broadcast"}
+#: ``broadcast`` (its inputs' shapes broadcast, as NumPy broadcasts) or ``matmul`` (a product
+#: of the last two axes, the others broadcast: the MatMul relsat's matmul does not cover).
+SHAPES = {
+    "Abs": "unary",
+    "IsInf": "unary",
+    "IsNaN": "unary",
+    "MatMul": "matmul",
+    "Where": "broadcast",
+}
 
 #: Operators whose output is boolean (relsat's executor holds it as 0 and 1).
 BOOLEAN_OUTPUTS = frozenset({"IsInf", "IsNaN"})

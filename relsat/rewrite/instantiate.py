@@ -172,7 +172,10 @@ def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]]
         if how == "unary" and len(xs) != 1:
             raise GraphError(f"{kind} takes one input, got {len(xs)}", op=kind)
         try:
-            shape = np.broadcast_shapes(*(x.shape for x in xs))
+            if how == "matmul":
+                shape = _matmul_shape(kind, xs)
+            else:
+                shape = np.broadcast_shapes(*(x.shape for x in xs))
         except ValueError:
             raise GraphError(
                 f"{kind}'s inputs do not broadcast", op=kind, shapes=[x.shape for x in xs]
@@ -181,6 +184,16 @@ def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]]
         return out
 
     return make
+
+
+def _matmul_shape(kind: str, xs: list[Tensor]) -> tuple[int, ...]:
+    """ONNX MatMul's output shape (operands of rank 2 or more; the batch axes broadcast)."""
+    if len(xs) != 2 or min(len(x.shape) for x in xs) < 2 or xs[0].shape[-1] != xs[1].shape[-2]:
+        raise GraphError(
+            f"{kind}'s operands do not multiply", op=kind, shapes=[x.shape for x in xs]
+        )
+    a, b = xs[0].shape, xs[1].shape
+    return (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
 
 
 def _value(e: Expr, env: Mapping[str, Tensor], parent: Pattern) -> int | tuple[int, ...]:

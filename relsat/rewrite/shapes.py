@@ -510,6 +510,12 @@ class _Solver:
         kind = onnx_type(op)
         if kind is not None and ONNX_SHAPES.get(kind) == "unary":
             return kids[0]
+        if kind is not None and ONNX_SHAPES.get(kind) == "matmul":
+            # the batch axes broadcast as an element-wise op's; then a product of the last two
+            a, b = kids
+            batch = self._op(Pattern("ewadd", p.args), [a[:-2], b[:-2]])
+            d.unify(a[-1], b[-2])
+            return [*batch, a[-2], b[-1]]
         if op in ("ewadd", "ewmul", "ewsub", "ewdiv", "ewpow") or kind is not None:
             # right-aligned, as NumPy broadcasts (a matmul_bias's [N] bias against [M, N]); a
             # 1 in a shape of its own broadcasts (a channel vector [C, 1, 1]: _own_shape)
@@ -563,6 +569,8 @@ class _Solver:
             return []
         if op == "repeatkv":
             x = kids[0]
+            if not ints:  # a count computed from dims (matmul-broadcast-heads): any heads
+                return [x[0], d.fresh(), *x[2:]]
             return [x[0], ("mul", x[1], ("const", ints[0])), *x[2:]]
         if op in ("attention", "gqa"):
             q, kt, v, bias = kids
