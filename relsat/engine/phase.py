@@ -279,19 +279,17 @@ class Phases:
                 cycle_s = time.perf_counter() - t1
             if guarded:
                 db.run("apply/check_guards")
-            if (
-                conditioned
-                and self.program.value_rules
-                and db.scalar(
-                    "SELECT EXISTS (SELECT 1 FROM match WHERE ok AND list_contains($r, rule))",
-                    {"r": list(self.program.value_rules)},
-                )
+            # the generated statements, with the cases of the rules matched only
+            valued = [r for r in conditioned or () if r in self.program.value_rules]
+            if valued and db.scalar(
+                "SELECT EXISTS (SELECT 1 FROM match WHERE ok AND list_contains($r, rule))",
+                {"r": valued},
             ):
                 self.refresh_facts()  # the facts these matches' guards read
-            if conditioned and self.program.cond_sql is not None:  # 'where' conditions
-                db.execute(self.program.cond_sql)
-            if deriving and self.program.derive_sql is not None:  # values right-hand sides compute
-                db.execute(self.program.derive_sql)
+            if conditioned and (sql := self.program.cond_for(conditioned)) is not None:
+                db.execute(sql)  # 'where' conditions
+            if deriving and (sql := self.program.derive_for(deriving)) is not None:
+                db.execute(sql)  # values right-hand sides compute
             cycle_s += self._apply(pending, multi=multi, budget=budget)
         t2 = time.perf_counter()
         t1b = t1 + cycle_s
