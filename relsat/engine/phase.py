@@ -186,6 +186,11 @@ class Phases:
             self.next_iteration = int(last["iteration"]) + 1
         self._whole = True
         self.enodes = egraph.counts()[0]  # kept up to date by phase(): how to search
+        # the e-graph's operators (search/operators.sql), read again after e-nodes were added,
+        # and whether the phase in progress searched (see _may_match)
+        self._ops: set[tuple[str, int | None]] | None = None
+        self._matchable: set[tuple[int, bool]] = set()  # (program id, multi): may match
+        self._searched = True
         if last is not None:  # rules the last exploration did not run search everything
             with self.db.registered("relsat_rules", program.rule_info):
                 self.db.run("search/new_rules")
@@ -215,6 +220,22 @@ class Phases:
         if iteration == self.next_iteration:  # a continued exploration: where it stopped
             kinds = [k for k in kinds if KINDS.index(k) >= KINDS.index(self._start)]
         return kinds
+
+    def _may_match(self, program: Program, *, multi: bool) -> bool:
+        """Whether some rule of ``program`` of the kind ``multi`` finds every operator of its
+        left-hand side among the e-graph's (:func:`_operators`); if none does, the phase has no
+        match, and its search (and, for a program not loaded, the loading) is skipped: on a
+        small e-graph these statements are most of a phase's time, whatever they find."""
+        self._searched = True
+        if (id(program), multi) in self._matchable:  # the operators only grow: so it stays
+            return True
+        if self._ops is None:
+            self._ops = {(str(op), key) for op, key in self.db.run("search/operators")}
+        if any(need <= self._ops for need in _operators(program)[multi]):
+            self._matchable.add((id(program), multi))
+        else:
+            self._searched = False
+        return self._searched
 
     def search(
         self, *, multi: bool, since: int, until: int = NEVER, iteration: int = NEVER
@@ -265,13 +286,19 @@ class Phases:
         multi = kind == "multi"
         program = self.runtime if kind == "runtime" else self.main
         assert program is not None, "a runtime phase needs a runtime program"
-        self._load(program)
         since, until = self.since[kind], self.until.pop(kind, NEVER)
-        self.search(multi=multi, since=since, until=until, iteration=iteration)
-        # the scheduler counts the phases of the main program only
-        banned = self._schedule(iteration, since, multi=multi) if program is self.main else 0
+        banned, pending, guarded, conditioned, deriving = 0, 0, False, None, None
+        if self._may_match(program, multi=multi):
+            self._load(program)
+            self.search(multi=multi, since=since, until=until, iteration=iteration)
+        else:  # no match: the phase's statements that would find none are not run
+            db.run("search/reset")
+        if program is self.main:  # the scheduler counts the phases of the main program only
+            self._load(program)
+            banned = self._schedule(iteration, since, multi=multi)
         t1 = time.perf_counter()
-        ((pending, guarded, conditioned, deriving),) = db.run("apply/pending")
+        if self._searched:
+            ((pending, guarded, conditioned, deriving),) = db.run("apply/pending")
         cycle_s = 0.0
         if pending:
             if multi and self.cycle_filter != "off":
@@ -312,6 +339,8 @@ class Phases:
         cycle_s += time.perf_counter() - t3
         enodes, eclasses = self.eg.counts()
         self.enodes = enodes
+        if new_enodes:
+            self._ops = None
         used = db.counters.since(before)
         stats = IterationStats(
             iteration,
@@ -433,6 +462,34 @@ class Phases:
                 break
             budget -= db.scalar("SELECT count(*) FROM used") - used
         return cycle_s
+
+
+#: The operators each rule's left-hand side needs (see :func:`_operators`), by program (kept
+#: alive beside, so that its id is never reused).
+_NEEDS: dict[int, tuple[Program, dict[bool, list[frozenset[tuple[str, int | None]]]]]] = {}
+
+
+def _operators(program: Program) -> dict[bool, list[frozenset[tuple[str, int | None]]]]:
+    """The operators of each multi-pattern (True) and single-pattern (False) rule's left-hand
+    side(s) in ``program``, as ``search/operators.sql`` reads the e-graph's: ``(op, key)``, the
+    key of an opaque ONNX type matched as a literal, else None. Once per program."""
+    same = _NEEDS.get(id(program))
+    if same is not None and same[0] is program:
+        return same[1]
+    p = program.pnode.to_pydict()
+    rules: dict[int, set[tuple[str, int | None]]] = {}
+    multi: dict[int, bool] = {}
+    for rule, op, l0, y0, m in zip(p["rule"], p["op"], p["l0"], p["y0"], p["multi"], strict=True):
+        rules.setdefault(rule, set()).add((op, l0 if op == "opaque" and y0 < 0 else None))
+        multi[rule] = m
+    needs = {
+        kind: [frozenset(ops) for r, ops in rules.items() if multi[r] == kind]
+        for kind in (True, False)
+    }
+    if len(_NEEDS) >= 16:
+        _NEEDS.pop(next(iter(_NEEDS)))
+    _NEEDS[id(program)] = (program, needs)
+    return needs
 
 
 def _heights(program: Program) -> dict[bool, int]:
