@@ -259,9 +259,9 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
     prows: list[dict[str, Any]] = []
     trows: list[dict[str, Any]] = []
     grows: list[dict[str, Any]] = []
-    # (rule, (its values and their texts as SQL lists, whether its lists have every item))
+    # per rule: its values and their texts as SQL lists, whether its lists have every item
     derives: list[_Case] = []
-    conds_sql: list[_Case] = []  # (rule, (its conditions as one SQL expression,))
+    conds_sql: list[_Case] = []  # per rule: its conditions as one SQL expression
     value_rules: list[int] = []  # rules whose conditions read facts of values
     for rid, rule in enumerate(rules):
         if len(rule.lhs) > 2:
@@ -283,13 +283,13 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
                 for e in derived
             )
             whole = [w for w in (_whole_sql(e, slots) for e in derived) if w is not None]
-            sql = (f"[{values}]", f"[{texts}]", " AND ".join(whole) or "true")
-            derives.append(_Case(rid, sql, *_read_slots(derived, slots)))
+            parts = (f"[{values}]", f"[{texts}]", " AND ".join(whole) or "true")
+            derives.append(_Case(rid, parts, *_read_slots(derived, slots)))
         conds = [g.expr for g in rule.guards if isinstance(g, Cond)] if guards else []
         conds += _implicit(derived)
         if conds:
-            sql = (" AND ".join(_cond_sql(c, slots) for c in conds),)
-            conds_sql.append(_Case(rid, sql, *_read_slots(conds, slots)))
+            cond = " AND ".join(_cond_sql(c, slots) for c in conds)
+            conds_sql.append(_Case(rid, (cond,), *_read_slots(conds, slots)))
             if any(t.op in VALUE_FACTS for c in conds for t in subexprs(c)):
                 value_rules.append(rid)
         memo: dict[Pattern, int] = {}
