@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from relsat import GraphBuilder, compare, models
 from relsat.engine.decode import decode, random_choice
 from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Limits, Schedule, StopReason, explore
+from relsat.engine.phase import Phases
 from relsat.errors import AuditError, DatabaseError
 from relsat.rewrite.rulefile import load_rules, parse_rules
 
@@ -187,6 +189,31 @@ def test_statements_per_phase_do_not_grow_with_rules() -> None:
     assert len(RULES) == 225  # TENSAT 135; relsat 90: fusion 27, transformer 36, decoder 20,
     # layout 5, norm 2
     assert counts["all"] <= counts["ten"] + 8  # only the number of rebuild rounds may differ
+
+
+def test_a_phase_whose_rules_cannot_match_is_not_searched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every multi-pattern rule needs a matmul, a conv or a relu: without one the multi-pattern
+    phase is not searched (and finds nothing, as its search would); the single-pattern one is."""
+    searched: list[bool] = []
+    real = Phases.search
+
+    def search(self: Phases, **kw: Any) -> None:
+        searched.append(kw["multi"])
+        real(self, **kw)
+
+    monkeypatch.setattr(Phases, "search", search)
+    b = GraphBuilder()
+    x = b.input([4, 4])
+    eg = EGraph.from_graph(b.build(b.tanh(b.add(x, b.weight([4, 4])))))
+    result = explore(eg, RULES, limits=Limits(iterations=1))
+    assert [s.phase for s in result.iterations] == ["multi", "single"]
+    assert result.iterations[0].matches == 0 < result.iterations[1].matches
+    assert searched == [False]
+    with_relu = EGraph.from_graph(b.build(b.relu(b.add(x, b.weight([4, 4])))))
+    explore(with_relu, RULES, limits=Limits(iterations=1))
+    assert searched == [False, True, False]
 
 
 def test_audit_failure_is_reported_and_rolled_back(monkeypatch: pytest.MonkeyPatch) -> None:

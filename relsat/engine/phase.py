@@ -32,7 +32,13 @@ operator per node (a Conv and its Relu apart), and the multi-pattern rules, sear
 ``k_multi`` iterations only, should see the fused units TENSAT's input format writes. A runtime
 phase is a phase like the others (same statements, its own semi-naive start, stats row
 ``'runtime'``, limits), with the runtime program loaded in the pattern tables in its place; the
-backoff scheduler does not count it."""
+backoff scheduler does not count it.
+
+**Phases that cannot match.** A rule matches only where the e-graph has every operator of its
+left-hand side (an opaque ONNX one with its type). A phase none of whose rules finds them all
+(the runtime or multi-pattern phase of a graph without convs or matmuls) is not searched, and
+its program is not loaded: it finds nothing, as its search would, in 4 statements instead of
+~22; the scheduler's state moves on as after a search that found nothing."""
 
 from __future__ import annotations
 
@@ -186,6 +192,10 @@ class Phases:
             self.next_iteration = int(last["iteration"]) + 1
         self._whole = True
         self.enodes = egraph.counts()[0]  # kept up to date by phase(): how to search
+        # the e-graph's operators (search/operators.sql), read again after e-nodes were added,
+        # and the (program id, multi) known to have a rule they let match (see _may_match)
+        self._ops: set[tuple[str, int | None]] | None = None
+        self._matchable: set[tuple[int, bool]] = set()
         if last is not None:  # rules the last exploration did not run search everything
             with self.db.registered("relsat_rules", program.rule_info):
                 self.db.run("search/new_rules")
@@ -215,6 +225,22 @@ class Phases:
         if iteration == self.next_iteration:  # a continued exploration: where it stopped
             kinds = [k for k in kinds if KINDS.index(k) >= KINDS.index(self._start)]
         return kinds
+
+    def _may_match(self, program: Program, *, multi: bool) -> bool:
+        """Whether some rule of ``program`` of the kind ``multi`` finds every operator of its
+        left-hand side among the e-graph's (:func:`_operators`); if none does, the phase has no
+        match, and its search (and, for a program not loaded, the loading) is skipped: on a
+        small e-graph these statements are most of a phase's time, whatever they find. Once
+        true, true for good (the e-graph's operators only grow): not asked again."""
+        if (id(program), multi) in self._matchable:
+            return True
+        if self._ops is None:  # an opaque e-node also as (opaque, None): its key not matched
+            rows = self.db.run("search/operators")
+            self._ops = {(str(op), key) for op, key in rows} | {(str(op), None) for op, _ in rows}
+        if not any(need <= self._ops for need in _operators(program)[multi]):
+            return False
+        self._matchable.add((id(program), multi))
+        return True
 
     def search(
         self, *, multi: bool, since: int, until: int = NEVER, iteration: int = NEVER
@@ -265,13 +291,20 @@ class Phases:
         multi = kind == "multi"
         program = self.runtime if kind == "runtime" else self.main
         assert program is not None, "a runtime phase needs a runtime program"
-        self._load(program)
         since, until = self.since[kind], self.until.pop(kind, NEVER)
-        self.search(multi=multi, since=since, until=until, iteration=iteration)
-        # the scheduler counts the phases of the main program only
-        banned = self._schedule(iteration, since, multi=multi) if program is self.main else 0
+        banned, pending, guarded, conditioned, deriving = 0, 0, False, None, None
+        searched = self._may_match(program, multi=multi)
+        if searched:
+            self._load(program)
+            self.search(multi=multi, since=since, until=until, iteration=iteration)
+        else:  # no match: the statements that would find none are not run
+            db.run("search/reset")
+        if program is self.main:  # the scheduler counts the phases of the main program only
+            self._load(program)
+            banned = self._schedule(iteration, since, multi=multi)
         t1 = time.perf_counter()
-        ((pending, guarded, conditioned, deriving),) = db.run("apply/pending")
+        if searched:
+            ((pending, guarded, conditioned, deriving),) = db.run("apply/pending")
         cycle_s = 0.0
         if pending:
             if multi and self.cycle_filter != "off":
@@ -279,19 +312,17 @@ class Phases:
                 cycle_s = time.perf_counter() - t1
             if guarded:
                 db.run("apply/check_guards")
-            if (
-                conditioned
-                and self.program.value_rules
-                and db.scalar(
-                    "SELECT EXISTS (SELECT 1 FROM match WHERE ok AND list_contains($r, rule))",
-                    {"r": list(self.program.value_rules)},
-                )
+            # the generated statements, with the cases of the rules matched only
+            valued = [r for r in conditioned or () if r in self.program.value_rules]
+            if valued and db.scalar(
+                "SELECT EXISTS (SELECT 1 FROM match WHERE ok AND list_contains($r, rule))",
+                {"r": valued},
             ):
                 self.refresh_facts()  # the facts these matches' guards read
-            if conditioned and self.program.cond_sql is not None:  # 'where' conditions
-                db.execute(self.program.cond_sql)
-            if deriving and self.program.derive_sql is not None:  # values right-hand sides compute
-                db.execute(self.program.derive_sql)
+            if conditioned and (sql := self.program.cond_for(conditioned)) is not None:
+                db.execute(sql)  # 'where' conditions
+            if deriving and (sql := self.program.derive_for(deriving)) is not None:
+                db.execute(sql)  # values right-hand sides compute
             cycle_s += self._apply(pending, multi=multi, budget=budget)
         t2 = time.perf_counter()
         t1b = t1 + cycle_s
@@ -314,6 +345,8 @@ class Phases:
         cycle_s += time.perf_counter() - t3
         enodes, eclasses = self.eg.counts()
         self.enodes = enodes
+        if new_enodes:
+            self._ops = None
         used = db.counters.since(before)
         stats = IterationStats(
             iteration,
@@ -435,6 +468,34 @@ class Phases:
                 break
             budget -= db.scalar("SELECT count(*) FROM used") - used
         return cycle_s
+
+
+#: The operators each rule's left-hand side needs (see :func:`_operators`), by program (kept
+#: alive beside, so that its id is never reused).
+_NEEDS: dict[int, tuple[Program, dict[bool, list[frozenset[tuple[str, int | None]]]]]] = {}
+
+
+def _operators(program: Program) -> dict[bool, list[frozenset[tuple[str, int | None]]]]:
+    """The operators of each multi-pattern (True) and single-pattern (False) rule's left-hand
+    side(s) in ``program``, as ``search/operators.sql`` reads the e-graph's: ``(op, key)``, the
+    key of an opaque ONNX type matched as a literal, else None. Once per program."""
+    same = _NEEDS.get(id(program))
+    if same is not None and same[0] is program:
+        return same[1]
+    p = program.pnode.to_pydict()
+    rules: dict[int, set[tuple[str, int | None]]] = {}
+    multi: dict[int, bool] = {}
+    for rule, op, l0, y0, m in zip(p["rule"], p["op"], p["l0"], p["y0"], p["multi"], strict=True):
+        rules.setdefault(rule, set()).add((op, l0 if op == "opaque" and y0 < 0 else None))
+        multi[rule] = m
+    needs = {
+        kind: [frozenset(ops) for r, ops in rules.items() if multi[r] == kind]
+        for kind in (True, False)
+    }
+    if len(_NEEDS) >= 16:
+        _NEEDS.pop(next(iter(_NEEDS)))
+    _NEEDS[id(program)] = (program, needs)
+    return needs
 
 
 def _heights(program: Program) -> dict[bool, int]:
