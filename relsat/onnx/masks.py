@@ -6,12 +6,17 @@ where no row of the scores is -inf throughout (NaN unfused, 0 fused): it is, whe
 the mask is finite, which the rule ``attention-eager-fuse`` requires (``where finite(?m)``). The
 masks exporters build pass through ONNX operators relsat does not model (comparisons, ``Where``,
 ``Cast``): :func:`opaque_facts` bounds their outputs (float64 intervals within float32's range)
-from ``Cast`` from bool (0 or 1) and from integer types (the type's range), comparisons and logic
-ops (0 or 1), ``Where`` (the union of its two branches; the one branch where the condition is
-settled: torch's ViT export masks nothing with a constant all-true condition), the arithmetic of
-Add/Sub/Mul/Neg, and the data-movement ops that keep values (Reshape, Expand,
-Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat, Identity, Flatten, Tile); relsat's own
-operators are bounded by :func:`relsat.graph.facts.transfer`.
+from ``Cast`` (its input's bounds, else its input type's range; to bool 0 or 1), comparisons and
+logic ops (0 or 1), ``Where`` (the union of its two branches; the one branch where the condition
+is settled: torch's ViT export masks nothing with a constant all-true condition), the arithmetic
+of Add/Sub/Mul/Neg, ``CumSum`` (a sum of 1 to n of its input's values, n the axis's length: 0
+to n for BLOOM's ALiBi positions of a 0/1 mask), and the data-movement ops that keep values
+(Reshape, Expand, Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat, Identity, Flatten,
+Tile); an integer result whose bounds leave its type's range may have wrapped around: the
+type's range. relsat's own operators are bounded by :func:`relsat.graph.facts.transfer`. A
+float32 sum or product rounds an exact value just past float32's range to its largest finite
+value (:func:`relsat.graph.facts.rounded`): BLOOM's mask of finfo.min plus its ALiBi bias
+(positions times slopes, bounded by int64's range however the mask is given) is finite.
 
 So ``Where(mask, 0, -1e9)``, ``(1 - Cast(bool)) * -10000`` and transformers 5's ``Where(mask,
 0, finfo.min)`` are finite; ``Where(mask, 0, -inf)`` (torch's SDPA export) and a float graph
