@@ -15,8 +15,9 @@ from relsat.engine.egraph import EGraph
 from relsat.engine.explore import Limits, explore
 from relsat.engine.facts import read_facts
 from relsat.graph.builder import GraphBuilder
-from relsat.graph.facts import FLT_MAX, Facts, analyse, of_value, weakest
+from relsat.graph.facts import FLT_MAX, Facts, analyse, of_value, rounded, transfer, weakest
 from relsat.graph.graph import Ref
+from relsat.graph.ops import Params
 from relsat.onnx.masks import opaque_facts
 from relsat.rewrite.rulefile import load_rules, parse_rules
 
@@ -223,3 +224,75 @@ def test_the_rule_check_masks_a_row_where_a_softmax_adds_a_mask() -> None:
     shipped = load_rules(RULES_DIR / "transformer.rules")
     assert check_rule(shipped["attention-eager-fuse"]).ok
     assert check_rule(shipped["attention-masked-fuse"]).ok
+
+
+def test_a_float32_sum_just_past_the_range_rounds_to_the_lowest() -> None:
+    """float32's lowest plus a bias far smaller than its ulp (2^104) rounds to the lowest: the
+    sum of BLOOM's padding mask and its ALiBi bias is finite; a bias near the ulp is not."""
+    mask, small, large = Facts(-FLT_MAX, 0.0), Facts(-(2.0**62), 2.0**62), Facts(-(2.0**104), 0.0)
+    shapes = [(1, 4, 1, 8), (1, 1, 8, 8)]
+    summed = transfer("ewadd", Params(), shapes, (1, 4, 8, 8), [small, mask])
+    assert summed is not None and (summed.lo, summed.hi) == (-FLT_MAX, 2.0**62)
+    assert not (transfer("ewadd", Params(), shapes, (1, 4, 8, 8), [large, mask]) or Facts()).finite
+    assert rounded(-FLT_MAX - 2.0**102, FLT_MAX + 1.0) == (-FLT_MAX, FLT_MAX)
+    assert rounded(-FLT_MAX - 2.0**103, None) == (None, None)
+
+
+def _cumsum_model(source: int, cast_to: int | None, exclusive: int = 0) -> onnx.ModelProto:
+    """``Cast(CumSum(Cast(mask, int64), axis 1), cast_to)``, the mask [2, 6] of type ``source``
+    (BLOOM's ALiBi positions: the cumulative sum of the attention mask)."""
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.INT64),
+        helper.make_node("CumSum", ["m", "axis"], ["c"], exclusive=exclusive),
+    ]
+    out, dtype = "c", TensorProto.INT64
+    if cast_to is not None:
+        nodes.append(helper.make_node("Cast", ["c"], ["y"], to=cast_to))
+        out, dtype = "y", cast_to
+    graph = helper.make_graph(
+        nodes,
+        "cumsum",
+        [helper.make_tensor_value_info("mask", source, [2, 6])],
+        [helper.make_tensor_value_info(out, dtype, [2, 6])],
+        [helper.make_tensor("axis", TensorProto.INT64, [], [1])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("source", "cast_to", "exclusive", "bounds"),
+    [
+        (TensorProto.BOOL, TensorProto.FLOAT, 0, (0.0, 6.0)),  # 1..6 terms of 0 or 1
+        (TensorProto.BOOL, TensorProto.FLOAT, 1, (0.0, 5.0)),  # 0..5 terms
+        (TensorProto.INT8, TensorProto.FLOAT, 0, (-768.0, 762.0)),  # 6 * int8's range
+        (TensorProto.BOOL, TensorProto.BOOL, 0, (0.0, 1.0)),  # a Cast to bool: 0 or 1
+        # an int64 mask: its cumulative sum may wrap around; int64's range, which a float holds
+        (TensorProto.INT64, TensorProto.FLOAT, 0, (-(2.0**63), 2.0**63)),
+        (TensorProto.INT32, None, 0, (-6 * 2.0**31, 6 * 2.0**31)),  # within int64's
+    ],
+)
+def test_a_cumulative_sum_is_bounded_by_its_terms(
+    source: int, cast_to: int | None, exclusive: int, bounds: tuple[float, float]
+) -> None:
+    graph = ronnx.load(_cumsum_model(source, cast_to, exclusive))
+    f = analyse(graph, opaque=opaque_facts)[graph.outputs[0]]
+    assert (f.lo, f.hi) == bounds
+
+
+def test_facts_of_enodes_built_in_a_phase_that_read_facts_are_computed() -> None:
+    """A phase whose guards read facts brings them up to date before it applies its matches; the
+    e-nodes it then builds carry that phase's epoch, and their facts are computed too (else a
+    guard reading them later finds nothing)."""
+    b = GraphBuilder()
+    t = b.weight([2, 4], name="t", value=np.arange(8, dtype=np.float32).reshape(2, 4) - 3)
+    eg = EGraph.from_graph(b.build(b.neg(t), b.relu(b.neg(t))))
+    rules = parse_rules(
+        "# name: probe\n(neg ?t) => (neg (ewmul ?t (scalar 1.0)))\nwhere finite(?t)\n"
+        "# name: build\n(relu ?t) => (relu (ewadd ?t (scalar 0.0)))\n"
+    )
+    explore(eg, list(rules), limits=Limits(iterations=1))
+    built = eg.db.execute(
+        "SELECT f.lo, f.hi FROM enode e LEFT JOIN fact f ON f.class = e.class"
+        " WHERE e.op = 'ewadd' AND NOT e.filtered"
+    )
+    assert built == [(-4.0, 3.0)]

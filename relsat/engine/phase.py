@@ -390,7 +390,9 @@ class Phases:
         """Bring table ``fact`` up to date: the facts of the e-nodes built or re-canonicalized
         since it last was (:func:`relsat.engine.facts.propagate`)."""
         self.facts = propagate(self.db, self.facts_since, known=self.facts)
-        self.facts_since = self.epoch + 1
+        # called within a phase (before its guards are checked), the e-nodes that phase then
+        # builds or re-canonicalizes are stamped with its epoch: they are still to be computed
+        self.facts_since = self.epoch
 
     def _schedule(self, iteration: int, since: int, *, multi: bool) -> int:
         """The scheduler after a search (see the module docstring): after a single-pattern one,

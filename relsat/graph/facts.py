@@ -54,6 +54,7 @@ __all__ = [
     "analyse",
     "bounded",
     "of_value",
+    "rounded",
     "transfer",
     "weakest",
 ]
@@ -115,6 +116,26 @@ def bounded(lo: float | None, hi: float | None) -> tuple[float | None, float | N
     """Bounds past float32's range, or NaN, are unknown."""
     ok = lambda v: v is not None and not math.isnan(v) and -FLT_MAX <= v <= FLT_MAX  # noqa: E731
     return (lo if ok(lo) else None), (hi if ok(hi) else None)
+
+
+#: How far past float32's largest finite value an exact result may lie and still round to it:
+#: round-to-nearest overflows from 2^128 - 2^103 (half an ulp past FLT_MAX = 2^128 - 2^104) on;
+#: half that margin, so that float64's error in computing the bound (2^75 there) cannot matter.
+ROUNDS_FINITE = 2.0**102
+
+
+def rounded(lo: float | None, hi: float | None) -> tuple[float | None, float | None]:
+    """The bounds of a float32 result of one correctly rounded operation (an addition, a
+    product) whose exact value lies in [lo, hi]: an exact value just past float32's range still
+    rounds to its largest finite value, so such a bound is FLT_MAX (a mask of float32's lowest
+    plus a small bias is float32's lowest, not -inf); farther past it, unknown."""
+
+    def clamp(v: float | None) -> float | None:
+        if v is not None and FLT_MAX < abs(v) <= FLT_MAX + ROUNDS_FINITE:
+            return math.copysign(FLT_MAX, v)
+        return v
+
+    return bounded(clamp(lo), clamp(hi))
 
 
 def of_value(value: np.ndarray) -> Facts:
@@ -216,13 +237,14 @@ def _layout(shape: tuple[int, ...], f: Facts, out: tuple[int, ...]) -> tuple[boo
 
 
 def _binary(op: str, a: Facts, b: Facts) -> tuple[float | None, float | None]:
+    # relsat's element-wise operators compute in float32, each result rounded once
     if op == "ewadd":
-        return bounded(_sum(a.lo, b.lo), _sum(a.hi, b.hi))
+        return rounded(_sum(a.lo, b.lo), _sum(a.hi, b.hi))
     if op == "ewsub":
-        return bounded(_sum(a.lo, _neg(b.hi)), _sum(a.hi, _neg(b.lo)))
+        return rounded(_sum(a.lo, _neg(b.hi)), _sum(a.hi, _neg(b.lo)))
     if op == "ewmul" and a.finite and b.finite:
         products = [x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]  # type: ignore[operator]
-        return bounded(min(products), max(products))
+        return rounded(min(products), max(products))
     if op == "ewpow" and b.lo is not None and b.lo == b.hi and b.lo % 2 == 0 and b.lo > 0:
         # an even power: never negative (x ^ 2, the RMSNorm's square)
         top = None if not a.finite else max(abs(a.lo), abs(a.hi)) ** b.lo  # type: ignore[arg-type]

@@ -6,12 +6,17 @@ where no row of the scores is -inf throughout (NaN unfused, 0 fused): it is, whe
 the mask is finite, which the rule ``attention-eager-fuse`` requires (``where finite(?m)``). The
 masks exporters build pass through ONNX operators relsat does not model (comparisons, ``Where``,
 ``Cast``): :func:`opaque_facts` bounds their outputs (float64 intervals within float32's range)
-from ``Cast`` from bool (0 or 1) and from integer types (the type's range), comparisons and logic
-ops (0 or 1), ``Where`` (the union of its two branches; the one branch where the condition is
-settled: torch's ViT export masks nothing with a constant all-true condition), the arithmetic of
-Add/Sub/Mul/Neg, and the data-movement ops that keep values (Reshape, Expand,
-Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat, Identity, Flatten, Tile); relsat's own
-operators are bounded by :func:`relsat.graph.facts.transfer`.
+from ``Cast`` (its input's bounds, else its input type's range; to bool 0 or 1), comparisons and
+logic ops (0 or 1), ``Where`` (the union of its two branches; the one branch where the condition
+is settled: torch's ViT export masks nothing with a constant all-true condition), the arithmetic
+of Add/Sub/Mul/Neg, ``CumSum`` (a sum of 1 to n of its input's values, n the axis's length: 0
+to n for BLOOM's ALiBi positions of a 0/1 mask), and the data-movement ops that keep values
+(Reshape, Expand, Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat, Identity, Flatten,
+Tile); an integer result whose bounds leave its type's range may have wrapped around: the
+type's range. relsat's own operators are bounded by :func:`relsat.graph.facts.transfer`. A
+float32 sum or product rounds an exact value just past float32's range to its largest finite
+value (:func:`relsat.graph.facts.rounded`): BLOOM's mask of finfo.min plus its ALiBi bias
+(positions times slopes, bounded by int64's range however the mask is given) is finite.
 
 So ``Where(mask, 0, -1e9)``, ``(1 - Cast(bool)) * -10000`` and transformers 5's ``Where(mask,
 0, finfo.min)`` are finite; ``Where(mask, 0, -inf)`` (torch's SDPA export) and a float graph
@@ -33,7 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import TensorProto, helper
 
-from relsat.graph.facts import Facts, analyse, bounded, of_value
+from relsat.graph.facts import Facts, analyse, bounded, of_value, rounded
 from relsat.graph.graph import Graph, Node, Ref
 
 __all__ = ["no_infinity", "opaque_facts"]
@@ -72,7 +77,8 @@ def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts
     """The bounds of an opaque ONNX node's (first) output, from its inputs' facts (``ins``, in
     the order of its tensor inputs) and the constants kept in its attributes; None where
     unknown."""
-    meta = json.loads(node.params["attrs"]).get("_onnx", {})
+    attrs = json.loads(node.params["attrs"])
+    meta = attrs.get("_onnx", {})
     if meta.get("domain", "") not in ("", "ai.onnx"):
         return None
     op = node.params["type"]
@@ -81,13 +87,16 @@ def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts
     def of(i: int) -> Range | None:
         return operands[i][0] if i < len(operands) else None
 
+    out = TensorProto.DataType.Value(meta.get("out_dtypes", ["FLOAT"])[0])
     found: Range | None = None
     if op in _BOOLEAN_OPS:
         found = (0.0, 1.0)
     elif op in _SAME_VALUES:
         found = of(0)
     elif op == "Cast" and operands:
-        found = _INTEGER_RANGES.get(operands[0][1] or 0) or of(0)
+        found = _cast(of(0), operands[0][1], out)
+    elif op == "CumSum" and of(0) is not None:
+        found = _cumsum(of(0), graph.shape(node.inputs[0]), of(1), attrs)  # type: ignore[arg-type]
     elif op == "Where":
         found = _where(of(0), of(1), of(2))
     elif op == "Concat":
@@ -105,13 +114,53 @@ def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts
             else:
                 products = [x * y for x in a for y in b]
                 found = (min(products), max(products))
+    if found is not None and out in _INTEGER_RANGES:
+        found = _wrapped(found, out)
     first_is_tensor = meta.get("inputs", [None])[:1] == ["t"]
     layout = op in ("Tile", "Expand") and first_is_tensor and _uniform_last(graph, node)
-    f = Facts(*bounded(*found)) if found is not None else Facts()
+    # one float32 addition or product rounds a result just past float32's range to its largest
+    once = op in ("Add", "Sub", "Mul") and out == TensorProto.FLOAT
+    f = Facts(*(rounded if once else bounded)(*found)) if found is not None else Facts()
     if not f.finite:  # past float32's range: an intermediate may overflow
         f = Facts()
     f = Facts(f.lo, f.hi, layout, layout)
     return None if f.empty else f
+
+
+def _cast(x: Range | None, source: int | None, target: int) -> Range | None:
+    """``Cast`` of values bounded by ``x`` (None: only the source type's range bounds them):
+    to bool, 0 or 1; to an integer type, truncated toward zero (within [floor(lo), ceil(hi)]);
+    to a float type, rounded (the bounds kept)."""
+    x = x or _INTEGER_RANGES.get(source or 0)
+    if target == TensorProto.BOOL:
+        return (0.0, 1.0)
+    if x is not None and target in _INTEGER_RANGES:
+        return float(np.floor(x[0])), float(np.ceil(x[1]))
+    return x
+
+
+def _cumsum(x: Range, shape: tuple[int, ...], axis: Range | None, attrs: dict) -> Range | None:
+    """``CumSum`` of values bounded by ``x``: a sum of k of them for k = 1..n along the axis
+    (k = 0..n - 1 when exclusive: the first sum is empty, 0), n the axis's length (every dim's
+    largest where the axis is computed). A sum of k values lies in [k * lo, k * hi]; over the k,
+    [min(lo, n * lo), max(hi, n * hi)], 0 included when exclusive."""
+    if not shape or any(d < 1 for d in shape):
+        return None
+    if axis is not None and axis[0] == axis[1] and -len(shape) <= axis[0] < len(shape):
+        n = shape[int(axis[0])]
+    else:
+        n = max(shape)
+    exclusive = bool(attrs.get("exclusive", 0))
+    first, last = (0, n - 1) if exclusive else (1, n)
+    lo, hi = x
+    return min(first * lo, last * lo), max(first * hi, last * hi)
+
+
+def _wrapped(x: Range, dtype: int) -> Range:
+    """Bounds of an integer result: integer arithmetic wraps around, so bounds past the type's
+    range are its whole range."""
+    low, high = _INTEGER_RANGES[dtype]
+    return x if low <= x[0] and x[1] <= high else (low, high)
 
 
 def _uniform_last(graph: Graph, node: Node) -> bool:
