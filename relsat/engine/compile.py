@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -100,6 +100,13 @@ class Program:
     #: What the generated statements are made of, per rule (:meth:`cond_for`, :meth:`derive_for`).
     conds: tuple[_Case, ...] = ()
     derives: tuple[_Case, ...] = ()
+    #: The operators each multi-pattern (True) and single-pattern (False) rule's left-hand
+    #: side(s) need in the e-graph, as ``search/operators.sql`` reads the e-graph's: ``(op,
+    #: key)``, the key of an opaque ONNX type matched as a literal, else None (a phase none of
+    #: whose rules finds them all is not searched: :mod:`relsat.engine.phase`).
+    lhs_ops: dict[bool, tuple[frozenset[tuple[str, int | None]], ...]] = field(
+        default_factory=lambda: {True: (), False: ()}
+    )
 
     @property
     def names(self) -> list[str]:
@@ -334,7 +341,22 @@ def compile_rules(rules: Iterable[Rule], *, guards: bool = True) -> Program:
         tuple(value_rules),
         tuple(conds_sql),
         tuple(derives),
+        _lhs_operators(prows),
     )
+
+
+def _lhs_operators(prows: list[dict[str, Any]]) -> dict[bool, tuple[frozenset, ...]]:
+    """:attr:`Program.lhs_ops` of the pattern rows ``prows``."""
+    ops: dict[int, set[tuple[str, int | None]]] = {}
+    multi: dict[int, bool] = {}
+    for r in prows:
+        key = r["l0"] if r["op"] == "opaque" and r["y0"] < 0 else None
+        ops.setdefault(r["rule"], set()).add((r["op"], key))
+        multi[r["rule"]] = r["multi"]
+    return {
+        kind: tuple(frozenset(o) for rule, o in ops.items() if multi[rule] == kind)
+        for kind in (True, False)
+    }
 
 
 def _slots(rule: Rule) -> dict[str, int]:

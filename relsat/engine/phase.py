@@ -193,9 +193,9 @@ class Phases:
         self._whole = True
         self.enodes = egraph.counts()[0]  # kept up to date by phase(): how to search
         # the e-graph's operators (search/operators.sql), read again after e-nodes were added,
-        # and the (program id, multi) known to have a rule they let match (see _may_match)
+        # and the (runtime program?, multi) known to have a rule they let match (_may_match)
         self._ops: set[tuple[str, int | None]] | None = None
-        self._matchable: set[tuple[int, bool]] = set()
+        self._matchable: set[tuple[bool, bool]] = set()
         if last is not None:  # rules the last exploration did not run search everything
             with self.db.registered("relsat_rules", program.rule_info):
                 self.db.run("search/new_rules")
@@ -228,18 +228,19 @@ class Phases:
 
     def _may_match(self, program: Program, *, multi: bool) -> bool:
         """Whether some rule of ``program`` of the kind ``multi`` finds every operator of its
-        left-hand side among the e-graph's (:func:`_operators`); if none does, the phase has no
+        left-hand side among the e-graph's (:attr:`Program.lhs_ops`); if none does, the phase has no
         match, and its search (and, for a program not loaded, the loading) is skipped: on a
         small e-graph these statements are most of a phase's time, whatever they find. Once
         true, true for good (the e-graph's operators only grow): not asked again."""
-        if (id(program), multi) in self._matchable:
+        known = (program is self.runtime, multi)
+        if known in self._matchable:
             return True
         if self._ops is None:  # an opaque e-node also as (opaque, None): its key not matched
             rows = self.db.run("search/operators")
             self._ops = {(str(op), key) for op, key in rows} | {(str(op), None) for op, _ in rows}
-        if not any(need <= self._ops for need in _operators(program)[multi]):
+        if not any(need <= self._ops for need in program.lhs_ops[multi]):
             return False
-        self._matchable.add((id(program), multi))
+        self._matchable.add(known)
         return True
 
     def search(
@@ -470,34 +471,6 @@ class Phases:
                 break
             budget -= db.scalar("SELECT count(*) FROM used") - used
         return cycle_s
-
-
-#: The operators each rule's left-hand side needs (see :func:`_operators`), by program (kept
-#: alive beside, so that its id is never reused).
-_NEEDS: dict[int, tuple[Program, dict[bool, list[frozenset[tuple[str, int | None]]]]]] = {}
-
-
-def _operators(program: Program) -> dict[bool, list[frozenset[tuple[str, int | None]]]]:
-    """The operators of each multi-pattern (True) and single-pattern (False) rule's left-hand
-    side(s) in ``program``, as ``search/operators.sql`` reads the e-graph's: ``(op, key)``, the
-    key of an opaque ONNX type matched as a literal, else None. Once per program."""
-    same = _NEEDS.get(id(program))
-    if same is not None and same[0] is program:
-        return same[1]
-    p = program.pnode.to_pydict()
-    rules: dict[int, set[tuple[str, int | None]]] = {}
-    multi: dict[int, bool] = {}
-    for rule, op, l0, y0, m in zip(p["rule"], p["op"], p["l0"], p["y0"], p["multi"], strict=True):
-        rules.setdefault(rule, set()).add((op, l0 if op == "opaque" and y0 < 0 else None))
-        multi[rule] = m
-    needs = {
-        kind: [frozenset(ops) for r, ops in rules.items() if multi[r] == kind]
-        for kind in (True, False)
-    }
-    if len(_NEEDS) >= 16:
-        _NEEDS.pop(next(iter(_NEEDS)))
-    _NEEDS[id(program)] = (program, needs)
-    return needs
 
 
 def _heights(program: Program) -> dict[bool, int]:
