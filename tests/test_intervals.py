@@ -7,14 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from relsat.onnx.intervals import median_interval, shift_interval, signed_rank_depth
-
-
-def test_themedian_interval_is_distribution_free() -> None:
-    ordered = [float(i) for i in range(1, 101)]
-    assert median_interval(ordered, 0.95) == (40.0, 61.0)  # the textbook ranks for n = 100
-    assert median_interval(ordered[:7], 0.95) == (1.0, 7.0)  # n = 7: the full range (98.4 %)
-    assert median_interval(ordered[:3], 0.95) == (1.0, 3.0)  # too few rounds: the full range
+from relsat.onnx.intervals import shift_interval, signed_rank_depth
 
 
 def test_the_signed_rank_interval_has_the_textbook_depth() -> None:

@@ -3,8 +3,6 @@
 :func:`shift_interval`: the Hodges-Lehmann estimate of the centre of per-round log ratios and
 the Wilcoxon signed-rank interval for it — exact whenever the samples are symmetric about their
 centre and independent, as drawn round orders make two sessions' log ratios.
-:func:`median_interval`: the order-statistic (sign-test) interval for a median, which needs only
-independent samples with that median.
 
 >>> import numpy as np
 >>> s = shift_interval(np.log([0.8, 0.9, 0.85, 0.95, 0.9, 0.88, 0.92, 0.87]), 0.95)
@@ -15,12 +13,11 @@ independent samples with that median.
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Shift", "median_interval", "shift_interval", "signed_rank_depth"]
+__all__ = ["Shift", "shift_interval", "signed_rank_depth"]
 
 
 class Shift(NamedTuple):
@@ -29,20 +26,6 @@ class Shift(NamedTuple):
     estimate: float
     low: float
     high: float
-
-
-def median_interval(ordered: list[float], confidence: float) -> tuple[float, float]:
-    """Distribution-free interval for the median of sorted samples, from order statistics."""
-    n = len(ordered)
-    alpha = (1.0 - confidence) / 2
-    j, tail = 0, 0.0  # tail = P(Binomial(n, 1/2) <= j - 1)
-    while j < n // 2:
-        next_tail = tail + math.comb(n, j) / 2**n
-        if next_tail > alpha:
-            break
-        j, tail = j + 1, next_tail
-    j = max(j, 1)  # too few rounds for the confidence: the full range
-    return ordered[j - 1], ordered[n - j]
 
 
 def shift_interval(logs: np.ndarray, confidence: float) -> Shift:
