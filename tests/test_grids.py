@@ -148,7 +148,7 @@ SHAPES = ((1, 128, None), (2, 40, None), (3, 1, None), (2, 7, 3))
 def test_a_decode_steps_mask_is_a_view_of_the_attention_mask(padding) -> None:
     """The padding part becomes the mask with unit axes inserted (at import: the index grid),
     the causal part is settled and dropped (in the e-graph: its comparison is true at every
-    value of the dims, the facts of values say so, and ``and-true-left`` makes the And its
+    value of the dims, the facts of values say so, and ``and-true`` makes the And its
     other operand); the written model equals the original at every shape."""
     model = _mask_model(padding, mask_batch="batch")
     written = _written(model)
