@@ -165,14 +165,9 @@ class _Planner:
         # input_ids beside that of the attention mask: two dims to dynamo; the legacy exporter's
         # past + 1 keys of a mask of total_sequence_length); where it is longer, the original
         # fails: a GatherND index out of its dim, or a row index past the flattened data when
-        # the other dims are whole (so one such dim at most for a Gather). A cut past the dim at
-        # the markers (a mask's batch of a smaller marker than the scores') is left alone: the
-        # model written from the e-graph is checked at the markers, where ONNX's Slice would
-        # clamp it to the dim and the shapes after it would disagree.
+        # the other dims are whole (so one such dim at most for a Gather).
         rows = {j: lead[a] for j, a in enumerate(axes) if a is not None and lead[a] != shape[j]}
         if node.op_type == "Gather" and len(rows) > 1:
-            return None
-        if any(n > shape[j] for j, n in rows.items()):
             return None
         return self._view(node, source, shape, lead, axes, trailing, rows)
 
