@@ -32,11 +32,13 @@ def _mask_model(
     order: tuple[str, str] = ("b", "k"),
     stride: str = "kv",
     mask_batch: str = "mask_batch",
+    causal_first: bool = True,
 ) -> onnx.ModelProto:
     """Scores of one new token over ``past + 1`` keys, masked the way transformers builds the
     mask: causal (key position ``compare`` the query position, ``past``; ``query="past - 1"``
     moves it) and padding (``attention_mask[b, k]`` by a GatherND at the index grid ``order``,
-    or by a Gather from the flattened mask at ``b * stride + k``)."""
+    or by a Gather from the flattened mask at ``b * stride + k``), the causal part the And's
+    first operand or (``causal_first=False``) its second."""
     n = helper.make_node
     nodes = [
         n("Shape", ["attention_mask"], ["mask_shape"]),
@@ -76,7 +78,7 @@ def _mask_model(
             n("Reshape", ["picked", "grid_shape"], ["pad"]),
         ]
     nodes += [
-        n("And", ["causal", "pad"], ["allowed"]),
+        n("And", ["causal", "pad"] if causal_first else ["pad", "causal"], ["allowed"]),
         n("Where", ["allowed", "zero_f", "low"], ["bias"]),
         n("Add", ["scores", "bias"], ["masked"]),
         n("Softmax", ["masked"], ["y"], axis=-1),
@@ -144,13 +146,15 @@ def _same_at(original: onnx.ModelProto, written: onnx.ModelProto, feeds) -> None
 SHAPES = ((1, 128, None), (2, 40, None), (3, 1, None), (2, 7, 3))
 
 
+@pytest.mark.parametrize("causal_first", [True, False], ids=["causal-first", "causal-second"])
 @pytest.mark.parametrize("padding", ["gathernd", "gather"])
-def test_a_decode_steps_mask_is_a_view_of_the_attention_mask(padding) -> None:
+def test_a_decode_steps_mask_is_a_view_of_the_attention_mask(padding, causal_first) -> None:
     """The padding part becomes the mask with unit axes inserted (at import: the index grid),
     the causal part is settled and dropped (in the e-graph: its comparison is true at every
     value of the dims, the facts of values say so, and ``and-true`` makes the And its
-    other operand); the written model equals the original at every shape."""
-    model = _mask_model(padding, mask_batch="batch")
+    other operand, in either operand order: And commutes); the written model equals the
+    original at every shape."""
+    model = _mask_model(padding, mask_batch="batch", causal_first=causal_first)
     written = _written(model)
     types = sorted(n.op_type for n in written.graph.node)
     for gone in ("GatherND", "Gather", "Range", "LessOrEqual", "And", "Flatten"):

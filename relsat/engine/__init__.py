@@ -39,6 +39,7 @@ sigmoid, 2 relu, 3 tanh; padding 0 SAME, 1 VALID; absent parameters and children
 ``rule_sched``      the backoff scheduler's state per rule (bans)
 ``rule_info``,      the compiled rule program (``sql/schema/program.sql``)
 ``pnode``, ``tnode``
+``commuting``       the keys of the opaque ONNX types whose two inputs commute (``And``, ``Or``…)
 ``enode_cost``,     the price of every e-node; the cost cache by operator signature
 ``cost``
 ``meta``            ``schema_version`` (a file of another version is refused)
