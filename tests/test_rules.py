@@ -45,6 +45,7 @@ TRANSFORMER = "transformer.rules"  # relsat's transformer rules (LayerNorm, GELU
 DECODER = "decoder.rules"  # relsat's LLM decoder rules (RMSNorm, rotary embedding)
 LAYOUT = "layout.rules"  # relsat's rules over shape operators (transpose and reshape chains)
 NORM = "norm.rules"  # relsat's normalization rules (GroupNorm)
+MASKS = "masks.rules"  # relsat's rules over masks' logic (a settled operand dropped)
 
 
 def _tensat_part(shipped: RuleSet) -> RuleSet:
@@ -53,7 +54,8 @@ def _tensat_part(shipped: RuleSet) -> RuleSet:
             r
             for r in shipped
             if r.location is None
-            or Path(r.location.path or "").name not in (FUSION, TRANSFORMER, DECODER, LAYOUT, NORM)
+            or Path(r.location.path or "").name
+            not in (FUSION, TRANSFORMER, DECODER, LAYOUT, NORM, MASKS)
         ]
     )
 
@@ -73,8 +75,10 @@ def test_shipped_counts(shipped: RuleSet) -> None:
     assert len(layout.single) == 10 and not layout.multi  # see rules/layout.rules
     norm = load_rules(RULES_DIR / NORM)
     assert len(norm.single) == 2 and not norm.multi  # see rules/norm.rules
-    own = len(fusion) + len(transformer) + len(decoder) + len(layout) + len(norm)
-    assert len(shipped) == len(tensat_part) + own == 233
+    masks = load_rules(RULES_DIR / MASKS)
+    assert len(masks.single) == 3 and not masks.multi  # see rules/masks.rules
+    own = len(fusion) + len(transformer) + len(decoder) + len(layout) + len(norm) + len(masks)
+    assert len(shipped) == len(tensat_part) + own == 236
     assert len(load_rules(RULES_DIR / "extra")) == 2  # bias un-fusing, off by default
     assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == [
         f"{f}.rules"
@@ -86,6 +90,7 @@ def test_shipped_counts(shipped: RuleSet) -> None:
             "elementwise",
             "enlarge",
             "layout",
+            "masks",
             "matmul",
             "merge",
             "multi",

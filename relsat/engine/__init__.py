@@ -26,7 +26,8 @@ sigmoid, 2 relu, 3 tanh; padding 0 SAME, 1 VALID; absent parameters and children
                     (computable from weights alone), ``born``
 ``fact``            ``class``, ``lo``/``hi`` (bounds of every value, NULL unknown), ``halves``,
                     ``pairs`` (the last axis's halves, pairs equal), ``digest`` (a constant's
-                    value): facts of values, :mod:`relsat.graph.facts`; merged on union
+                    value), ``affine`` (an integer tensor's affine form over the dims): facts
+                    of values, :mod:`relsat.graph.facts`; merged on union
 ``uf``              ``id``, ``root``: union-find, fully path-compressed
 ``output``          ``pos``, ``class``: graph outputs
 ``iteration_stats`` one row per iteration and phase (``multi``, ``single``): ``matches``,
@@ -38,6 +39,7 @@ sigmoid, 2 relu, 3 tanh; padding 0 SAME, 1 VALID; absent parameters and children
 ``rule_sched``      the backoff scheduler's state per rule (bans)
 ``rule_info``,      the compiled rule program (``sql/schema/program.sql``)
 ``pnode``, ``tnode``
+``commuting``       the keys of the opaque ONNX types whose two inputs commute (``And``, ``Or``…)
 ``enode_cost``,     the price of every e-node; the cost cache by operator signature
 ``cost``
 ``meta``            ``schema_version`` (a file of another version is refused)

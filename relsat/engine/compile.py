@@ -422,6 +422,19 @@ def expr_sql(term: object, value: Any, klass: Any) -> str:
         n = sub[0]
         ones = f"CAST(list_transform(range(0, {n}), lambda i: 1) AS BIGINT[])"
         return f"CASE WHEN {n} >= 0 THEN {ones} END"
+    if op == "broadcast":  # NumPy's rule: right-aligned, each pair equal or one of them 1
+        n = f"greatest(len({sub[0]}), len({sub[1]}))"
+        pad = lambda x: (  # noqa: E731
+            f"list_concat(CAST(list_transform(range(0, {n} - len({x})), lambda i: 1) "
+            f"AS BIGINT[]), {x})"
+        )
+        pairs = f"list_zip({pad(sub[0])}, {pad(sub[1])})"
+        each = "lambda t: t[1] = t[2] OR t[1] = 1 OR t[2] = 1"
+        ok = f"list_bool_and(list_transform({pairs}, {each}))"
+        return (
+            f"CASE WHEN coalesce({ok}, true) THEN "
+            f"CAST(list_transform({pairs}, lambda t: greatest(t[1], t[2])) AS BIGINT[]) END"
+        )
     if op == "+" and expr_type(term) == "ints":
         return f"list_concat({sub[0]}, {sub[1]})"
     if op == LIST:

@@ -40,6 +40,7 @@ from relsat.graph.ops import (
     opaque_type,
     param_ints,
 )
+from relsat.rewrite.rules import COMMUTATIVE, onnx_type
 
 __all__ = ["MAX_CHILDREN", "EGraph", "encode_node"]
 
@@ -106,6 +107,8 @@ class EGraph:
                 raise DatabaseError("not a relsat e-graph (an empty database)", path=self.db.path)
             for name in _SCHEMA:
                 self.db.script(name)
+            keys = sorted(opaque_key(kind) for kind in map(onnx_type, COMMUTATIVE) if kind)
+            self.db.execute("INSERT INTO commuting SELECT unnest($keys)", {"keys": keys})
             self.db.execute("INSERT INTO meta VALUES ('schema_version', $v)", {"v": SCHEMA_VERSION})
 
     def _stored_version(self) -> str | None:

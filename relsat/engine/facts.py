@@ -36,6 +36,7 @@ _SCHEMA = pa.schema(
         ("halves", pa.bool_()),
         ("pairs", pa.bool_()),
         ("digest", pa.string()),
+        ("affine", pa.string()),
     ]
 )
 
@@ -49,6 +50,7 @@ def insert_facts(db: Database, facts: Mapping[int, Facts]) -> None:
         "halves": [f.halves for f in facts.values()],
         "pairs": [f.pairs for f in facts.values()],
         "digest": [f.digest for f in facts.values()],
+        "affine": [f.affine for f in facts.values()],
     }
     table = pa.table(rows, schema=_SCHEMA)
     with db.registered("fact_new", table):
@@ -58,13 +60,13 @@ def insert_facts(db: Database, facts: Mapping[int, Facts]) -> None:
 
 def read_facts(db: Database, classes: list[int] | None = None) -> dict[int, Facts]:
     """The stored facts (of ``classes``, or all)."""
-    sql = "SELECT class, lo, hi, halves, pairs, digest FROM fact"
+    sql = "SELECT class, lo, hi, halves, pairs, digest, affine FROM fact"
     rows = (
         db.execute(sql)
         if classes is None
         else db.execute(f"{sql} WHERE list_contains($ids, class)", {"ids": classes})
     )
-    return {int(c): Facts(lo, hi, bool(h), bool(p), d) for c, lo, hi, h, p, d in rows}
+    return {int(c): Facts(lo, hi, bool(h), bool(p), d, a) for c, lo, hi, h, p, d, a in rows}
 
 
 def propagate(db: Database, since: int, *, known: bool = True) -> bool:

@@ -11,7 +11,10 @@ the last axis (``concat(h, h)``: transformers' ``cat((freqs, freqs), -1)``), or 
 * ``halves``: the two halves of the last axis are equal; ``pairs``: entries ``2i`` and ``2i + 1``
   of the last axis are equal;
 * ``digest``: for a constant (a weight or a scalar), a hash of its value, dtype and shape (equal
-  digests, equal constants).
+  digests, equal constants);
+* ``affine``: for an integer tensor, its affine form over the dims as text (every element an
+  affine function of its index: :mod:`relsat.onnx.affine`, whose transfer functions the ONNX
+  importer's opaque operators are read with).
 
 The facts of a leaf come from its value (a weight's, a scalar's), those of an operator from its
 inputs' (:func:`transfer`: bounds through arithmetic and data movement, halves and pairs through
@@ -28,7 +31,7 @@ that a guard ``where finite(?m)`` or ``where halves(?c)`` reads them.
 >>> g = b.build(b.mul(b.neg(table), b.scalar(2.0)), b.add(x, table))
 >>> facts = analyse(g)
 >>> facts[g.outputs[0]]
-Facts(lo=-4.0, hi=-2.0, halves=True, pairs=False, digest=None)
+Facts(lo=-4.0, hi=-2.0, halves=True, pairs=False, digest=None, affine=None)
 >>> g.outputs[1] in facts  # x is unknown
 False
 """
@@ -74,6 +77,7 @@ class Facts:
     halves: bool = False
     pairs: bool = False
     digest: str | None = None
+    affine: str | None = None
 
     @property
     def finite(self) -> bool:
@@ -99,6 +103,7 @@ class Facts:
             self.halves or other.halves,
             self.pairs or other.pairs,
             self.digest or other.digest,
+            self.affine or other.affine,  # both hold: either
         )
 
 
@@ -371,5 +376,6 @@ def weakest(facts: Sequence[Facts | None]) -> Facts | None:
             out.halves and f.halves,
             out.pairs and f.pairs,
             out.digest if out.digest == f.digest else None,
+            out.affine if out.affine == f.affine else None,
         )
     return _some(out)

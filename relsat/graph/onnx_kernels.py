@@ -85,6 +85,15 @@ def _where(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
     return (np.where(cond.astype(bool), then, other),)
 
 
+def _logic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> _Kernel:
+    def kernel(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
+        a, b = _operands(attrs, tensors)
+        assert a is not None and b is not None
+        return (fn(a.astype(bool), b.astype(bool)),)
+
+    return kernel
+
+
 def _matmul(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
     a, b = _operands(attrs, tensors)
     assert a is not None and b is not None
@@ -95,9 +104,11 @@ def _matmul(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
 #: :func:`relsat.graph.kernels.register_opaque` takes one.
 KERNELS: dict[str, _Kernel] = {
     "Abs": _unary(lambda x, _: np.abs(x)),
+    "And": _logic(np.logical_and),
     "IsInf": _unary(_is_inf),
     "IsNaN": _unary(lambda x, _: np.isnan(x)),
     "MatMul": _matmul,
+    "Or": _logic(np.logical_or),
     "Where": _where,
 }
 
@@ -106,14 +117,20 @@ KERNELS: dict[str, _Kernel] = {
 #: of the last two axes, the others broadcast: the MatMul relsat's matmul does not cover).
 SHAPES = {
     "Abs": "unary",
+    "And": "broadcast",
     "IsInf": "unary",
     "IsNaN": "unary",
     "MatMul": "matmul",
+    "Or": "broadcast",
     "Where": "broadcast",
 }
 
 #: Operators whose output is boolean (relsat's executor holds it as 0 and 1).
-BOOLEAN_OUTPUTS = frozenset({"IsInf", "IsNaN"})
+BOOLEAN_OUTPUTS = frozenset({"And", "IsInf", "IsNaN", "Or"})
 
 #: ONNX input positions that are boolean, by operator: a rule checker draws 0 and 1 there.
-BOOLEAN_INPUTS: dict[str, frozenset[int]] = {"Where": frozenset({0})}
+BOOLEAN_INPUTS: dict[str, frozenset[int]] = {
+    "And": frozenset({0, 1}),
+    "Or": frozenset({0, 1}),
+    "Where": frozenset({0}),
+}

@@ -1,65 +1,23 @@
-"""Index grids and settled comparisons in the masks exporters build, read at import.
-
-transformers' attention masks (``sdpa_mask``) are computed per call from ``Range``\\ s. The
-padding part picks ``attention_mask[b, k]`` at every position of a ``[batch, 1, q, kv]`` grid
-(torch's dynamo exporter: a ``GatherND`` at an index built from two ``Range``\\ s, ``Expand``
-and ``Concat``; the legacy exporter: a ``Gather`` from the flattened mask at ``b * kv + k``);
-the causal part compares key positions with query positions (``k <= q``). At fixed shapes
-onnxruntime folds all of that into constants; at symbolic dims it runs on every call: a dozen
-small nodes, a tenth of a decode step's time. Most of it is a view, or a constant:
-
-* a gather at an *index grid* — each component of the index is the position along one axis
-  of the output and runs over the whole of one dim of the data, in the data's order — is the
-  data with unit axes inserted (``Unsqueeze``; ``Squeeze`` first for a data dim of 1 that no
-  component moves along);
-* a comparison whose outcome is the same at every position and at every value of the dims (a
-  decode step's ``Range(0, past + 1) <= past``) is settled; an ``And`` with an all-true
-  operand (an ``Or`` with an all-false one, a ``Where`` with a settled condition) is its other
-  operand, where that already has the output's shape.
-
-What is known of an integer tensor is an :class:`Affine`: every element is ``offset + Σ
-coefs[a] * i_a`` at index ``(i_0, ...)``, the offset and the coefficients polynomials over the
-dims (:meth:`~relsat.onnx.symbolic.Dims.poly`: ``past + 1``, not its marker), so a comparison
-is settled only where it holds at every value of the dims (:func:`~relsat.onnx.dimexpr.sign`).
-A grid's extents are compared as numbers at the markers (equal there only when equal as
-expressions: :mod:`relsat.onnx.symbolic`). Leaves: integer constants (uniform, or a ramp such
-as a folded ``Range``) and ``Range``; carried through Identity, Cast between integer types,
-Unsqueeze, Squeeze, Reshape (inserting or dropping unit dims), Expand, Add, Sub, Mul (by a
-uniform factor), Neg, and the comparisons and logic ops.
-
-:func:`plan` finds the rewrites; the importer applies them (:class:`Plan`) before converting,
-and the nodes they leave unread are dropped with the rest of the unreachable graph.
-"""
-
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import onnx
-from onnx import NodeProto, TensorProto, helper
+from onnx import NodeProto, helper
 
+from relsat.onnx import affine
+from relsat.onnx.affine import Affine, Operand
 from relsat.onnx.constants import evaluate
-from relsat.onnx.context import axes_of
-from relsat.onnx.dimexpr import Poly, add, constant, multiply, sign
+from relsat.onnx.dimexpr import Poly, constant
 from relsat.onnx.symbolic import Dims
 
-__all__ = ["Affine", "Plan", "plan"]
+__all__ = ["Plan", "plan"]
 
 #: How far back a value is read (a mask index is a dozen nodes from its Ranges).
 DEPTH = 24
-#: Constants larger than this are not read as ramps.
-RAMP_LIMIT = 1 << 16
-
-_INTEGERS = frozenset(
-    {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64}
-    | {TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
-    | {TensorProto.BOOL}
-)
-_COMPARISONS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
 _ONE = constant(1)
 
 
@@ -77,57 +35,22 @@ class Model(Protocol):
     def static_shape(self, name: str) -> tuple[int, ...] | None: ...
 
 
-@dataclass(frozen=True)
-class Affine:
-    """An integer tensor of ``shape`` (at the markers) whose element at ``(i_0, ...)`` is
-    ``offset + Σ coefs[a] * i_a``; the coefficient of a unit axis is 0."""
-
-    shape: tuple[int, ...]
-    offset: Poly
-    coefs: tuple[Poly, ...]
-
-    @property
-    def uniform(self) -> bool:
-        return not any(self.coefs)
-
-
-def _affine(shape: tuple[int, ...], offset: Poly, coefs: tuple[Poly, ...]) -> Affine:
-    return Affine(
-        shape, offset, tuple(() if n == 1 else c for n, c in zip(shape, coefs, strict=True))
-    )
-
-
-def _aligned(v: Affine, shape: tuple[int, ...]) -> tuple[Poly, ...] | None:
-    """``v``'s coefficients broadcast to ``shape`` (None when it does not broadcast)."""
-    pad = len(shape) - len(v.shape)
-    if pad < 0:
-        return None
-    coefs: list[Poly] = [()] * pad
-    for n, m, c in zip(v.shape, shape[pad:], v.coefs, strict=True):
-        if n not in (1, m):
-            return None
-        coefs.append(c if n == m else ())
-    return tuple(coefs)
-
-
 @dataclass
 class Plan:
-    """The rewrites :func:`plan` found: tensor renames (readers of the key read the value
-    instead), nodes replaced (index → the nodes written in its place), and the constants and
-    tensor types those nodes add."""
+    """The rewrites :func:`plan` found: nodes replaced (index → the nodes written in its place),
+    and the constants and tensor types those nodes add."""
 
-    renames: dict[str, str] = field(default_factory=dict)
     replaced: dict[int, list[NodeProto]] = field(default_factory=dict)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     types: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.renames or self.replaced)
+        return bool(self.replaced)
 
 
 def plan(model: Model, dims: Dims | None = None) -> Plan:
-    """The index grids and settled mask operands of ``model`` (see the module docstring), its
-    dims ``dims`` (None: all static)."""
+    """The index grids of ``model`` (see the module docstring), its dims ``dims`` (None: all
+    static)."""
     return _Planner(model, dims).run()
 
 
@@ -151,11 +74,7 @@ class _Planner:
                 continue
             if node.output[0] in outputs:
                 continue
-            if node.op_type in ("And", "Or", "Where"):
-                kept = self._settled_operand(node)
-                if kept is not None:
-                    self.out.renames[node.output[0]] = kept
-            elif node.op_type in ("GatherND", "Gather"):
+            if node.op_type in ("GatherND", "Gather"):
                 nodes = self._grid_gather(node)
                 if nodes is not None:
                     self.out.replaced[k] = nodes
@@ -176,12 +95,6 @@ class _Planner:
         folded = evaluate(node, self.m.const)
         return None if folded is None else folded[0]
 
-    def number(self, v: int, name: str) -> Poly:
-        """A value read from tensor ``name`` (a dim's marker product when it is symbolic)."""
-        if self.dims is not None and name in self.m.symbolic:
-            return self.dims.poly(int(v))
-        return constant(int(v))
-
     def extent(self, n: int) -> Poly:
         return self.dims.poly(n) if self.dims is not None else constant(n)
 
@@ -191,214 +104,28 @@ class _Planner:
         return self.memo[name]
 
     def _value(self, name: str, depth: int) -> Affine | None:
+        """``name``'s affine form (:func:`relsat.onnx.affine.transfer` of its producer)."""
         array = self.const(name)
         if array is not None:
-            return self._constant(array, name)
+            return affine.of_constant(array, self.dims)
         node = self.producers.get(name)
-        if node is None or depth == 0 or node.domain not in ("", "ai.onnx"):
+        shape = self.shape(name)
+        if node is None or depth == 0 or node.domain not in ("", "ai.onnx") or shape is None:
             return None
-        if len(node.output) != 1 or self.m.dtype(name) not in _INTEGERS:
+        if len(node.output) != 1:
             return None
-        read = {
-            "Identity": self._same,
-            "Cast": self._cast,
-            "Range": self._range,
-            "Unsqueeze": self._unsqueeze,
-            "Squeeze": self._squeeze,
-            "Reshape": self._reshape,
-            "Expand": self._expand,
-            "Add": self._arith,
-            "Sub": self._arith,
-            "Mul": self._arith,
-            "Neg": self._arith,
-            "And": self._logic,
-            "Or": self._logic,
-            "Not": self._logic,
-            **dict.fromkeys(_COMPARISONS, self._compare),
-        }.get(node.op_type)
-        if read is None:
-            return None
-        ins = [self.value(i, depth - 1) if i else None for i in node.input]
-        return read(node, ins)
-
-    def _constant(self, array: np.ndarray, name: str) -> Affine | None:
-        if array.dtype.kind not in "iub" or array.size == 0 or array.size > RAMP_LIMIT:
-            return None
-        a = array.astype(np.int64)
-        shape = tuple(int(n) for n in a.shape)
-        first = a.reshape(-1)[0]
-        if (a == first).all():
-            return _affine(shape, self.number(first, name), (constant(0),) * a.ndim)
-        if name in self.m.symbolic:
-            return None  # a ramp of dims: not an exporter's index
-        steps = [
-            int(a[tuple(1 if i == axis else 0 for i in range(a.ndim))] - first) if n > 1 else 0
-            for axis, n in enumerate(shape)
+        operands = [
+            Operand(self.value(i, depth - 1), self.const(i), self.m.dtype(i))
+            if i
+            else Operand(None)
+            for i in node.input
         ]
-        ramp = first + sum(
-            s * np.arange(n).reshape([-1 if i == axis else 1 for i in range(a.ndim)])
-            for axis, (s, n) in enumerate(zip(steps, shape, strict=True))
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        return affine.transfer(
+            node.op_type, attrs, operands, shape, self.m.dtype(name), self.extent
         )
-        if not np.array_equal(a, np.broadcast_to(ramp, shape)):
-            return None
-        return _affine(shape, constant(int(first)), tuple(constant(s) for s in steps))
-
-    def _same(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        return ins[0]
-
-    def _cast(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        to = next((a.i for a in node.attribute if a.name == "to"), None)
-        v = ins[0]
-        if v is None or to not in _INTEGERS or self.m.dtype(node.input[0]) not in _INTEGERS:
-            return None
-        if to != TensorProto.BOOL:
-            return v
-        settled = _truth(v)
-        return None if settled is None else _affine(v.shape, constant(int(settled)), v.coefs)
-
-    def _range(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        start, limit, delta = (self.const(i) for i in node.input[:3])
-        if start is None or limit is None or delta is None or int(delta.reshape(-1)[0]) == 0:
-            return None
-        s, lim, d = (int(v.reshape(-1)[0]) for v in (start, limit, delta))
-        n = max(math.ceil((lim - s) / d), 0)
-        if ins[0] is None or ins[2] is None:
-            return None
-        return _affine((n,), ins[0].offset, (ins[2].offset,))
-
-    def _unsqueeze(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        v, axes = ins[0], axes_of(node, self.const)
-        if v is None or not axes:
-            return None
-        rank = len(v.shape) + len(axes)
-        at = {a % rank for a in axes}
-        shape, coefs = list(v.shape), list(v.coefs)
-        for a in sorted(at):
-            shape.insert(a, 1)
-            coefs.insert(a, ())
-        return _affine(tuple(shape), v.offset, tuple(coefs))
-
-    def _squeeze(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        v, axes = ins[0], axes_of(node, self.const)
-        if v is None or axes is None:
-            return None
-        rank = len(v.shape)
-        drop = {a % rank for a in axes} if axes else {a for a, n in enumerate(v.shape) if n == 1}
-        if any(v.shape[a] != 1 for a in drop):
-            return None
-        keep = [a for a in range(rank) if a not in drop]
-        return _affine(tuple(v.shape[a] for a in keep), v.offset, tuple(v.coefs[a] for a in keep))
-
-    def _reshape(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        v, shape = ins[0], self.shape(node.output[0])
-        if v is None or shape is None:
-            return None
-        if v.uniform:
-            return _affine(shape, v.offset, ((),) * len(shape))
-        moved = [(n, c) for n, c in zip(v.shape, v.coefs, strict=True) if n != 1]
-        if [n for n, _ in moved] != [n for n in shape if n != 1]:
-            return None
-        coefs = iter(c for _, c in moved)
-        return _affine(shape, v.offset, tuple(next(coefs) if n != 1 else () for n in shape))
-
-    def _expand(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        v, shape = ins[0], self.shape(node.output[0])
-        if v is None or shape is None:
-            return None
-        coefs = _aligned(v, shape)
-        return None if coefs is None else _affine(shape, v.offset, coefs)
-
-    def _arith(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        if node.op_type == "Neg":
-            return None if ins[0] is None else _negated(ins[0])
-        if len(ins) != 2 or ins[0] is None or ins[1] is None:
-            return None
-        a, b = ins[0], ins[1]
-        if node.op_type == "Sub":
-            b = _negated(b)
-        if node.op_type == "Mul":
-            if not (a.uniform or b.uniform):
-                return None
-            if a.uniform:
-                a, b = b, a  # b is the factor
-            k = b.offset
-            a = _affine(a.shape, multiply(a.offset, k), tuple(multiply(c, k) for c in a.coefs))
-            b = _affine(b.shape, (), ((),) * len(b.shape))
-        return _plus(a, b)
-
-    def _logic(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        if any(v is None for v in ins) or not ins:
-            return None
-        truths = [_truth(v) for v in ins]  # type: ignore[arg-type]
-        if any(t is None for t in truths):
-            return None
-        op = node.op_type
-        result = (not truths[0]) if op == "Not" else all(truths) if op == "And" else any(truths)
-        try:
-            shape = np.broadcast_shapes(*(v.shape for v in ins if v is not None))
-        except ValueError:
-            return None
-        return _affine(tuple(int(n) for n in shape), constant(int(result)), ((),) * len(shape))
-
-    def _compare(self, node: NodeProto, ins: list[Affine | None]) -> Affine | None:
-        if len(ins) != 2 or ins[0] is None or ins[1] is None:
-            return None
-        a, b = ins[0], ins[1]
-        if node.op_type in ("Greater", "GreaterOrEqual"):
-            a, b = b, a
-        strict = node.op_type in ("Less", "Greater")
-        d = _plus(a, _negated(b))
-        bounds = None if d is None else self._bounds(d)
-        if d is None or bounds is None:
-            return None
-        low, high = bounds
-        # a < b  <=>  d <= -1;  a <= b  <=>  d <= 0 (integers)
-        limit = -1 if strict else 0
-        if sign(add(high, constant(-limit))) in (0, -1):
-            truth = 1
-        elif sign(add(low, constant(-limit - 1))) in (0, 1):
-            truth = 0
-        else:
-            return None
-        return _affine(d.shape, constant(truth), ((),) * len(d.shape))
-
-    def _bounds(self, v: Affine) -> tuple[Poly, Poly] | None:
-        """The least and the greatest element of ``v`` as polynomials (None when a coefficient's
-        sign changes with the dims)."""
-        low = high = v.offset
-        for n, c in zip(v.shape, v.coefs, strict=True):
-            if not c:
-                continue
-            s = sign(c)
-            if s is None:
-                return None
-            span = multiply(c, add(self.extent(n), constant(-1)))
-            if s > 0:
-                high = add(high, span)
-            else:
-                low = add(low, span)
-        return low, high
 
     # --- rewrites ---------------------------------------------------------------------------
-
-    def _settled_operand(self, node: NodeProto) -> str | None:
-        """The operand an And / Or / Where with a settled operand equals, if any."""
-        out = self.shape(node.output[0])
-        if out is None:
-            return None
-        if node.op_type == "Where":
-            condition = self.value(node.input[0])
-            truth = None if condition is None else _truth(condition)
-            if truth is None:
-                return None
-            kept = node.input[1] if truth else node.input[2]
-            return kept if self.shape(kept) == out else None
-        neutral = node.op_type == "And"  # And keeps the other where one is all true; Or, false
-        for i, other in ((0, 1), (1, 0)):
-            v = self.value(node.input[i])
-            if v is not None and _truth(v) is neutral and self.shape(node.input[other]) == out:
-                return node.input[other]
-        return None
 
     def _grid_gather(self, node: NodeProto) -> list[NodeProto] | None:
         """The nodes a GatherND, or a Gather from a flattened tensor, at an index grid is."""
@@ -449,7 +176,7 @@ class _Planner:
         k = shape[-1]
         array = self.const(index)
         if array is not None:
-            parts = [self._constant(array[..., j], "") for j in range(k)]
+            parts = [affine.of_constant(array[..., j], self.dims) for j in range(k)]
             return None if any(p is None for p in parts) else parts  # type: ignore[return-value]
         node = self.producers.get(index)
         if node is None or node.op_type != "Concat":
@@ -462,7 +189,7 @@ class _Planner:
             v = self.value(part)
             if v is None or v.shape[-1:] != (1,):
                 return None
-            out.append(_affine(v.shape[:-1], v.offset, v.coefs[:-1]))
+            out.append(affine.affine(v.shape[:-1], v.offset, v.coefs[:-1]))
         return out if len(out) == k else None
 
     def _unit_grid(
@@ -491,7 +218,7 @@ class _Planner:
         each moving output axis is the row-major stride of the data dim it runs over."""
         if v.shape != lead or v.offset:
             return None
-        strides = [_product(self.extent(m) for m in dims[j + 1 :]) for j in range(len(dims))]
+        strides = [affine.product(self.extent(m) for m in dims[j + 1 :]) for j in range(len(dims))]
         axes: list[int | None] = [None] * len(dims)
         for a, c in enumerate(v.coefs):
             if not c:
@@ -575,43 +302,6 @@ class _Planner:
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
         return name
-
-
-def _product(polys: Iterable[Poly]) -> Poly:
-    out = _ONE
-    for p in polys:
-        out = multiply(out, p)
-    return out
-
-
-def _negated(v: Affine) -> Affine:
-    minus = constant(-1)
-    return Affine(v.shape, multiply(minus, v.offset), tuple(multiply(minus, c) for c in v.coefs))
-
-
-def _plus(a: Affine, b: Affine) -> Affine | None:
-    """``a + b`` broadcast (None when they do not broadcast)."""
-    try:
-        shape = tuple(int(n) for n in np.broadcast_shapes(a.shape, b.shape))
-    except ValueError:
-        return None
-    ca, cb = _aligned(a, shape), _aligned(b, shape)
-    if ca is None or cb is None:
-        return None
-    return _affine(
-        shape, add(a.offset, b.offset), tuple(add(x, y) for x, y in zip(ca, cb, strict=True))
-    )
-
-
-def _truth(v: Affine) -> bool | None:
-    """The truth of every element of ``v`` when it is the same constant throughout."""
-    if not v.uniform:
-        return None
-    if not v.offset:
-        return False
-    if len(v.offset) == 1 and v.offset[0][0] == ():
-        return True
-    return None
 
 
 def _in_order(axes: list[int | None], lead: tuple[int, ...]) -> bool:

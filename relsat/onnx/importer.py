@@ -533,8 +533,8 @@ class Importer:
         return bool(outs) and all(o in self.empty and not self.uses[o] for o in outs)
 
     def _simplify_grids(self) -> None:
-        """Mask index grids read as views and settled mask operands dropped
-        (:mod:`relsat.onnx.grids`), before anything is converted."""
+        """Mask index grids read as views (:mod:`relsat.onnx.grids`), before anything is
+        converted."""
         from relsat.onnx.grids import plan
 
         found = plan(self, self.dims)
@@ -548,11 +548,6 @@ class Importer:
         nodes = []
         for k, node in enumerate(self.model.graph.node):
             nodes += found.replaced.get(k, [node])
-        for node in nodes:
-            for i, name in enumerate(node.input):
-                while name in found.renames:
-                    name = found.renames[name]
-                node.input[i] = name
         del self.model.graph.node[:]
         self.model.graph.node.extend(nodes)
 

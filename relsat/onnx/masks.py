@@ -7,8 +7,10 @@ the mask is finite, which the rule ``attention-eager-fuse`` requires (``where fi
 masks exporters build pass through ONNX operators relsat does not model (comparisons, ``Where``,
 ``Cast``): :func:`opaque_facts` bounds their outputs (float64 intervals within float32's range)
 from ``Cast`` (its input's bounds, else its input type's range; to bool 0 or 1), comparisons and
-logic ops (0 or 1), ``Where`` (the union of its two branches; the one branch where the condition
-is settled: torch's ViT export masks nothing with a constant all-true condition), the arithmetic
+logic ops (0 or 1; exactly 1, or 0, where the affine forms of their operands settle them at every
+value of the dims: :mod:`relsat.onnx.affine`, a decode step's causal mask), ``Where`` (the union
+of its two branches; the one branch where the condition is settled: torch's ViT export masks
+nothing with a constant all-true condition), the arithmetic
 of Add/Sub/Mul/Neg, ``CumSum`` (a sum of 1 to n of its input's values, n the axis's length: 0
 to n for BLOOM's ALiBi positions of a 0/1 mask), and the data-movement ops that keep values
 (Reshape, Expand, Unsqueeze, Squeeze, Transpose, Slice, Gather, Concat, Identity, Flatten,
@@ -34,14 +36,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from onnx import TensorProto, helper
 
 from relsat.graph.facts import Facts, analyse, bounded, of_value, rounded
 from relsat.graph.graph import Graph, Node, Ref
+from relsat.onnx import affine
+from relsat.onnx.dimexpr import constant
 
-__all__ = ["no_infinity", "opaque_facts"]
+if TYPE_CHECKING:
+    from relsat.onnx.symbolic import Dims
+
+__all__ = ["no_infinity", "opaque_facts", "settled_value"]
 
 Range = tuple[float, float]
 
@@ -73,10 +81,14 @@ def no_infinity(graph: Graph, ref: Ref) -> bool:
     return f is not None and f.finite
 
 
-def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts | None:
+def opaque_facts(
+    graph: Graph, node: Node, ins: Sequence[Facts | None], dims: Dims | None = None
+) -> Facts | None:
     """The bounds of an opaque ONNX node's (first) output, from its inputs' facts (``ins``, in
-    the order of its tensor inputs) and the constants kept in its attributes; None where
-    unknown."""
+    the order of its tensor inputs) and the constants kept in its attributes, and its affine
+    form (:mod:`relsat.onnx.affine`; ``dims``: the model's symbolic dims, None where all are
+    static); None where unknown. A tensor whose affine form is one integer throughout (a
+    settled comparison) is bounded by it exactly."""
     attrs = json.loads(node.params["attrs"])
     meta = attrs.get("_onnx", {})
     if meta.get("domain", "") not in ("", "ai.onnx"):
@@ -114,6 +126,10 @@ def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts
             else:
                 products = [x * y for x in a for y in b]
                 found = (min(products), max(products))
+    form = _affine(op, attrs, meta, ins, graph, node, out, dims)
+    value = settled_value(form)
+    if value is not None:
+        found = (float(value), float(value))
     if found is not None and out in _INTEGER_RANGES:
         found = _wrapped(found, out)
     first_is_tensor = meta.get("inputs", [None])[:1] == ["t"]
@@ -123,8 +139,53 @@ def opaque_facts(graph: Graph, node: Node, ins: Sequence[Facts | None]) -> Facts
     f = Facts(*(rounded if once else bounded)(*found)) if found is not None else Facts()
     if not f.finite:  # past float32's range: an intermediate may overflow
         f = Facts()
-    f = Facts(f.lo, f.hi, layout, layout)
+    f = Facts(f.lo, f.hi, layout, layout, affine=None if form is None else affine.encode(form))
     return None if f.empty else f
+
+
+def settled_value(form: affine.Affine | None) -> int | None:
+    """The one integer every element of ``form`` is, at every value of the dims; None where
+    there is none."""
+    if form is None or not form.uniform:
+        return None
+    if not form.offset:
+        return 0
+    (mono, c), *rest = form.offset
+    return c if mono == () and not rest else None
+
+
+def _affine(
+    op: str,
+    attrs: dict,
+    meta: dict,
+    ins: Sequence[Facts | None],
+    graph: Graph,
+    node: Node,
+    out: int,
+    dims: Dims | None,
+) -> affine.Affine | None:
+    """The affine form of an opaque ONNX node's output (:func:`relsat.onnx.affine.transfer`)."""
+    if out not in affine.INTEGERS:
+        return None
+    tensors = iter(zip(ins, node.inputs, meta.get("in_dtypes", []), strict=False))
+    operands = []
+    for entry in meta.get("inputs", []):
+        if entry == "t":
+            f, ref, dtype = next(tensors, (None, None, None))
+            code = TensorProto.DataType.Value(dtype) if dtype else TensorProto.FLOAT
+            v = affine.decode(f.affine) if f is not None else None
+            if v is not None and ref is not None and v.shape != graph.shape(ref):
+                v = None  # a form kept for another shape (a folded block's input)
+            operands.append(affine.Operand(v, None, code))
+        elif isinstance(entry, dict) and entry.get("dtype") not in ("STRING", None):
+            code = TensorProto.DataType.Value(entry["dtype"])
+            value = np.array(entry["data"], dtype=helper.tensor_dtype_to_np_dtype(code))
+            value = value.reshape(entry["dims"])
+            operands.append(affine.Operand(affine.of_constant(value, dims), value, code))
+        else:
+            operands.append(affine.Operand(None))
+    extent = dims.poly if dims is not None else constant
+    return affine.transfer(op, attrs, operands, tuple(node.shape), out, extent)
 
 
 def _cast(x: Range | None, source: int | None, target: int) -> Range | None:

@@ -9,13 +9,14 @@ With ``Options.resume`` an e-graph of the same graph already stored in ``db`` is
 
 The e-graph starts with the facts of values of the graph's tensors (:mod:`relsat.graph.facts`:
 what guards such as ``finite(?m)`` read), ONNX's opaque operators bounded by
-:func:`relsat.onnx.masks.opaque_facts`; a folded block's inputs get what holds at every one of
-its occurrences.
+:func:`relsat.onnx.masks.opaque_facts` (integer tensors' affine forms over the model's symbolic
+dims included); a folded block's inputs get what holds at every one of its occurrences.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from relsat.engine import explore as engine
@@ -57,17 +58,19 @@ def graph_facts(run: Run) -> dict[Ref, Facts]:
     occurrence, for a folded block's inputs)."""
     from relsat.onnx.masks import opaque_facts  # (onnx is imported only where it is used)
 
+    dims = run.shapes.dims if run.shapes is not None else None
+    opaque = partial(opaque_facts, dims=dims)  # affine forms over the model's symbolic dims
     inputs: dict[str, Facts] = {}
     folding = run.folding
     if folding is not None:
-        outer = analyse(folding.original, opaque=opaque_facts)
+        outer = analyse(folding.original, opaque=opaque)
         for k, first in enumerate(folding.first):
             occurrences = [p for p in folding.pieces if p.copy == k]
             for j in range(len(folding.pieces[first].inputs)):
                 f = weakest([outer.get(p.inputs[j]) for p in occurrences])
                 if f is not None:
                     inputs[folding.input_name(k, j)] = f
-    return analyse(run.explored, inputs, opaque_facts)
+    return analyse(run.explored, inputs, opaque)
 
 
 def stored_egraph(graph: Graph, db: str | Path) -> EGraph | None:

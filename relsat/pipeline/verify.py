@@ -112,10 +112,17 @@ def unchanged(run: Run) -> bool:
     """No rewrite was chosen that onnxruntime does not make itself: every chosen e-node is the
     input's (duplicates that hash-consing merged aside) or built by a rule marked ``runtime`` (a
     fusion onnxruntime makes when it loads the input: a Conv's bias, batch norm or activation
-    folded in), and the ``tidy`` stage changed nothing; or the graphs are the same computation."""
+    folded in), no chosen class holds another of the input's e-nodes (a rule's union of two
+    input tensors: an And with an all-true operand is its other operand), and the ``tidy``
+    stage changed nothing; or the graphs are the same computation."""
     assert run.egraph is not None and run.optimized is not None
     own = set(rewrites(run.egraph, run.choice)) - runtime_rules(run.options)
-    return (not own and not run.tidied) or same_computation(run.graph, run.optimized)
+    if not own and not run.tidied:
+        chosen = sorted(run.choice.values())
+        ((merged,),) = run.egraph.db.run("analysis/input_alternatives", chosen=chosen)
+        if not merged:
+            return True
+    return same_computation(run.graph, run.optimized)
 
 
 def runtime_rules(options: Options) -> set[str]:

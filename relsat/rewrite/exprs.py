@@ -15,7 +15,9 @@ Types: ``int`` and ``float`` parameters (a float parameter is stored as its floa
 float parameter of an e-node is), and ``ints``, a list of integers: a transpose's permutation, a
 reshape's shape (``(transpose ?x ?p:ints ?s:int)``), written ``[0 2 1 3]`` as a literal and read
 with the list functions of :data:`FUNCS` (``len(?p)``, ``at(?p, -1)``, ``compose(?p, ?q)``,
-``iota(n)``, ``take(?p, -1)``, ``append(?p, n)``, ``prod(?p)``, ``ones(n)``) and the fact
+``iota(n)``, ``take(?p, -1)``, ``append(?p, n)``, ``prod(?p)``, ``ones(n)``,
+``broadcast(shape(?a), shape(?b))``: the shape an element-wise operator of ``?a`` and ``?b``
+writes) and the fact
 ``shape(?x)``; a list of computed items is written ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``
 (commas between items; ``(list …)`` on a right-hand side); lists compare with ``==`` and ``!=``
 and join with ``+`` (``[dim(?x, 1)] + ones(rank(?x) - 2)``: a channel vector as it broadcasts).
@@ -41,6 +43,8 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
+
+import numpy as np
 
 from relsat.errors import RuleError
 
@@ -141,6 +145,11 @@ FUNCS: dict[str, Fact] = {
     "append": Fact(("ints", "int"), "ints", "the list with one more item at its end"),
     "prod": Fact(("ints",), "int", "the product of a list's items (1 for an empty list)"),
     "ones": Fact(("int",), "ints", "[1, 1, …, 1]: n ones (the unit dims of a broadcast operand)"),
+    "broadcast": Fact(
+        ("ints", "ints"),
+        "ints",
+        "the shape two shapes broadcast to (NumPy's rule; undefined where they do not)",
+    ),
 }
 #: A list written with computed items, ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``: the
 #: expression ``Expr(LIST, items)`` (a literal's items are plain integers: a tuple).
@@ -439,6 +448,11 @@ def _function(op: str, vals: Sequence[object]) -> Value:
     if op == "ones":
         n = vals[0]
         return (1,) * n if isinstance(n, int) and n >= 0 else None
+    if op == "broadcast":
+        try:
+            return tuple(int(n) for n in np.broadcast_shapes(*vals))  # type: ignore[arg-type]
+        except ValueError:
+            return None
     p, q = vals  # compose
     assert isinstance(p, tuple) and isinstance(q, tuple)
     if any(not 0 <= i < len(p) for i in q):

@@ -201,9 +201,10 @@ def check_onnx(op: str, n_args: int) -> None:
 
 
 #: Operators whose two operands commute: a rule's pattern of one of them matches either operand
-#: order (relsat.engine.compile), so no rule is written per order. TENSAT's converted rules are
-#: ``ordered`` (matched as written, as TENSAT matches them).
-COMMUTATIVE = frozenset({"ewadd", "ewmul"})
+#: order (relsat.engine.compile), so no rule is written per order: relsat's element-wise add and
+#: mul, and the ONNX operators relsat keeps opaque whose two inputs commute (the masks' logic).
+#: TENSAT's converted rules are ``ordered`` (matched as written, as TENSAT matches them).
+COMMUTATIVE = frozenset({"ewadd", "ewmul", "onnx.And", "onnx.Or", "onnx.Xor", "onnx.Equal"})
 
 
 def param_type(op: str, index: int) -> str:

@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS eclass (
 );
 
 -- Facts about an e-class's values (relsat.graph.facts; the analysis rules' guards read:
--- finite(?m), nonneg(?x), halves(?c), pairs(?c)): one row per class where something is known.
+-- finite(?m), nonneg(?x), halves(?c), pairs(?c), lo(?a), hi(?a)): one row per class where
+-- something is known.
 -- Seeded from the input graph, computed for rule-built e-nodes (relsat.engine.facts), merged on
 -- union (the tighter bounds, either layout fact).
 CREATE TABLE IF NOT EXISTS fact (
@@ -54,7 +55,9 @@ CREATE TABLE IF NOT EXISTS fact (
     hi     DOUBLE,               -- every value <= hi (NULL: unknown)
     halves BOOLEAN NOT NULL,     -- the halves of the last axis are equal (concat(h, h))
     pairs  BOOLEAN NOT NULL,     -- entries 2i and 2i+1 of the last axis are equal
-    digest VARCHAR               -- a constant's value hash (NULL: not a constant, or too large)
+    digest VARCHAR,              -- a constant's value hash (NULL: not a constant, or too large)
+    affine VARCHAR               -- an integer tensor's affine form over the dims, as JSON text
+                                 -- (relsat.onnx.affine; NULL: unknown)
 );
 
 -- Union-find, kept fully path-compressed: every merged-away id points straight at its root.

@@ -119,11 +119,15 @@ CREATE OR REPLACE MACRO repeats_agree(x0, x1, x2, x3, x4, x5, x6, x7,
     AND (x7 < 0 OR c7 = CASE x7 WHEN x0 THEN c0 WHEN x1 THEN c1 WHEN x2 THEN c2 WHEN x3 THEN c3
                                 WHEN x4 THEN c4 WHEN x5 THEN c5 WHEN x6 THEN c6 ELSE c7 END);
 
+-- The ONNX operators relsat keeps opaque whose two inputs commute, by the key of their type
+-- (relsat.graph.ops.opaque_key; relsat.rewrite.rules.COMMUTATIVE), written with the schema.
+CREATE TABLE IF NOT EXISTS commuting (key INTEGER NOT NULL);
+
 -- E-nodes as patterns see them: every e-node as it is (turned = false), and the e-nodes of a
--- commutative operator (relsat.rewrite.rules.COMMUTATIVE) once more with their two operands
--- swapped (turned = true), so that one pattern of ewadd or ewmul matches either operand order
--- (a pattern node with comm = false only sees e-nodes not turned); `sk`: the key of a shape
--- operator's list parameter.
+-- commutative operator (relsat.rewrite.rules.COMMUTATIVE: ewadd, ewmul, and the opaque ONNX
+-- operators of `commuting` with two inputs) once more with their two operands swapped (turned =
+-- true), so that one pattern matches either operand order (a pattern node with comm = false only
+-- sees e-nodes not turned); `sk`: the key of a shape operator's list parameter.
 CREATE OR REPLACE VIEW enode_either AS
 SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c0, c1, c2, c3, c4, c5, c6, c7, class, born,
        stamp, rule, filtered, false AS turned,
@@ -133,7 +137,9 @@ UNION ALL
 SELECT id, op, p0, p1, p2, p3, p4, p5, s, arity, c1, c0, c2, c3, c4, c5, c6, c7, class, born,
        stamp, rule, filtered, true AS turned, NULL AS sk
 FROM enode
-WHERE op IN ('ewadd', 'ewmul') AND c0 <> c1;
+WHERE (op IN ('ewadd', 'ewmul')
+       OR (op = 'opaque' AND arity = 2 AND p0 IN (SELECT key FROM commuting)))
+  AND c0 <> c1;
 
 -- The lists of the e-graph's shape operators by key, where a variable's key is read back as its
 -- text (a list a right-hand side computes travels as text with its match, `match.sv`).
