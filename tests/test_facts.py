@@ -65,6 +65,22 @@ def test_layouts_and_arithmetic_keep_what_they_keep() -> None:
     assert outs["times_x"] not in facts  # x is unknown: nothing is
 
 
+def test_a_softmax_is_bounded_only_where_its_input_is() -> None:
+    """A row of -inf (a fully masked row) or one holding +inf or NaN gives NaN: a softmax of an
+    input without bounds has none."""
+    b = GraphBuilder()
+    x = b.input([2, 4], name="x")
+    scaled = b.mul(b.weight([2, 4], name="w", value=np.full((2, 4), 0.5, np.float32)), x)
+    known = b.softmax(b.weight([2, 4], name="k", value=np.ones((2, 4), np.float32)))
+    g = b.build(b.softmax(x), b.softmax(scaled), known)
+    facts = analyse(g)
+    assert g.outputs[0] not in facts and g.outputs[1] not in facts
+    assert (facts[g.outputs[2]].lo, facts[g.outputs[2]].hi) == (0.0, 1.0)
+    with np.errstate(invalid="ignore"):
+        row = np.full(4, -np.inf, np.float32)
+        assert np.isnan(np.exp(row - row.max()) / np.exp(row - row.max()).sum()).all()
+
+
 def test_concat_of_one_tensor_twice_has_equal_halves_and_of_two_has_not() -> None:
     b = GraphBuilder()
     h, g = b.input([2, 4], name="h"), b.input([2, 4], name="g")

@@ -187,7 +187,9 @@ _UNARY: dict[str, Callable[[float | None, float | None], tuple[float | None, flo
     "gelu": lambda lo, hi: (None, None),
     "gelu_tanh": lambda lo, hi: (None, None),
     "quickgelu": lambda lo, hi: (None, None),
-    "softmax": lambda lo, hi: (0.0, 1.0),
+    # a softmax of finite values: its row's largest term is 1, the others in [0, 1]; of a row
+    # with +inf or NaN, or of -inf throughout, NaN (so nothing is known without bounds)
+    "softmax": lambda lo, hi: (None, None) if lo is None or hi is None else (0.0, 1.0),
     "reducemean": lambda lo, hi: (lo, hi),  # a mean lies between the least and the greatest
 }  # fmt: skip
 _BINARY = frozenset({"ewadd", "ewsub", "ewmul", "ewdiv", "ewpow"})
