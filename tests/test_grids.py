@@ -201,6 +201,14 @@ def test_the_settled_comparison_is_a_fact_of_the_e_graph() -> None:
     assert merged[0][0] == 2  # the And and the view of the mask: one class
 
 
+def test_the_report_names_the_rule_that_merged_the_and_away() -> None:
+    """``and-true`` builds no e-node (its right-hand side is an operand): the report says which
+    rule merged the classes rather than "none"."""
+    result = optimize(_mask_model("gathernd", mask_batch="batch"), ANALYTIC)
+    line = next(x for x in result.report().splitlines() if x.startswith("rewrites"))
+    assert result.rewrites() == {} and "merged by and-true" in line, line
+
+
 def test_one_batch_dim_needs_no_slice() -> None:
     types = _written_types(_mask_model("gathernd", mask_batch="batch"))
     assert "GatherND" not in types and "Slice" not in types, types

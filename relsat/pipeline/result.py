@@ -279,8 +279,7 @@ class Result:
             + (f" at {' | '.join(self.checked_at)}" if self.checked_at else ""),
             *self._latency_lines(),
             *([f"kept     {self.kept} ({self.why})"] if self.source else []),
-            "rewrites "
-            + (", ".join(f"{r} {n}" for r, n in list(self.rewrites().items())[:6]) or "none"),
+            "rewrites " + self._rewrites_text(changed=bool(changed)),
             *(["gains    " + self.gains_text()] if gains else []),
             "ops      "
             + ", ".join(
@@ -292,6 +291,17 @@ class Result:
             f"options  {self.options.describe()}",
         ]
         return "\n".join(lines)
+
+    def _rewrites_text(self, *, changed: bool) -> str:
+        """The rules that built the chosen e-nodes; where none did and the graph changed all the
+        same, the rules that merged classes without building one (``and-true``)."""
+        built = list(self.rewrites().items())[:6]
+        if built or not changed:
+            return ", ".join(f"{r} {n}" for r, n in built) or "none"
+        merged = [(str(r), int(n)) for r, n in self.egraph.db.run("stats/merging_rules")][:6]
+        if not merged:
+            return "none"
+        return "none built; classes merged by " + ", ".join(f"{r} {n}" for r, n in merged)
 
     @property
     def _unkept(self) -> bool:

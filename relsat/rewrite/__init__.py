@@ -16,8 +16,9 @@ literals are float32 constants (``(scalar 1.4142135)`` matches exactly the float
 exporters write). Several ``lhs => rhs`` lines make a multi-pattern rule, joined on shared
 ``?vars``; ``symmetric`` tries each unordered pair once when the sources are equal up to renaming;
 ``ordered`` matches Add and Mul in the operand order written (TENSAT's rules; others match either
-order, as they do ONNX's And, Or, Xor and Equal: :data:`relsat.rewrite.rules.COMMUTATIVE`); ``runtime`` says onnxruntime makes the rewrite itself when it loads a model (a model whose
-only rewrites are such is kept untimed); ``where`` lines are guards from a closed vocabulary
+order, as they do ONNX's And, Or, Xor and Equal: :data:`relsat.rewrite.rules.COMMUTATIVE`);
+``runtime`` says onnxruntime makes the rewrite itself when it loads a model (a model whose only
+rewrites are such is kept untimed); ``where`` lines are guards from a closed vocabulary
 (``ungrouped``, ``same-shape``, ``same-group-width``, ``odd-kernels``) or conditions
 (:mod:`relsat.rewrite.exprs`) over typed parameter variables (``(scalar ?eps:float)``, ``(repeatkv
 ?n:int ?x)``; a right-hand side may compute with them: ``(* ?n 2)``) and facts of the bound tensors
