@@ -1,6 +1,6 @@
-"""The order-restricted primal search: a depth-first order of the classes around the incumbent,
-and the acyclic sub-e-graph of the nodes that respect it, solved by HiGHS without cycle cuts
-(:func:`order_search`)."""
+"""The order-restricted primal search: an order of the classes around the incumbent (depth-first
+from the roots, or a bottom-up sweep), and the acyclic sub-e-graph of the nodes that respect it,
+solved by HiGHS without cycle cuts (:func:`order_search`)."""
 
 from __future__ import annotations
 
@@ -92,14 +92,14 @@ def _dfs_order(
 
 
 def _sweep_order(p: Problem, incumbent: dict[int, int], rng: np.random.Generator) -> np.ndarray:
-    """A topological position per class from a bottom-up sweep (classes no sweep reaches: last):
-    a class is placed as soon as one of its nodes has every child class placed, a used class as
-    soon as its incumbent node has. The incumbent stays feasible, and every unused class
-    derivable without a cycle is placed, before the used classes that may read it where it can
-    be: the depth-first orders place an alternative only where the search from the roots meets
-    it (on extraction-gym's NasRNN e-graph the sweep keeps a different sub-e-graph of about 4,000
-    nodes after reduction, whose optimum is cheaper than the guarded order's). Nodes that become
-    ready together are taken in random order."""
+    """A topological position per class from a bottom-up sweep (Kahn's algorithm on classes;
+    classes it never reaches come last): an unused class is placed as soon as one of its nodes
+    has every child class placed, a used class only once its incumbent node has. The incumbent
+    stays feasible and every class with an acyclic term is placed, each as early as the
+    incumbent allows, where the depth-first orders of :func:`_dfs_order` place an alternative
+    only where the search from the roots meets it. On extraction-gym's NasRNN e-graph the sweep
+    around the guarded order's optimum (0.954000) keeps another sub-e-graph, 3,159 nodes after
+    reduction, whose optimum is 0.950939. Nodes made ready by one class go in random order."""
     n, m = p.n_nodes, p.n_classes
     en, ec = _edges(p)  # distinct (node, child class) pairs
     waiting = np.bincount(en, minlength=n)  # child classes not placed yet, per node
