@@ -319,6 +319,47 @@ def test_blocked_and_guarded_orders_keep_the_incumbent(reference: Path, mode: st
         assert find_cycle(q, greedy_tree(q).choice) is None
 
 
+def _derivable(p: Problem) -> set[int]:
+    """Classes with an acyclic term: the fixpoint of 'some node has every child derivable'."""
+    out: set[int] = set()
+    while True:
+        more = {
+            int(p.node_class[i])
+            for i in range(p.n_nodes)
+            if not p.forbidden[i] and set(p.children(i).tolist()) <= out
+        } - out
+        if not more:
+            return out
+        out |= more
+
+
+@settings(max_examples=40, deadline=None)
+@given(cyclic_problems(), st.integers(0, 3))
+def test_sweep_order_keeps_the_incumbent_and_every_derivable_class(p: Problem, seed: int) -> None:
+    """The bottom-up sweep places every class that has an acyclic term, keeps the incumbent's
+    nodes (a used class waits for its own node), and leaves an acyclic sub-e-graph."""
+    from relsat.extract import _order_restriction, _sweep_order
+    from relsat.extract.problem import _closure
+
+    cptr, cnodes = p.class_nodes
+    options = [cnodes[cptr[c] : cptr[c + 1]].tolist() for c in range(p.n_classes)]
+    acyclic = [  # an incumbent: the classes a root reaches, by an acyclic choice
+        _closure(p, choice)
+        for pick in itertools.product(*options)
+        for choice in [dict(enumerate(pick))]
+        if is_acyclic(p, choice)
+    ]
+    for inc in [{}, *acyclic[:1]]:
+        pos = _sweep_order(p, inc, np.random.default_rng(seed))
+        q = _order_restriction(p, pos)
+        assert not any(q.forbidden[i] for i in inc.values())
+        assert set(np.flatnonzero(pos < p.n_classes).tolist()) == _derivable(p)
+        assert _derivable(q) == _derivable(p)  # every placed class keeps a node reading before it
+        owner = np.repeat(q.node_class, np.diff(q.child_ptr))
+        edges = ~q.forbidden[np.repeat(np.arange(q.n_nodes), np.diff(q.child_ptr))]
+        assert (pos[q.child_idx[edges]] < pos[owner[edges]]).all()
+
+
 def test_guarded_order_refuses_only_the_entries_that_turn_an_incumbent_edge() -> None:
     """Root 4 reads B (2), then A (1) and C (3) by its incumbent node 6. B's alternatives read A
     (node 3) and C (node 4). Entering A from B's alternative would put A's incumbent edge to B

@@ -43,6 +43,7 @@ from relsat.extract.reduction import Reduced as Reduced
 from relsat.extract.reduction import reduce
 from relsat.extract.search import _dfs_order as _dfs_order
 from relsat.extract.search import _order_restriction as _order_restriction
+from relsat.extract.search import _sweep_order as _sweep_order
 from relsat.extract.solve import IlpOptions, ilp
 
 __all__ = [

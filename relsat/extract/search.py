@@ -1,10 +1,11 @@
-"""The order-restricted primal search: a depth-first order of the classes around the incumbent,
-and the acyclic sub-e-graph of the nodes that respect it, solved by HiGHS without cycle cuts
-(:func:`order_search`)."""
+"""The order-restricted primal search: an order of the classes around the incumbent (depth-first
+from the roots, or a bottom-up sweep), and the acyclic sub-e-graph of the nodes that respect it,
+solved by HiGHS without cycle cuts (:func:`order_search`)."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator
 from functools import partial
 from typing import Literal
@@ -14,11 +15,15 @@ import numpy as np
 from relsat.errors import ExtractionError
 from relsat.extract.highs import SolverLimits, run_model
 from relsat.extract.incumbent import Frame, Incumbent
-from relsat.extract.model import _post_order
+from relsat.extract.model import _edges, _post_order
 from relsat.extract.problem import I64, Problem, _with_forbidden
 from relsat.extract.reduction import reduce
 
 Mode = Literal["free", "guarded", "blocked"]
+#: The orders of the search's rounds, in turn: two depth-first ones from the roots and the
+#: bottom-up sweep (:func:`_sweep_order`). On extraction-gym's NasRNN e-graph each finds what the
+#: other cannot: greedy-DAG 0.963339, guarded 0.954000, sweep 0.950939, guarded 0.944755.
+ROUNDS: tuple[Mode | Literal["sweep"], ...] = ("free", "guarded", "sweep")
 
 
 def _dfs_order(
@@ -86,6 +91,46 @@ def _dfs_order(
     return pos
 
 
+def _sweep_order(p: Problem, incumbent: dict[int, int], rng: np.random.Generator) -> np.ndarray:
+    """A topological position per class from a bottom-up sweep (Kahn's algorithm on classes;
+    classes it never reaches come last): an unused class is placed as soon as one of its nodes
+    has every child class placed, a used class only once its incumbent node has. The incumbent
+    stays feasible and every class with an acyclic term is placed, each as early as the
+    incumbent allows, where the depth-first orders of :func:`_dfs_order` place an alternative
+    only where the search from the roots meets it. On extraction-gym's NasRNN e-graph the sweep
+    around the guarded order's optimum (0.954000) keeps another sub-e-graph, 3,159 nodes after
+    reduction, whose optimum is 0.950939. Nodes made ready by one class go in random order."""
+    n, m = p.n_nodes, p.n_classes
+    en, ec = _edges(p)  # distinct (node, child class) pairs
+    waiting = np.bincount(en, minlength=n)  # child classes not placed yet, per node
+    by_child = np.argsort(ec, kind="stable")
+    ptr = np.zeros(m + 1, dtype=I64)
+    np.cumsum(np.bincount(ec, minlength=m), out=ptr[1:])
+    readers, bounds = en[by_child].tolist(), ptr.tolist()
+    waiting_l, owner, forbidden = waiting.tolist(), p.node_class.tolist(), p.forbidden.tolist()
+    pos = np.full(m, m, dtype=I64)
+    placed = [False] * m
+    k = 0
+    ready = np.flatnonzero((waiting == 0) & ~p.forbidden)
+    queue = deque(rng.permutation(ready).tolist())
+    while queue:
+        i = queue.popleft()
+        c = owner[i]
+        if placed[c] or incumbent.get(c, i) != i:  # a used class waits for its incumbent node
+            continue
+        placed[c], pos[c] = True, k
+        k += 1
+        fresh = []
+        for j in readers[bounds[c] : bounds[c + 1]]:
+            waiting_l[j] -= 1
+            if waiting_l[j] == 0 and not forbidden[j]:
+                fresh.append(j)
+        if len(fresh) > 1:
+            rng.shuffle(fresh)
+        queue.extend(fresh)
+    return pos
+
+
 def _incumbent_descendants(p: Problem, incumbent: dict[int, int]) -> dict[int, int]:
     """Per used class, the bit set (bit ``k`` for the ``k``-th key of the answer, which lists
     every used class) of the used classes below it in the incumbent, itself excluded."""
@@ -128,12 +173,13 @@ def order_search(
 ) -> dict[str, int]:
     """Rounds of the order-restricted search on the (reduced, cyclic) ``frame`` until
     ``limits.deadline``, ``rounds`` rounds or ``patience`` rounds in a row without a better
-    answer: each round a depth-first class order around the incumbent (see :func:`_dfs_order`;
-    ``free`` and ``guarded`` in turn, from ``free``: the free order keeps the most alternatives
-    where it strands nothing, the guarded one keeps the incumbent), the acyclic sub-e-graph of
-    the nodes that respect it, reduced, and solved by HiGHS within ``limits`` (its stall limit
-    ends a round that stopped improving). A sub-e-graph already solved to optimality is not
-    solved again (a stale round). Every solution goes to ``best`` as it is found.
+    answer: each round a class order around the incumbent (:data:`ROUNDS` in turn: a
+    ``free`` then a ``guarded`` depth-first order, see :func:`_dfs_order` — the free order keeps
+    the most alternatives where it strands nothing, the guarded one keeps the incumbent —, then
+    the bottom-up :func:`_sweep_order`), the acyclic sub-e-graph of the nodes that respect it,
+    reduced, and solved by HiGHS within ``limits`` (its stall limit ends a round that stopped
+    improving). A sub-e-graph already solved to optimality is not solved again (a stale round).
+    Every solution goes to ``best`` as it is found.
     """
     p = frame.problem
     rng = np.random.default_rng(seed)
@@ -143,8 +189,9 @@ def order_search(
         if limits.deadline - time.perf_counter() <= 0:
             break
         inc = frame.lower(best.choice) or {}
-        mode: Mode = "free" if done % 2 == 0 else "guarded"
-        q = _order_restriction(p, _dfs_order(p, inc, rng, mode=mode))
+        mode = ROUNDS[done % len(ROUNDS)]
+        pos = _sweep_order(p, inc, rng) if mode == "sweep" else _dfs_order(p, inc, rng, mode=mode)
+        q = _order_restriction(p, pos)
         done += 1
         try:
             sub = Frame.of(reduce(q), frame)
