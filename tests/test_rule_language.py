@@ -18,12 +18,13 @@ import pytest
 from relsat import Options, optimize
 from relsat.engine.compile import compile_rules
 from relsat.engine.db import Database, sql_text
+from relsat.engine.egraph import EGraph
 from relsat.errors import RuleError
 from relsat.graph.builder import GraphBuilder, Tensor
-from relsat.graph.ops import f32_bits
+from relsat.graph.ops import f32_bits, opaque_key
 from relsat.rewrite.check import check_rule, evaluate
 from relsat.rewrite.rulefile import RULES_DIR, format_rules, load_rules, parse_rules
-from relsat.rewrite.rules import COMMUTATIVE, Pattern, Rule, Var
+from relsat.rewrite.rules import COMMUTATIVE, Pattern, Rule, Var, onnx_type
 
 SHIPPED = load_rules()
 DECODER = load_rules(RULES_DIR / "decoder.rules")
@@ -127,9 +128,23 @@ def test_no_two_rules_of_relsat_differ_only_in_numbers_or_operand_order() -> Non
 
 
 def test_the_view_of_turned_enodes_knows_the_commutative_operators() -> None:
+    """relsat's own commutative operators are named in the view, the ONNX ones by their opaque
+    keys in table ``commuting``, and a turned e-node of each is in the view."""
     view = sql_text("schema/program")
-    (ops,) = re.findall(r"WHERE op IN \(([^)]*)\) AND c0 <> c1", view)
-    assert {o.strip(" '") for o in ops.split(",")} == COMMUTATIVE
+    (ops,) = re.findall(r"WHERE \(op IN \(([^)]*)\)", view)
+    own = {op for op in COMMUTATIVE if onnx_type(op) is None}
+    assert {o.strip(" '") for o in ops.split(",")} == own == {"ewadd", "ewmul"}
+    egraph = EGraph()
+    keys = {k for (k,) in egraph.db.execute("SELECT key FROM commuting")}
+    onnx_ops = [t for t in map(onnx_type, COMMUTATIVE) if t]
+    assert keys == {opaque_key(t) for t in onnx_ops} and "And" in onnx_ops
+    b = GraphBuilder()
+    x, y = b.input([2, 3], name="x"), b.input([2, 3], name="y")
+    both = b.opaque("And", [x, y], [[2, 3]], {})[0]
+    one = b.opaque("Sub", [x, y], [[2, 3]], {})[0]
+    egraph = EGraph.from_graph(b.build(b.add(both, one)))
+    turned = egraph.db.execute("SELECT op, s FROM enode_either WHERE turned ORDER BY op, s", {})
+    assert [(op, s.split("|")[0]) for op, s in turned] == [("ewadd", ""), ("opaque", "And")]
 
 
 @pytest.mark.parametrize("value", [1e-5, 1e-6, 3e-6, 1e-12, -2.5, 0.0, 1e-40, 7.0, 65504.0])
