@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relsat import Options, optimize
 from relsat.onnx import load, load_symbolic
-from relsat.onnx.affine import decode
+from relsat.onnx.affine import Affine, decode, grid_axes, strided_axes
 from relsat.onnx.dimexpr import constant, parse, sign
 
 ort = pytest.importorskip("onnxruntime")
@@ -254,3 +254,30 @@ def test_polynomial_signs_hold_at_every_value_of_the_dims() -> None:
     assert sign(parse("-2*past - 1", {"past"})) == -1
     assert sign(parse("past - 1", {"past"})) is None  # 0 at past = 1, -1 at past = 0
     assert sign(past) == 1
+
+
+def test_index_grids_read_from_affine_forms() -> None:
+    """A GatherND's components, and a Gather's row into the flattened data, as an index grid
+    (:func:`relsat.onnx.affine.grid_axes`, :func:`~relsat.onnx.affine.strided_axes`): the
+    output axis each data dim is read along; a component read twice, out of order or shifted,
+    or a row index whose coefficient is not the data's stride, is none."""
+    one, kv = constant(1), parse("past + 1", {"past"})
+    lead = (3, 1, 1, 8)
+
+    def position(a: int, offset=()) -> Affine:
+        return Affine(lead, offset, tuple(one if i == a else () for i in range(4)))
+
+    b, k = position(0), position(3)
+    assert grid_axes([b, k], lead, (3, 8)) == [0, 3]
+    assert grid_axes([b, k], lead, (5, 8)) == [0, 3]  # the mask's first 3 rows
+    zero, k1 = Affine((1, 1, 1, 8), (), ((),) * 4), Affine((1, 1, 1, 8), (), ((),) * 3 + (one,))
+    assert grid_axes([zero, k1], (1, 1, 1, 8), (1, 8)) == [None, 3]  # a batch of 1: squeezed
+    assert grid_axes([zero, k1], (1, 1, 1, 8), (2, 8)) is None  # row 0 of 2: not a view
+    assert grid_axes([k, b], lead, (8, 3)) is None  # out of order
+    assert grid_axes([b, b], lead, (3, 3)) is None  # axis 3 read by none
+    assert grid_axes([b, position(3, one)], lead, (3, 8)) is None  # k + 1
+    extent = lambda n: kv if n == 8 else constant(n)  # noqa: E731
+    rows = Affine(lead, (), (kv, (), (), one))  # b * (past + 1) + k
+    assert strided_axes(rows, lead, (3, 8), extent) == [0, 3]
+    wrong = Affine(lead, (), (((("past",), 1),), (), (), one))  # b * past + k
+    assert strided_axes(wrong, lead, (3, 8), extent) is None

@@ -16,11 +16,13 @@ Reshape and Flatten (inserting or dropping unit dims), Expand, Add, Sub, Mul (by
 factor), Neg, and the comparisons and logic ops (settled or unknown). The facts of values keep it
 per tensor (:attr:`relsat.graph.facts.Facts.affine`, as :func:`encode` writes it) and bound a
 settled tensor's values exactly (:func:`relsat.onnx.masks.opaque_facts`), which rules read:
-``(onnx.And ?a ?b) => ?b where lo(?a) == 1`` (``rules/masks.rules``).
+``(onnx.And ?a ?b) => ?b where lo(?a) == 1`` (``rules/masks.rules``). :func:`grid_axes` and
+:func:`strided_axes` read a gather's index as an *index grid* (each component the position along
+one output axis), which makes the gather a view of its data (:mod:`relsat.onnx.grids`).
 
 >>> from relsat.onnx.dimexpr import parse
 >>> keys = Affine((5,), constant(0), (constant(1),))  # Range(0, past + 1) at past = 4
->>> past = Affine((), parse("past", {"past"}) or (), ())
+>>> past = Affine((), ((("past",), 1),), ())  # a dim: parse reads a plain name as none
 >>> settled(compare("LessOrEqual", keys, past, lambda n: parse("past + 1", {"past"}) or ()))
 True
 """
@@ -50,9 +52,12 @@ __all__ = [
     "compare",
     "decode",
     "encode",
+    "grid_axes",
+    "in_order",
     "of_constant",
     "product",
     "settled",
+    "strided_axes",
     "transfer",
 ]
 
@@ -323,3 +328,67 @@ def product(polys: Iterable[Poly]) -> Poly:
     for p in polys:
         out = multiply(out, p)
     return out
+
+
+# --- index grids ------------------------------------------------------------------------------
+
+
+def grid_axes(
+    parts: Sequence[Affine], lead: tuple[int, ...], dims: tuple[int, ...]
+) -> list[int | None] | None:
+    """The output axis each component of a gather's index runs along, per data dim (``dims``,
+    the data's first ``len(parts)``; None: a dim of 1 no component moves along), when each
+    component (a form over the output axes ``lead``) is the position along one axis: coefficient
+    1, offset 0; the moving axes increase with the data dims and cover every axis of ``lead``
+    longer than 1 (:func:`in_order`). A GatherND at such an index (``mask[b, k]`` at every
+    position of ``[b, 1, q, k]``) is a view of its data: its rows cut where an axis is shorter
+    than its dim, unit dims dropped and inserted. None where the index is no such grid.
+
+    >>> one = constant(1)
+    >>> b, k = (Affine((2, 1, 5), constant(0), c) for c in ((one, (), ()), ((), (), one)))
+    >>> grid_axes([b, k], (2, 1, 5), (2, 5)), grid_axes([k, b], (2, 1, 5), (5, 2))
+    ([0, 2], None)
+    """
+    axes: list[int | None] = []
+    for part, n in zip(parts, dims, strict=True):
+        if part.shape != lead or part.offset:
+            return None
+        moving = [a for a, c in enumerate(part.coefs) if c]
+        if not moving and n == 1:
+            axes.append(None)
+        elif len(moving) == 1 and part.coefs[moving[0]] == _ONE:
+            axes.append(moving[0])
+        else:
+            return None
+    return axes if in_order(axes, lead) else None
+
+
+def strided_axes(
+    v: Affine, lead: tuple[int, ...], dims: tuple[int, ...], extent: Callable[[int], Poly]
+) -> list[int | None] | None:
+    """As :func:`grid_axes`, for a row index ``v`` into the data flattened (``b * kv + k``):
+    the coefficient of each moving output axis is the row-major stride of the data dim it runs
+    over (``dims`` at the markers, ``extent`` reading one as a polynomial), every dim longer
+    than 1 has one, and the offset is 0."""
+    if v.shape != lead or v.offset:
+        return None
+    strides = [product(extent(m) for m in dims[j + 1 :]) for j in range(len(dims))]
+    axes: list[int | None] = [None] * len(dims)
+    for a, c in enumerate(v.coefs):
+        if not c:
+            continue
+        j = next((j for j in range(len(dims)) if dims[j] != 1 and strides[j] == c), None)
+        if j is None or axes[j] is not None:
+            return None
+        axes[j] = a
+    if any(a is None and n != 1 for a, n in zip(axes, dims, strict=True)):
+        return None
+    return axes if in_order(axes, lead) else None
+
+
+def in_order(axes: Sequence[int | None], lead: tuple[int, ...]) -> bool:
+    """Whether the moving axes increase with the data dims and cover every output axis longer
+    than 1."""
+    moved = [a for a in axes if a is not None]
+    covered = set(moved)
+    return moved == sorted(covered) and all(n == 1 or a in covered for a, n in enumerate(lead))

@@ -1,3 +1,28 @@
+"""Index grids in the masks exporters build, read as views at import.
+
+transformers' padding mask picks ``attention_mask[b, k]`` at every position of a ``[batch, 1,
+q, kv]`` grid: torch's dynamo exporter writes a ``GatherND`` at an index built from ``Range``\\ s,
+``Unsqueeze``, ``Expand`` and a ``Concat`` along the last axis; the legacy exporter a ``Gather``
+(axis 0) from the flattened mask (``Flatten`` or ``Reshape`` to ``[size]`` or ``[size, 1]``)
+at row ``b * kv + k``. Where each index component is the position along one output axis, in the
+data's order (:func:`relsat.onnx.affine.grid_axes`; for a row index, the row-major strides of
+the data: :func:`relsat.onnx.affine.strided_axes`), the gather is the data with unit axes
+inserted (``Unsqueeze``), after a ``Slice`` of the first rows where an output axis is shorter
+than its data dim, and a ``Squeeze`` of the data dims of 1 no component moves along. The
+settled comparisons beside it are decided in the e-graph (``rules/masks.rules``).
+
+Why this view is still made before the e-graph rather than by a rule over a fact of the
+index (issue 39): (1) dynamo gives the mask its own batch dim, whose marker may be smaller than
+the scores' (bert, GPT-J and Llama's ``.dyn`` exports: the first 61 rows of a mask of 59), and
+then no tensor of the e-graph has the gather's shape at the markers, where a class holds one
+shape; (2) at fixed shapes the index is a constant kept in the gather's attributes, with no
+class to hold a fact; (3) ``relsat rules check`` models neither ``onnx.GatherND`` nor
+``onnx.Gather``.
+
+:func:`plan` finds the rewrites; the importer applies them (:class:`Plan`) before converting,
+and the nodes they leave unread are dropped with the rest of the unreachable graph.
+"""
+
 from __future__ import annotations
 
 import math
@@ -18,7 +43,6 @@ __all__ = ["Plan", "plan"]
 
 #: How far back a value is read (a mask index is a dozen nodes from its Ranges).
 DEPTH = 24
-_ONE = constant(1)
 
 
 class Model(Protocol):
@@ -142,7 +166,7 @@ class _Planner:
             if shape is None or parts is None or len(parts) > len(shape):
                 return None
             lead, trailing = index_shape[:-1], False
-            axes = self._unit_grid(parts, lead, shape[: len(parts)])
+            axes = affine.grid_axes(parts, lead, shape[: len(parts)])
         else:
             flat = self.shape(data)
             producer = self.producers.get(data)
@@ -158,7 +182,7 @@ class _Planner:
             if v is None:
                 return None
             lead, trailing = index_shape, len(flat) == 2
-            axes = self._strided_grid(v, lead, shape)
+            axes = affine.strided_axes(v, lead, shape, self.extent)
         if axes is None:
             return None
         # An axis of the grid shorter than its data dim reads the dim's first rows (the batch of
@@ -191,45 +215,6 @@ class _Planner:
                 return None
             out.append(affine.affine(v.shape[:-1], v.offset, v.coefs[:-1]))
         return out if len(out) == k else None
-
-    def _unit_grid(
-        self, parts: list[Affine], lead: tuple[int, ...], dims: tuple[int, ...]
-    ) -> list[int | None] | None:
-        """Per data dim, the output axis its component runs along (None: a dim of 1 no component
-        moves along), when each component is the position along one axis (over the dim's first
-        rows when the axis is shorter: the view then slices the data)."""
-        axes: list[int | None] = []
-        for part, n in zip(parts, dims, strict=True):
-            if part.shape != lead or part.offset:
-                return None
-            moving = [a for a, c in enumerate(part.coefs) if c]
-            if not moving and n == 1:
-                axes.append(None)
-            elif len(moving) == 1 and part.coefs[moving[0]] == _ONE:
-                axes.append(moving[0])
-            else:
-                return None
-        return axes if _in_order(axes, lead) else None
-
-    def _strided_grid(
-        self, v: Affine, lead: tuple[int, ...], dims: tuple[int, ...]
-    ) -> list[int | None] | None:
-        """As :meth:`_unit_grid`, for a row index into the flattened data: the coefficient of
-        each moving output axis is the row-major stride of the data dim it runs over."""
-        if v.shape != lead or v.offset:
-            return None
-        strides = [affine.product(self.extent(m) for m in dims[j + 1 :]) for j in range(len(dims))]
-        axes: list[int | None] = [None] * len(dims)
-        for a, c in enumerate(v.coefs):
-            if not c:
-                continue
-            j = next((j for j in range(len(dims)) if dims[j] != 1 and strides[j] == c), None)
-            if j is None or axes[j] is not None:
-                return None
-            axes[j] = a
-        if any(a is None and n != 1 for a, n in zip(axes, dims, strict=True)):
-            return None
-        return axes if _in_order(axes, lead) else None
 
     def _flattens(self, node: NodeProto, shape: tuple[int, ...], flat: tuple[int, ...]) -> bool:
         """Whether ``node`` flattens a tensor of ``shape`` whole: into ``[size]`` (Reshape) or
@@ -302,11 +287,3 @@ class _Planner:
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
         return name
-
-
-def _in_order(axes: list[int | None], lead: tuple[int, ...]) -> bool:
-    """Whether the moving axes increase with the data dims and cover every non-unit output
-    axis."""
-    moved = [a for a in axes if a is not None]
-    covered = set(moved)
-    return moved == sorted(covered) and all(n == 1 or a in covered for a, n in enumerate(lead))
