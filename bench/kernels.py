@@ -56,64 +56,37 @@ def _float_input(name: str, s: int, n: int) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, s, n])
 
 
+def _skip_norm(
+    s: int, n: int, init: dict[str, np.ndarray], fused: str, norm: str, rng: np.random.Generator
+) -> tuple:
+    """A residual Add and the norm after it (its scale, and bias for LayerNormalization,
+    ``init``), against the com.microsoft kernel ``fused`` of both. A fused kernel with a fourth
+    output writes the sum there, read again as a pre-norm decoder's next residual add reads it
+    (both models output it)."""
+    inputs = [_float_input("x", s, n), _float_input("skip", s, n)]
+    with_sum = fused == "SkipSimplifiedLayerNormalization"
+    outs = ["out0", "", "", "out1"] if with_sum else ["out0"]
+    total = "out1" if with_sum else "sum"
+    node = helper.make_node(fused, ["x", "skip", *init], outs, domain="com.microsoft", epsilon=EPS)
+    spelled = [
+        helper.make_node("Add", ["x", "skip"], [total]),
+        helper.make_node(norm, [total, *init], ["out0"], epsilon=EPS),
+    ]
+    n_out = 2 if with_sum else 1
+    feed = {k: rng.random((1, s, n), dtype=np.float32) for k in ("x", "skip")}
+    return _model([node], inputs, init, n_out), _model(spelled, inputs, init, n_out), feed
+
+
 def skip_layernorm(s: int, n: int, rng: np.random.Generator) -> tuple:
     init = {"g": rng.random(n, dtype=np.float32), "b": rng.random(n, dtype=np.float32)}
-    inputs = [_float_input("x", s, n), _float_input("skip", s, n)]
-    fused = _model(
-        [
-            helper.make_node(
-                "SkipLayerNormalization",
-                ["x", "skip", "g", "b"],
-                ["out0"],
-                domain="com.microsoft",
-                epsilon=EPS,
-            )
-        ],
-        inputs,
-        init,
-        1,
-    )
-    spelled = _model(
-        [
-            helper.make_node("Add", ["x", "skip"], ["sum"]),
-            helper.make_node("LayerNormalization", ["sum", "g", "b"], ["out0"], epsilon=EPS),
-        ],
-        inputs,
-        init,
-        1,
-    )
-    feed = {k: rng.random((1, s, n), dtype=np.float32) for k in ("x", "skip")}
-    return fused, spelled, feed
+    return _skip_norm(s, n, init, "SkipLayerNormalization", "LayerNormalization", rng)
 
 
 def skip_rmsnorm(s: int, n: int, rng: np.random.Generator) -> tuple:
     init = {"g": rng.random(n, dtype=np.float32)}
-    inputs = [_float_input("x", s, n), _float_input("skip", s, n)]
-    fused = _model(
-        [
-            helper.make_node(
-                "SkipSimplifiedLayerNormalization",
-                ["x", "skip", "g"],
-                ["out0", "", "", "out1"],
-                domain="com.microsoft",
-                epsilon=EPS,
-            )
-        ],
-        inputs,
-        init,
-        2,
+    return _skip_norm(
+        s, n, init, "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", rng
     )
-    spelled = _model(
-        [
-            helper.make_node("Add", ["x", "skip"], ["out1"]),
-            helper.make_node("SimplifiedLayerNormalization", ["out1", "g"], ["out0"], epsilon=EPS),
-        ],
-        inputs,
-        init,
-        2,
-    )
-    feed = {k: rng.random((1, s, n), dtype=np.float32) for k in ("x", "skip")}
-    return fused, spelled, feed
 
 
 def embed_layernorm(s: int, n: int, rng: np.random.Generator) -> tuple:
