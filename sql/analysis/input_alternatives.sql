@@ -4,6 +4,8 @@
 -- computation even though every e-node it chose is the input's. Parameters: $chosen.
 SELECT EXISTS (
     SELECT 1
-    FROM enode c JOIN enode o ON o.class = c.class AND o.id <> c.id
-    WHERE list_contains($chosen, c.id) AND c.born = 0 AND o.born = 0 AND NOT o.filtered
+    FROM (SELECT unnest($chosen) AS id) k
+    JOIN enode c ON c.id = k.id
+    JOIN enode o ON o.class = c.class AND o.id <> c.id
+    WHERE c.born = 0 AND o.born = 0 AND NOT o.filtered
 )
