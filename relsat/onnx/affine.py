@@ -59,6 +59,7 @@ __all__ = [
     "settled",
     "strided_axes",
     "transfer",
+    "uniform_value",
 ]
 
 #: Constants larger than this (elements) are not read as ramps.
@@ -105,15 +106,21 @@ def affine(shape: tuple[int, ...], offset: Poly, coefs: tuple[Poly, ...]) -> Aff
     )
 
 
-def settled(v: Affine | None) -> bool | None:
-    """The truth of every element of ``v`` when it is the same constant throughout."""
+def uniform_value(v: Affine | None) -> int | None:
+    """The one integer every element of ``v`` is, at every value of the dims; None where there
+    is none."""
     if v is None or not v.uniform:
         return None
     if not v.offset:
-        return False
-    if len(v.offset) == 1 and v.offset[0][0] == ():
-        return True
-    return None
+        return 0
+    (mono, c), *rest = v.offset
+    return c if mono == () and not rest else None
+
+
+def settled(v: Affine | None) -> bool | None:
+    """The truth of every element of ``v`` when it is the same constant throughout."""
+    value = uniform_value(v)
+    return None if value is None else value != 0
 
 
 # --- text: how the facts of values keep it ----------------------------------------------------

@@ -49,7 +49,7 @@ from relsat.onnx.dimexpr import constant
 if TYPE_CHECKING:
     from relsat.onnx.symbolic import Dims
 
-__all__ = ["no_infinity", "opaque_facts", "settled_value"]
+__all__ = ["no_infinity", "opaque_facts"]
 
 Range = tuple[float, float]
 
@@ -127,7 +127,7 @@ def opaque_facts(
                 products = [x * y for x in a for y in b]
                 found = (min(products), max(products))
     form = _affine(op, attrs, meta, ins, graph, node, out, dims)
-    value = settled_value(form)
+    value = affine.uniform_value(form)
     if value is not None:
         found = (float(value), float(value))
     if found is not None and out in _INTEGER_RANGES:
@@ -141,17 +141,6 @@ def opaque_facts(
         f = Facts()
     f = Facts(f.lo, f.hi, layout, layout, affine=None if form is None else affine.encode(form))
     return None if f.empty else f
-
-
-def settled_value(form: affine.Affine | None) -> int | None:
-    """The one integer every element of ``form`` is, at every value of the dims; None where
-    there is none."""
-    if form is None or not form.uniform:
-        return None
-    if not form.offset:
-        return 0
-    (mono, c), *rest = form.offset
-    return c if mono == () and not rest else None
 
 
 def _affine(
