@@ -234,17 +234,70 @@ def test_near_misses_are_left_alone(change, kept) -> None:
         _same_at(model, written, _feeds(batch, past, batch))
 
 
-def test_a_mask_at_fixed_shapes_loses_its_gather() -> None:
-    """At fixed shapes the index is a constant: the GatherND is a view at import. (The causal
-    part is a constant there too, kept in the And's attributes, where no rule reads it: the And
-    stays, as onnxruntime runs it; outputs equal.)"""
+def test_a_mask_at_fixed_shapes_loses_its_gather_and_its_and() -> None:
+    """At fixed shapes the index is a constant: the GatherND is a view at import. The causal
+    part folds to a boolean constant, an opaque ``Constant`` e-node whose facts say all true:
+    ``and-true`` drops the And, and the constant is read by nothing written."""
     model = _mask_model("gathernd", mask_batch="batch")
     given = {"scores": [2, H, 1, 9], "past_k": [2, H, 8, 4], "attention_mask": [2, 9]}
     graph = load(model, input_shapes=given)
     types = {n.params["type"] for n in graph.nodes if n.op == "opaque"}
     assert "GatherND" not in types and "Range" not in types, types
+    assert "Constant" in types  # the folded causal part, a class of its own
     options = dataclasses.replace(ANALYTIC, input_shapes=given, static=True)
-    _same_at(model, _written(model, options), _feeds(2, 8))
+    written = _written(model, options)
+    assert "And" not in [n.op_type for n in written.graph.node]
+    assert all(i.data_type != TensorProto.BOOL for i in written.graph.initializer)
+    _same_at(model, written, _feeds(2, 8))
+
+
+def _bool_constant_model(value: np.ndarray, op: str = "And", first: bool = True) -> onnx.ModelProto:
+    """``y = Where(op(c, x > 0), x, -x)`` with ``c`` a boolean initializer (``first``: the
+    And's / Or's first operand)."""
+    n = helper.make_node
+    pair = ["c", "pos"] if first else ["pos", "c"]
+    nodes = [
+        n("Greater", ["x", "zero"], ["pos"]),
+        n(op, pair, ["cond"]),
+        n("Neg", ["x"], ["neg"]),
+        n("Where", ["cond", "x", "neg"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(value, "c"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+    ]
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "boolconst",
+        [helper.make_tensor_value_info("x", f32, [2, 3])],
+        [helper.make_tensor_value_info("y", f32, np.broadcast_shapes(value.shape, (2, 3)))],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("value", "op", "first", "dropped"),
+    [
+        (np.array(True), "And", True, True),
+        (np.ones((2, 3), bool), "And", False, True),
+        (np.zeros((1, 3), bool), "Or", True, True),
+        (np.array([True, False, True]), "And", True, False),  # not all true: kept
+        (np.array(True), "Or", True, False),  # true or b is not b
+        (np.ones((3, 2, 3), bool), "And", True, False),  # broadcasts the other operand
+    ],
+    ids=["and-scalar", "and-second", "or-false", "not-all-true", "or-true", "broadcasting"],
+)
+def test_a_boolean_constant_is_a_class_the_mask_rules_read(value, op, first, dropped) -> None:
+    """A boolean initializer read by an opaque node is an opaque ``Constant`` e-node, its
+    facts its bounds: ``and-true`` / ``or-false`` fire where it is settled and the broadcast
+    keeps the other operand's shape, and nowhere else; outputs equal."""
+    model = _bool_constant_model(value, op, first)
+    written = _written(model)
+    assert (op not in [n.op_type for n in written.graph.node]) == dropped
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    _same_at(model, written, {"x": x})
 
 
 def test_polynomial_signs_hold_at_every_value_of_the_dims() -> None:

@@ -18,6 +18,7 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from relsat.cost.model import CostModel, OpSignature, Pricing
 from relsat.cost.table import CostTable, TableModel
@@ -93,10 +94,11 @@ def price_egraph(
     units = {s: i for i, s in enumerate(dict.fromkeys(sigs))}  # one per distinct priced key
     sig_unit = np.array([units[s] for s in sigs], dtype=np.int64)
     sig_of = rows["sig"].to_numpy()
-    free = pricing.free(
-        rows["op"].to_numpy(zero_copy_only=False),
-        rows["all_weights"].to_numpy(zero_copy_only=False),
-    )
+    ops = rows["op"].to_numpy(zero_copy_only=False)
+    free = pricing.free(ops, rows["all_weights"].to_numpy(zero_copy_only=False))
+    # an opaque Constant (a boolean constant's class) is written as an initializer
+    constant = pc.starts_with(rows["s"].fill_null(""), "Constant|").to_numpy(zero_copy_only=False)
+    free = free | ((ops == "opaque") & constant)
     # Only signatures some e-node pays for are priced: weight-only work the policies make free
     # (a batch-norm fold's scaled weight and bias) is never timed.
     paid = np.zeros(len(sigs), dtype=bool)

@@ -126,6 +126,8 @@ class Graph:
         for n in self.nodes:
             if n.op in ("input", "weight", "scalar"):
                 flags.append(n.op != "input")
+            elif n.op == "opaque" and n.params["type"] == "Constant":  # a boolean constant
+                flags.append(True)
             else:
                 flags.append(bool(n.inputs) and all(flags[r.node] for r in n.inputs))
         return flags

@@ -6,8 +6,9 @@ that still holds one, in the NumPy executor. The executor runs an opaque node wi
 registered for its type (:func:`relsat.graph.kernels.register_opaque`) or, for the element-wise
 operators of :data:`KERNELS`, with the one here. An imported node keeps its non-float constant
 inputs in its attributes (``_onnx.inputs``: ``"t"`` a tensor input, ``""`` an omitted one, a
-tensor dict a constant, :mod:`relsat.onnx.importer`); a kernel sees the ONNX inputs again in
-order. :data:`SHAPES` says which output shape each computes, for the rule checker's shape solver.
+tensor dict a constant, :mod:`relsat.onnx.importer`) but for a boolean one, a ``Constant`` node
+of its own; a kernel sees the ONNX inputs again in order. :data:`SHAPES` says which output
+shape each computes, for the rule checker's shape solver.
 
 >>> import numpy as np
 >>> KERNELS["Where"]({}, np.array([1.0, 0.0]), np.zeros(2), np.ones(2))[0].tolist()
@@ -100,11 +101,18 @@ def _matmul(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
     return (np.matmul(a, b),)
 
 
+def _constant(attrs: dict[str, Any]) -> tuple[np.ndarray]:
+    """An opaque ``Constant`` (the importer's boolean constants): its ``value``."""
+    value = attrs["value"]
+    return (np.array(value["data"], dtype=_DTYPES[value["dtype"]]).reshape(value["dims"]),)
+
+
 #: ONNX type (default domain) → NumPy kernel ``fn(attrs, *inputs)``, as
 #: :func:`relsat.graph.kernels.register_opaque` takes one.
 KERNELS: dict[str, _Kernel] = {
     "Abs": _unary(lambda x, _: np.abs(x)),
     "And": _logic(np.logical_and),
+    "Constant": _constant,
     "IsInf": _unary(_is_inf),
     "IsNaN": _unary(lambda x, _: np.isnan(x)),
     "MatMul": _matmul,
@@ -126,7 +134,7 @@ SHAPES = {
 }
 
 #: Operators whose output is boolean (relsat's executor holds it as 0 and 1).
-BOOLEAN_OUTPUTS = frozenset({"And", "IsInf", "IsNaN", "Or"})
+BOOLEAN_OUTPUTS = frozenset({"And", "Constant", "IsInf", "IsNaN", "Or"})
 
 #: ONNX input positions that are boolean, by operator: a rule checker draws 0 and 1 there.
 BOOLEAN_INPUTS: dict[str, frozenset[int]] = {

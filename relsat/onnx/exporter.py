@@ -554,6 +554,9 @@ class Exporter:
                 "inputs": ["t"] * len(ins),
                 "outputs": [1] * len(outs),
             }
+        if node.params["type"] == "Constant" and meta["domain"] == "" and not ins:
+            self.inits.append(_decode_tensor(attrs["value"], outs[0]))  # a boolean constant
+            return
         inputs, it = [], iter(ins)
         for spec in meta["inputs"]:
             if spec == "t":

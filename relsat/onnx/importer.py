@@ -450,6 +450,27 @@ class Importer:
             self.derived[key] = self.weight(f"{name}_{purpose}", make())
         return self.derived[key]
 
+    def bool_constant(self, name: str) -> Tensor:
+        """The tensor of boolean constant ``name``, an opaque ``Constant`` e-node (one per value):
+        a mask's all-true operand is a class whose facts the rules read, where an integer
+        constant (a shape, axes, indices) stays a parameter in its reader's attributes."""
+        value = self.consts[name]
+        key = (value.dtype.str, value.shape, value.tobytes())
+        if key not in self.small:
+            attrs = {
+                "value": encode_tensor(value, TensorProto.BOOL),
+                "_onnx": {
+                    "domain": "",
+                    "opset": self.opsets[""],
+                    "types": {"value": "TENSOR"},
+                    "inputs": [],
+                    "outputs": [1],
+                    "out_dtypes": ["BOOL"],
+                },
+            }
+            (self.small[key],) = self.g.opaque("Constant", [], [value.shape], attrs, name=name)
+        return self.small[key]
+
     def const(self, name: str) -> np.ndarray | None:
         return self.consts.get(name) if name else None
 
@@ -665,6 +686,8 @@ class Importer:
                 tensors.append(self.env[name])
             elif self.is_float(name):
                 tensors.append(self.tensor(name))
+            elif name in self.consts and self.const_types[name] == TensorProto.BOOL:
+                tensors.append(self.bool_constant(name))  # a value the mask rules read
             elif name in self.consts:
                 layout.append(encode_tensor(self.consts[name], self.const_types[name]))
                 continue

@@ -101,6 +101,11 @@ def opaque_facts(
 
     out = TensorProto.DataType.Value(meta.get("out_dtypes", ["FLOAT"])[0])
     found: Range | None = None
+    if op == "Constant" and isinstance(attrs.get("value"), dict):  # a boolean constant
+        array = _decoded(attrs["value"])
+        ramp = affine.of_constant(array, dims)
+        f = of_value(array)
+        return Facts(f.lo, f.hi, affine=None if ramp is None else affine.encode(ramp))
     if op in _BOOLEAN_OPS:
         found = (0.0, 1.0)
     elif op in _SAME_VALUES:
@@ -168,8 +173,7 @@ def _affine(
             operands.append(affine.Operand(v, None, code))
         elif isinstance(entry, dict) and entry.get("dtype") not in ("STRING", None):
             code = TensorProto.DataType.Value(entry["dtype"])
-            value = np.array(entry["data"], dtype=helper.tensor_dtype_to_np_dtype(code))
-            value = value.reshape(entry["dims"])
+            value = _decoded(entry)
             operands.append(affine.Operand(affine.of_constant(value, dims), value, code))
         else:
             operands.append(affine.Operand(None))
@@ -237,13 +241,17 @@ def _operands(meta: dict, ins: Sequence[Facts | None]) -> list[tuple[Range | Non
             if code == TensorProto.STRING:
                 out.append((None, code))
                 continue
-            kind = helper.tensor_dtype_to_np_dtype(code)
-            value = np.array(entry["data"], dtype=kind).reshape(entry["dims"])
-            f = of_value(value)
+            f = of_value(_decoded(entry))
             out.append(((f.lo, f.hi) if f.finite else None, code))  # type: ignore[arg-type]
         else:
             out.append((None, None))
     return out
+
+
+def _decoded(entry: dict) -> np.ndarray:
+    """A constant kept in an opaque node's attributes (``encode_tensor``'s JSON), as an array."""
+    kind = helper.tensor_dtype_to_np_dtype(TensorProto.DataType.Value(entry["dtype"]))
+    return np.array(entry["data"], dtype=kind).reshape(entry["dims"])
 
 
 def _where(cond: Range | None, then: Range | None, other: Range | None) -> Range | None:
