@@ -191,8 +191,8 @@ class _Planner:
         # fails: a GatherND index out of its dim, or a row index past the flattened data when
         # the other dims are whole (so one such dim at most for a Gather).
         rows = {j: lead[a] for j, a in enumerate(axes) if a is not None and lead[a] != shape[j]}
-        if node.op_type == "Gather" and len(rows) > 1:
-            return None
+        if not rows or (node.op_type == "Gather" and len(rows) > 1):
+            return None  # read whole: a view by a rule (gathernd-grid, gather-flatten-grid)
         return self._view(node, source, shape, lead, axes, trailing, rows)
 
     def _components(self, index: str, shape: tuple[int, ...]) -> list[Affine] | None:
