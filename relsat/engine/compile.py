@@ -39,8 +39,8 @@ from relsat.errors import RuleError
 from relsat.graph.ops import opaque_key
 from relsat.rewrite.exprs import (
     BOUNDS,
-    INDEX_FACTS,
     FACTS,
+    INDEX_FACTS,
     LIST,
     Cond,
     Expr,

@@ -451,10 +451,10 @@ class Importer:
         return self.derived[key]
 
     def constant_class(self, name: str) -> Tensor:
-        """The tensor of a boolean constant ``name`` (or a mask index), an opaque ``Constant`` e-node (one per value):
-        a mask's all-true operand is a class whose facts the rules read, where an integer
-        constant (a shape, axes, indices) stays a parameter in its reader's attributes (but
-        for a mask gather's index: :meth:`_is_mask_index`)."""
+        """The tensor of a boolean constant ``name`` (or a mask's index), an opaque ``Constant``
+        e-node (one per value): a mask's all-true operand is a class whose facts the rules read,
+        where an integer constant (a shape, axes, indices) stays a parameter in its reader's
+        attributes (but for a mask gather's index: :meth:`_is_mask_index`)."""
         value = self.consts[name]
         dtype = self.const_types[name]
         key = (value.dtype.str, value.shape, value.tobytes())

@@ -29,8 +29,8 @@ from typing import Any
 
 from relsat.rewrite.exprs import (
     BOUNDS,
-    INDEX_FACTS,
     FACTS,
+    INDEX_FACTS,
     LIST,
     VALUE_FACTS,
     Cond,
