@@ -468,7 +468,8 @@ def _function(op: str, vals: Sequence[object]) -> Value:
         n = vals[0]
         return (1,) * n if isinstance(n, int) and n >= 0 else None
     if op == "squeeze":
-        return tuple(n for n in vals[0] if n != 1)  # type: ignore[union-attr]
+        assert isinstance(vals[0], tuple)
+        return tuple(n for n in vals[0] if n != 1)
     if op == "broadcast":
         try:
             return tuple(int(n) for n in np.broadcast_shapes(*vals))  # type: ignore[arg-type]
