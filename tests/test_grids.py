@@ -1,9 +1,10 @@
 """Attention masks through the e-graph (issues 24, 27 and 39): transformers' ``sdpa_mask`` as
 torch's dynamo exporter writes it (GatherND) and as the legacy exporter does (Gather from the
-flattened mask), the index grid read as a view at import (:mod:`relsat.onnx.grids`), the decode
-step's causal part (``Range(0, past + 1) <= past``) settled by the facts of values
-(:mod:`relsat.onnx.affine`) and dropped by rules (``rules/masks.rules``), and near misses left
-alone."""
+flattened mask), the index grid read as a view by rules over the facts ``grid`` and ``rows`` of
+the index (``rules/masks.rules``; cut to the mask's first rows at import:
+:mod:`relsat.onnx.grids`), the decode step's causal part (``Range(0, past + 1) <= past``)
+settled by the facts of values (:mod:`relsat.onnx.affine`) and dropped by rules
+(``rules/masks.rules``), and near misses left alone."""
 
 from __future__ import annotations
 
