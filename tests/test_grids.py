@@ -70,9 +70,10 @@ def _mask_model(
             n("Concat", [f"{order[0]}_part", f"{order[1]}_part"], ["index"], axis=-1),
             n("GatherND", ["mask_bool", "index"], ["pad"]),
         ]
-    else:
+    else:  # "gather": Flatten to [size, 1]; "gather-reshape": Reshape to [size]
+        flatten = n("Flatten", ["mask_bool"], ["flat"], axis=2)
         nodes += [
-            n("Flatten", ["mask_bool"], ["flat"], axis=2),
+            flatten if padding == "gather" else n("Reshape", ["mask_bool", "minus_one"], ["flat"]),
             n("Mul", ["b_idx", stride], ["rows"]),
             n("Add", ["k_idx", "rows"], ["index"]),
             n("Gather", ["flat", "index"], ["picked"], axis=0),
@@ -99,6 +100,7 @@ def _mask_model(
             ("axes0123", [0, 1, 2, 3], i64),
             ("axes123", [1, 2, 3], i64),
             ("last", [-1], i64),
+            ("minus_one", [-1], i64),
             ("zero_f", 0.0, np.float32),
             ("low", -1e9, np.float32),
         )
@@ -148,7 +150,7 @@ SHAPES = ((1, 128, None), (2, 40, None), (3, 1, None), (2, 7, 3))
 
 
 @pytest.mark.parametrize("causal_first", [True, False], ids=["causal-first", "causal-second"])
-@pytest.mark.parametrize("padding", ["gathernd", "gather"])
+@pytest.mark.parametrize("padding", ["gathernd", "gather", "gather-reshape"])
 def test_a_decode_steps_mask_is_a_view_of_the_attention_mask(padding, causal_first) -> None:
     """The padding part becomes the mask with unit axes inserted (at import: the index grid),
     the causal part is settled and dropped (in the e-graph: its comparison is true at every
