@@ -178,6 +178,25 @@ def test_units_that_cannot_be_timed_get_the_fallback_price_and_are_counted() -> 
     assert "fallback bogus x1" in m.report()
 
 
+def test_a_masks_boolean_operands_are_timed_and_integer_ones_get_the_fallback() -> None:
+    """A unit reading booleans (the And of a mask's parts) runs on random true and false; one
+    reading an integer tensor (a Tile's repeats: made-up values would time another tiling)
+    gets the fallback, its reason named."""
+    meta = '{"_onnx":{"domain":"","in_dtypes":["BOOL","BOOL"],"inputs":["t","t"],"opset":17,'
+    meta += '"out_dtypes":["BOOL"],"outputs":[1],"types":{}}}'
+    both = OpSignature(
+        "opaque", (), f"And|{meta}|[[1,1,16,16]]", ((1, 1, 16, 16),) * 2, (1, 1, 16, 16)
+    )
+    tile = '{"_onnx":{"domain":"","in_dtypes":["FLOAT","INT64"],"inputs":["t","t"],"opset":17,'
+    tile += '"outputs":[1],"types":{}}}'
+    tiled = OpSignature("opaque", (), f"Tile|{tile}|[[4,16]]", ((2, 16), (2,)), (4, 16))
+    m = model()
+    m.costs([both, tiled])
+    assert (m.measured, m.fallbacks) == (1, 1), m.fallback_reasons
+    (reason,) = m.fallback_reasons["opaque"]
+    assert "tensor(int64)" in reason
+
+
 # --- the cache ----------------------------------------------------------------------------
 
 

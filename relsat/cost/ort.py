@@ -25,6 +25,9 @@ model, clamped at ``floor_ms`` (:class:`OrtTiming`).
 * Free in onnxruntime (:data:`ORT_ZERO_COST`): leaves, noop, dropout, the split projections,
   reshape (aliased) and merge/enlarge (folded into initializers by the exporter). Transpose,
   concat and split are real copies on a CPU and are timed.
+* Inputs: float32 ones hold normal values, boolean ones (the masks' And, Or and Where) true and
+  false at random; a unit with an integer input (a shape, a count or a bound as likely as an index:
+  made-up values would time another computation) gets the fallback.
 * Fallback: a unit that cannot be rebuilt, exported or run alone, or whose tensors exceed
   ``memory_cap`` bytes, is priced by ``AnalyticModel("cpu")`` (if even that refuses, by the same
   roofline for a memory-bound op of its shapes), counted in ``fallbacks`` and its reason kept in
@@ -800,17 +803,28 @@ def _one_kernel(sig: OpSignature) -> OpSignature:
     return sig
 
 
+#: The input types a timed unit is given values of (onnxruntime's names → NumPy's). Integer
+#: inputs are not: their values may be shapes, counts or bounds (a Tile's repeats, a Range's
+#: limit), where made-up ones would time another computation; such a unit gets the fallback.
+_INPUT_TYPES: dict[str, Any] = {"tensor(float)": np.float32, "tensor(bool)": np.bool_}
+
+
 def _bind(session: Any) -> Any:
     """An IOBinding with pre-allocated random inputs and (where the type is known) outputs,
-    so timed runs allocate and convert nothing on the Python side."""
+    so timed runs allocate and convert nothing on the Python side: float32 inputs hold normal
+    values, boolean ones (a mask's operands) true and false at random."""
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
     binding = session.io_binding()
     for arg in session.get_inputs():
-        if arg.type != "tensor(float)" or not all(isinstance(d, int) for d in arg.shape):
-            raise ValueError(f"input {arg.name} is {arg.type} {arg.shape}, not static float32")
-        value = rng.standard_normal(arg.shape, dtype=np.float32)
+        kind = _INPUT_TYPES.get(arg.type)
+        if kind is None or not all(isinstance(d, int) for d in arg.shape):
+            raise ValueError(f"input {arg.name} is {arg.type} {arg.shape}, not static float/bool")
+        if kind is np.bool_:
+            value = rng.random(arg.shape) < 0.5
+        else:
+            value = rng.standard_normal(arg.shape, dtype=np.float32)
         binding.bind_ortvalue_input(arg.name, ort.OrtValue.ortvalue_from_numpy(value))
     for arg in session.get_outputs():
         if arg.type == "tensor(float)" and all(isinstance(d, int) for d in arg.shape):
