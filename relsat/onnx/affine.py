@@ -57,6 +57,7 @@ __all__ = [
     "grid_axes",
     "grid_dims",
     "in_order",
+    "index_facts",
     "of_constant",
     "product",
     "row_dims",
@@ -459,3 +460,25 @@ def row_dims(v: Affine, extent: Callable[[int], Poly]) -> tuple[int, ...] | None
             return None
         stride = multiply(stride, extent(v.shape[a]))
     return tuple(v.shape[a] for a in moving)
+
+
+def index_facts(
+    array: np.ndarray, dims: Dims | None = None
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """The facts ``grid`` and ``rows`` of a constant index (:func:`grid_dims` of its last axis'
+    components, :func:`row_dims` of the whole; ``dims``: the model's symbolic dims, None where
+    all are static): what the importer stores of a mask gather's constant index, and what the
+    rule checker reads of the indices it draws.
+
+    >>> b, k = np.indices((2, 1, 5))[[0, 2]]
+    >>> index_facts(np.stack([b, k], -1)), index_facts(5 * b + k)
+    (((2, 5), None), (None, (2, 5)))
+    """
+    if array.dtype.kind not in "iu" or array.ndim == 0:
+        return None, None
+    extent = dims.poly if dims is not None else constant
+    parts = [of_constant(array[..., j], dims) for j in range(array.shape[-1])]
+    known = [p for p in parts if p is not None]
+    grid = grid_dims(known, known[0].shape) if known and len(known) == len(parts) else None
+    whole = of_constant(array, dims)
+    return grid, None if whole is None else row_dims(whole, extent)

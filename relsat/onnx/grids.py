@@ -6,12 +6,17 @@ q, kv]`` grid: torch's dynamo exporter writes a ``GatherND`` at an index built f
 (axis 0) from the flattened mask at row ``b * kv + k``. Where such an index reads its data
 whole, the gather is the data reshaped, by the rules of ``rules/masks.rules`` over the facts
 ``grid`` and ``rows`` of the index (:func:`relsat.onnx.affine.grid_dims`, :func:`~relsat.onnx.
-affine.row_dims`). What is left here is the grid shorter than its data along an axis: the
-view is then a ``Slice`` of the first rows (plus ``Squeeze`` / ``Unsqueeze``), which a rule
-cannot write: dynamo gives the mask its own batch dim, whose marker is the smaller one in
-bert, GPT-J and Llama's ``.dyn`` exports (the first 61 rows of a mask of 59), so that at the
-markers, where a class holds one shape, no slice of the mask has the gather's shape and the
-shape check refuses any right-hand side (issue 39).
+affine.row_dims`). What is left here (issue 39):
+
+* the grid shorter than its data along an axis: the view is then a ``Slice`` of the first rows
+  (plus ``Squeeze`` / ``Unsqueeze``), which a rule cannot write: dynamo gives the mask its own
+  batch dim, whose marker is the smaller one in bert, GPT-J and Llama's ``.dyn`` exports (the
+  first 61 rows of a mask of 59), so that at the markers, where a class holds one shape, no
+  slice of the mask has the gather's shape and the shape check refuses any right-hand side;
+* a Gather from the mask flattened to ``[size, 1]`` (``Flatten`` at its last axis, the legacy
+  exporter's): a rule names no attribute of an ONNX operator, so ``(onnx.Flatten ?m)`` would
+  mean any Flatten, and ``relsat rules check`` (ONNX's default axis, 1) finds its sides of two
+  types.
 
 :func:`plan` finds the rewrites; the importer applies them (:class:`Plan`) before converting,
 and the nodes they leave unread are dropped with the rest of the unreachable graph.
@@ -185,8 +190,8 @@ class _Planner:
         # fails: a GatherND index out of its dim, or a row index past the flattened data when
         # the other dims are whole (so one such dim at most for a Gather).
         rows = {j: lead[a] for j, a in enumerate(axes) if a is not None and lead[a] != shape[j]}
-        if not rows or (node.op_type == "Gather" and len(rows) > 1):
-            return None  # read whole: a view by a rule (gathernd-grid, gather-flatten-grid)
+        if (not rows and not trailing) or (node.op_type == "Gather" and len(rows) > 1):
+            return None  # read whole: a view by a rule (gathernd-grid, gather-reshape-grid)
         return self._view(node, source, shape, lead, axes, trailing, rows)
 
     def _components(self, index: str, shape: tuple[int, ...]) -> list[Affine] | None:

@@ -106,12 +106,7 @@ def opaque_facts(
         array = _decoded(attrs["value"])
         ramp = affine.of_constant(array, dims)
         f = of_value(array)
-        index = array.dtype.kind in "iu" and array.ndim > 0  # a gather's index
-        parts = [
-            affine.of_constant(array[..., j], dims) for j in range(array.shape[-1] if index else 0)
-        ]
-        grid = _grid(parts) if index else None
-        rows = None if ramp is None or not index else affine.row_dims(ramp, extent)
+        grid, rows = affine.index_facts(array, dims)  # a gather's index
         return Facts(
             f.lo, f.hi, affine=None if ramp is None else affine.encode(ramp), grid=grid, rows=rows
         )

@@ -359,11 +359,14 @@ def evaluate(
     values: Mapping[str, Num | tuple[int, ...]],
     shapes: Mapping[str, Sequence[int]],
     bounds: Mapping[str, tuple[float, float]] | None = None,
+    indices: Mapping[str, Mapping[str, Value]] | None = None,
 ) -> Value:
-    """``term``'s value with parameters from ``values``, tensor shapes from ``shapes`` and the
-    bounds of tensors' values from ``bounds`` (``lo``, ``hi``); None where it is undefined (an
-    integer division that leaves a remainder, a dim past the rank, a division by zero, a bound
-    not given). Floats are computed in float64, parameters as given."""
+    """``term``'s value with parameters from ``values``, tensor shapes from ``shapes``, the
+    bounds of tensors' values from ``bounds`` (``lo``, ``hi``) and the index facts of drawn
+    indices from ``indices`` (tensor → ``grid`` / ``rows`` → its list or None); None where it is
+    undefined (an integer division that leaves a remainder, a dim past the rank, a division by
+    zero, a bound or index fact not given). Floats are computed in float64, parameters as
+    given."""
     if isinstance(term, int | float | tuple):
         return term
     if isinstance(term, Param):
@@ -374,8 +377,8 @@ def evaluate(
     if op in BOUNDS:
         known = (bounds or {}).get(str(getattr(args[0], "name", "")))
         return None if known is None else known[BOUNDS.index(op)]
-    if op in INDEX_FACTS:  # not drawn by the checker: unknown
-        return None
+    if op in INDEX_FACTS:  # known only of an index the checker drew
+        return (indices or {}).get(str(getattr(args[0], "name", "")), {}).get(op)
     if op in FACTS:
         name = getattr(args[0], "name", None)
         shape = tuple(shapes[name]) if isinstance(name, str) and name in shapes else None
@@ -393,15 +396,15 @@ def evaluate(
             return math.prod(shape)
         if op == "shape":
             return shape
-        axis = evaluate(args[1], values, shapes, bounds)
+        axis = evaluate(args[1], values, shapes, bounds, indices)
         if not isinstance(axis, int):
             return None
         axis = axis + len(shape) if axis < 0 else axis
         return shape[axis] if 0 <= axis < len(shape) else None
     if op == "chain":
-        a, b = (evaluate(x, values, shapes, bounds) for x in args)
+        a, b = (evaluate(x, values, shapes, bounds, indices) for x in args)
         return None if a is None or b is None else bool(a and b)
-    vals = [evaluate(a, values, shapes, bounds) for a in args]
+    vals = [evaluate(a, values, shapes, bounds, indices) for a in args]
     if any(v is None for v in vals):
         return None
     if op == LIST:
