@@ -1,9 +1,10 @@
 """Attention masks through the e-graph (issues 24, 27 and 39): transformers' ``sdpa_mask`` as
 torch's dynamo exporter writes it (GatherND) and as the legacy exporter does (Gather from the
-flattened mask), the index grid read as a view at import (:mod:`relsat.onnx.grids`), the decode
-step's causal part (``Range(0, past + 1) <= past``) settled by the facts of values
-(:mod:`relsat.onnx.affine`) and dropped by rules (``rules/masks.rules``), and near misses left
-alone."""
+flattened mask), the index grid read as a view by rules over the facts ``grid`` and ``rows`` of
+the index (``rules/masks.rules``; cut to the mask's first rows at import:
+:mod:`relsat.onnx.grids`), the decode step's causal part (``Range(0, past + 1) <= past``)
+settled by the facts of values (:mod:`relsat.onnx.affine`) and dropped by rules
+(``rules/masks.rules``), and near misses left alone."""
 
 from __future__ import annotations
 
@@ -69,9 +70,10 @@ def _mask_model(
             n("Concat", [f"{order[0]}_part", f"{order[1]}_part"], ["index"], axis=-1),
             n("GatherND", ["mask_bool", "index"], ["pad"]),
         ]
-    else:
+    else:  # "gather": Flatten to [size, 1]; "gather-reshape": Reshape to [size]
+        flatten = n("Flatten", ["mask_bool"], ["flat"], axis=2)
         nodes += [
-            n("Flatten", ["mask_bool"], ["flat"], axis=2),
+            flatten if padding == "gather" else n("Reshape", ["mask_bool", "minus_one"], ["flat"]),
             n("Mul", ["b_idx", stride], ["rows"]),
             n("Add", ["k_idx", "rows"], ["index"]),
             n("Gather", ["flat", "index"], ["picked"], axis=0),
@@ -98,6 +100,7 @@ def _mask_model(
             ("axes0123", [0, 1, 2, 3], i64),
             ("axes123", [1, 2, 3], i64),
             ("last", [-1], i64),
+            ("minus_one", [-1], i64),
             ("zero_f", 0.0, np.float32),
             ("low", -1e9, np.float32),
         )
@@ -147,7 +150,7 @@ SHAPES = ((1, 128, None), (2, 40, None), (3, 1, None), (2, 7, 3))
 
 
 @pytest.mark.parametrize("causal_first", [True, False], ids=["causal-first", "causal-second"])
-@pytest.mark.parametrize("padding", ["gathernd", "gather"])
+@pytest.mark.parametrize("padding", ["gathernd", "gather", "gather-reshape"])
 def test_a_decode_steps_mask_is_a_view_of_the_attention_mask(padding, causal_first) -> None:
     """The padding part becomes the mask with unit axes inserted (at import: the index grid),
     the causal part is settled and dropped (in the e-graph: its comparison is true at every
@@ -195,16 +198,27 @@ def test_the_settled_comparison_is_a_fact_of_the_e_graph() -> None:
     keys = decode(ranges[0][0])
     assert keys is not None and keys.coefs == (constant(1),)  # 0, 1, ..., past
     merged = db.execute(
-        "SELECT count(DISTINCT e.s[1:3]) FROM enode e WHERE e.class IN "
-        "(SELECT class FROM enode WHERE op = 'opaque' AND s LIKE 'And|%')"
+        "SELECT DISTINCT CASE WHEN e.op = 'opaque' THEN split_part(e.s, '|', 1) ELSE e.op END "
+        "FROM enode e WHERE e.class IN "
+        "(SELECT class FROM enode WHERE op = 'opaque' AND s LIKE 'And|%') ORDER BY 1"
     )
-    assert merged[0][0] == 2  # the And and the view of the mask: one class
+    # the And, the GatherND and its view (gathernd-grid's reshape of the mask): one class
+    assert [r[0] for r in merged] == ["And", "GatherND", "reshape"], merged
+    grid = db.execute(
+        "SELECT f.grid FROM fact f JOIN enode e ON e.class = f.class "
+        "WHERE e.op = 'opaque' AND e.s LIKE 'Concat|%' AND f.grid IS NOT NULL"
+    )
+    mask = db.execute(
+        "SELECT c.shape FROM eclass c JOIN enode e ON e.class = c.id "
+        "WHERE e.op = 'opaque' AND e.s LIKE 'Cast|%' AND len(c.shape) = 2"
+    )
+    assert [list(r[0]) for r in grid] == [list(mask[0][0])], (grid, mask)  # the mask read whole
 
 
 def test_the_report_names_the_rule_that_merged_the_and_away() -> None:
     """``and-true`` builds no e-node (its right-hand side is an operand): the report says which
     rule merged the classes rather than "none"."""
-    result = optimize(_mask_model("gathernd", mask_batch="batch"), ANALYTIC)
+    result = optimize(_bool_constant_model(np.array(True)), ANALYTIC)
     line = next(x for x in result.report().splitlines() if x.startswith("rewrites"))
     assert result.rewrites() == {} and "merged by and-true" in line, line
 
@@ -235,18 +249,21 @@ def test_near_misses_are_left_alone(change, kept) -> None:
 
 
 def test_a_mask_at_fixed_shapes_loses_its_gather_and_its_and() -> None:
-    """At fixed shapes the index is a constant: the GatherND is a view at import. The causal
-    part folds to a boolean constant, an opaque ``Constant`` e-node whose facts say all true:
-    ``and-true`` drops the And, and the constant is read by nothing written."""
+    """At fixed shapes the index is a constant, a class of its own (an opaque ``Constant``
+    e-node whose fact ``grid`` says it reads the mask whole): ``gathernd-grid`` makes the
+    GatherND the mask reshaped. The causal part folds to a boolean constant, another
+    ``Constant`` whose facts say all true: ``and-true`` drops the And, and the constants are
+    read by nothing written."""
     model = _mask_model("gathernd", mask_batch="batch")
     given = {"scores": [2, H, 1, 9], "past_k": [2, H, 8, 4], "attention_mask": [2, 9]}
     graph = load(model, input_shapes=given)
-    types = {n.params["type"] for n in graph.nodes if n.op == "opaque"}
-    assert "GatherND" not in types and "Range" not in types, types
-    assert "Constant" in types  # the folded causal part, a class of its own
+    types = [n.params["type"] for n in graph.nodes if n.op == "opaque"]
+    assert "Range" not in types and types.count("Constant") == 2, types  # causal part, index
     options = dataclasses.replace(ANALYTIC, input_shapes=given, static=True)
-    written = _written(model, options)
-    assert "And" not in [n.op_type for n in written.graph.node]
+    result = optimize(model, options)
+    written = result.model
+    assert result.rewrites().get("gathernd-grid") == 1, result.rewrites()
+    assert not {"And", "GatherND"} & {n.op_type for n in written.graph.node}
     assert all(i.data_type != TensorProto.BOOL for i in written.graph.initializer)
     _same_at(model, written, _feeds(2, 8))
 

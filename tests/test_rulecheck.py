@@ -298,3 +298,95 @@ def test_edge_values_of_onnx_operators() -> None:
     x = edges["x"].reshape(-1)
     assert names == ["x"] and np.isnan(x[0::4]).all() and np.isposinf(x[1::4]).all()
     assert np.isneginf(x[2::4]).all() and np.isfinite(x[3::4]).all()
+
+
+# --- rules over a gather's index facts --------------------------------------------------------
+
+GRID = "# name: g\n(onnx.GatherND ?m ?i) => (reshape {m} (take (shape ?i) -1))\nwhere {cond}\n"
+
+
+def test_an_index_rule_is_checked_on_drawn_grids() -> None:
+    """A rule reading ``grid(?i)`` is tried on a data tensor and an index drawn together
+    (:mod:`relsat.rewrite.indices`): the shipped view is ok, a wrong right-hand side is caught,
+    and without an index fact the shape solver says it cannot model the gather."""
+    assert _one(GRID.format(m="?m", cond="grid(?i) == shape(?m)")).ok
+    wrong = _one(GRID.format(m="(relu ?m)", cond="grid(?i) == shape(?m)"))
+    assert wrong.status == "numeric-mismatch", wrong.line()
+    unguarded = _one(GRID.format(m="?m", cond="rank(?m) >= 1"))
+    assert unguarded.status == "untested" and "onnx.GatherND" in unguarded.detail
+
+
+def test_the_index_check_covers_the_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts of a drawn index are the importer's analysis of it: an analysis that took
+    every index for a grid (swapped components, a shifted one) makes the view's sides differ."""
+    from relsat.onnx import affine
+
+    def everything_a_grid(array: np.ndarray, dims: object = None) -> tuple[object, object]:
+        return tuple(array.shape[:-1][i] for i in range(array.shape[-1])), None
+
+    assert _one(GRID.format(m="?m", cond="grid(?i) == grid(?i)")).ok
+    monkeypatch.setattr(affine, "index_facts", everything_a_grid)
+    verdict = _one(GRID.format(m="?m", cond="grid(?i) == grid(?i)"))
+    assert verdict.status in ("numeric-mismatch", "type-mismatch"), verdict.line()
+
+
+@pytest.mark.parametrize(
+    ("variant", "grid", "rows"),
+    [
+        ("grid", (2, 5), None),
+        ("swapped", None, None),
+        ("shifted", None, None),
+        ("row-major", None, (2, 5)),
+        ("column-major", None, None),
+    ],
+)
+def test_index_facts_of_grids_and_near_misses(variant, grid, rows) -> None:
+    from relsat.onnx.affine import index_facts
+
+    b, _, k = np.indices((2, 1, 5))
+    array = {
+        "grid": np.stack([b, k], -1),
+        "swapped": np.stack([k, b], -1),
+        "shifted": np.stack([b, (k + 1) % 5], -1),
+        "row-major": 5 * b + k,
+        "column-major": b + 2 * k,
+    }[variant]
+    assert index_facts(array) == (grid, rows)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "shapes"),
+    [
+        ("GatherND", {}, [(2, 3, 4), (2, 1, 2)]),
+        ("Gather", {}, [(6, 1), (2, 3)]),
+        ("Gather", {"axis": 1}, [(2, 6), (4,)]),
+        ("Flatten", {}, [(2, 3, 4)]),
+        ("Flatten", {"axis": 3}, [(2, 3, 4)]),
+    ],
+)
+def test_the_gather_kernels_agree_with_onnx(op, attrs, shapes) -> None:
+    """The NumPy kernels the checker runs the index rules with, against ONNX's reference."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from relsat.graph.onnx_kernels import KERNELS
+
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal(shapes[0]).astype(np.float32)
+    feeds = {"x": data}
+    names = ["x"]
+    if len(shapes) > 1:
+        axis = attrs.get("axis", 0)
+        top = shapes[0][: shapes[1][-1]] if op == "GatherND" else (shapes[0][axis],)
+        index = rng.integers(0, min(top), size=shapes[1]).astype(np.int64)
+        feeds["i"], names = index, ["x", "i"]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    ins = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT if n == "x" else TensorProto.INT64, None)
+        for n in names
+    ]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    model = helper.make_model(helper.make_graph([node], "k", ins, out))
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    (got,) = KERNELS[op](attrs, *feeds.values())
+    np.testing.assert_array_equal(got, want)

@@ -40,6 +40,7 @@ from relsat.graph.ops import opaque_key
 from relsat.rewrite.exprs import (
     BOUNDS,
     FACTS,
+    INDEX_FACTS,
     LIST,
     Cond,
     Expr,
@@ -397,7 +398,8 @@ def expr_sql(term: object, value: Any, klass: Any) -> str:
     sub = [expr_sql(a, value, klass) if not isinstance(a, Var) else "" for a in args]
     if op in VALUE_FACTS:
         row = f"(SELECT {VALUE_FACTS[op]} FROM fact f WHERE f.class = {klass(args[0])}.id)"
-        return row if op in BOUNDS else f"coalesce({row}, false)"  # a bound: NULL if unknown
+        known = op in BOUNDS or op in INDEX_FACTS  # a bound, an index's list: NULL if unknown
+        return row if known else f"coalesce({row}, false)"
     if op == "shape":
         return f"CAST({klass(args[0])}.shape AS BIGINT[])"
     if op == "defined":  # a list computed with every item (compose within the permutation)
@@ -418,6 +420,8 @@ def expr_sql(term: object, value: Any, klass: Any) -> str:
         return f"list_append({sub[0]}, {sub[1]})"
     if op == "prod":
         return f"CAST(coalesce(list_aggregate({sub[0]}, 'product'), 1) AS BIGINT)"
+    if op == "squeeze":
+        return f"list_filter({sub[0]}, lambda n: n <> 1)"
     if op == "ones":  # NULL for a negative count
         n = sub[0]
         ones = f"CAST(list_transform(range(0, {n}), lambda i: 1) AS BIGINT[])"
@@ -474,6 +478,8 @@ VALUE_FACTS = {
     "pairs": "f.pairs",
     "lo": "f.lo",
     "hi": "f.hi",
+    "grid": "f.grid",
+    "rows": "f.rows",
 }
 
 

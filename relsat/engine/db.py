@@ -34,7 +34,7 @@ __all__ = ["SCHEMA_VERSION", "SQL_DIR", "Counters", "Database", "DeadlinePassed"
 #: Where the hand-written SQL lives.
 SQL_DIR = data_dir("sql")
 #: Bumped whenever a table changes shape; a stored e-graph of another version is refused.
-SCHEMA_VERSION = "15"
+SCHEMA_VERSION = "16"
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PLAN_COST: dict[str, float] = {}  # statement text -> seconds DuckDB takes to plan it

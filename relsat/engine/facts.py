@@ -37,6 +37,8 @@ _SCHEMA = pa.schema(
         ("pairs", pa.bool_()),
         ("digest", pa.string()),
         ("affine", pa.string()),
+        ("grid", pa.list_(pa.int64())),
+        ("rows", pa.list_(pa.int64())),
     ]
 )
 
@@ -51,6 +53,8 @@ def insert_facts(db: Database, facts: Mapping[int, Facts]) -> None:
         "pairs": [f.pairs for f in facts.values()],
         "digest": [f.digest for f in facts.values()],
         "affine": [f.affine for f in facts.values()],
+        "grid": [None if f.grid is None else list(f.grid) for f in facts.values()],
+        "rows": [None if f.rows is None else list(f.rows) for f in facts.values()],
     }
     table = pa.table(rows, schema=_SCHEMA)
     with db.registered("fact_new", table):
@@ -60,13 +64,20 @@ def insert_facts(db: Database, facts: Mapping[int, Facts]) -> None:
 
 def read_facts(db: Database, classes: list[int] | None = None) -> dict[int, Facts]:
     """The stored facts (of ``classes``, or all)."""
-    sql = "SELECT class, lo, hi, halves, pairs, digest, affine FROM fact"
+    sql = "SELECT class, lo, hi, halves, pairs, digest, affine, grid, rows FROM fact"
     rows = (
         db.execute(sql)
         if classes is None
         else db.execute(f"{sql} WHERE list_contains($ids, class)", {"ids": classes})
     )
-    return {int(c): Facts(lo, hi, bool(h), bool(p), d, a) for c, lo, hi, h, p, d, a in rows}
+    return {
+        int(c): Facts(lo, hi, bool(h), bool(p), d, a, _ints(g), _ints(r))
+        for c, lo, hi, h, p, d, a, g, r in rows
+    }
+
+
+def _ints(items: list[int] | None) -> tuple[int, ...] | None:
+    return None if items is None else tuple(int(n) for n in items)
 
 
 def propagate(db: Database, since: int, *, known: bool = True) -> bool:

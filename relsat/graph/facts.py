@@ -14,7 +14,13 @@ the last axis (``concat(h, h)``: transformers' ``cat((freqs, freqs), -1)``), or 
   digests, equal constants);
 * ``affine``: for an integer tensor, its affine form over the dims as text (every element an
   affine function of its index: :mod:`relsat.onnx.affine`, whose transfer functions the ONNX
-  importer's opaque operators are read with).
+  importer's opaque operators are read with);
+* ``grid``: for a ``GatherND`` index ``[*lead, k]``, the dims of a data tensor it reads whole
+  (:func:`relsat.onnx.affine.grid_dims`: each component the position along one axis of
+  ``lead``, in order, every axis longer than 1 read); ``rows``: for a row index into a flattened
+  tensor, the dims longer than 1 of a data tensor it reads whole in row-major order
+  (:func:`relsat.onnx.affine.row_dims`). A gather at such an index is a view of its data
+  (``rules/masks.rules``).
 
 The facts of a leaf come from its value (a weight's, a scalar's), those of an operator from its
 inputs' (:func:`transfer`: bounds through arithmetic and data movement, halves and pairs through
@@ -31,7 +37,7 @@ that a guard ``where finite(?m)`` or ``where halves(?c)`` reads them.
 >>> g = b.build(b.mul(b.neg(table), b.scalar(2.0)), b.add(x, table))
 >>> facts = analyse(g)
 >>> facts[g.outputs[0]]
-Facts(lo=-4.0, hi=-2.0, halves=True, pairs=False, digest=None, affine=None)
+Facts(lo=-4.0, hi=-2.0, halves=True, pairs=False, digest=None, affine=None, grid=None, rows=None)
 >>> g.outputs[1] in facts  # x is unknown
 False
 """
@@ -78,6 +84,8 @@ class Facts:
     pairs: bool = False
     digest: str | None = None
     affine: str | None = None
+    grid: tuple[int, ...] | None = None
+    rows: tuple[int, ...] | None = None
 
     @property
     def finite(self) -> bool:
@@ -104,6 +112,8 @@ class Facts:
             self.pairs or other.pairs,
             self.digest or other.digest,
             self.affine or other.affine,  # both hold: either
+            self.grid or other.grid,
+            self.rows or other.rows,
         )
 
 
@@ -379,5 +389,7 @@ def weakest(facts: Sequence[Facts | None]) -> Facts | None:
             out.pairs and f.pairs,
             out.digest if out.digest == f.digest else None,
             out.affine if out.affine == f.affine else None,
+            out.grid if out.grid == f.grid else None,
+            out.rows if out.rows == f.rows else None,
         )
     return _some(out)

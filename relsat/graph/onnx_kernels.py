@@ -17,6 +17,7 @@ shape each computes, for the rule checker's shape solver.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,29 +108,82 @@ def _constant(attrs: dict[str, Any]) -> tuple[np.ndarray]:
     return (np.array(value["data"], dtype=_DTYPES[value["dtype"]]).reshape(value["dims"]),)
 
 
+def _gathernd(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
+    data, index = _operands(attrs, tensors)
+    assert data is not None and index is not None
+    if attrs.get("batch_dims", 0):
+        raise ExecutionError("no NumPy kernel for a GatherND with batch_dims")
+    at = np.moveaxis(index.astype(np.int64), -1, 0)
+    try:
+        return (data[tuple(at)],)
+    except IndexError as err:  # onnxruntime refuses it too
+        raise ExecutionError(f"GatherND: {err}") from None
+
+
+def _gather(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
+    data, index = _operands(attrs, tensors)
+    assert data is not None and index is not None
+    try:
+        return (np.take(data, index.astype(np.int64), axis=attrs.get("axis", 0)),)
+    except IndexError as err:  # onnxruntime refuses it too
+        raise ExecutionError(f"Gather: {err}") from None
+
+
+def _flatten(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    axis = attrs.get("axis", 1) % (x.ndim + 1)
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+def _reshape(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
+    """ONNX Reshape (a 0 copies the input's dim); with no shape (a rule's ``(onnx.Reshape
+    ?x)``), to one axis: see :data:`SHAPES`."""
+    x, *rest = _operands(attrs, tensors)
+    assert x is not None
+    if attrs.get("allowzero", 0):
+        raise ExecutionError("no NumPy kernel for a Reshape with allowzero")
+    if not rest or rest[0] is None:
+        return (x.reshape(-1),)
+    shape = [int(n) if n else x.shape[i] for i, n in enumerate(rest[0].astype(np.int64))]
+    return (x.reshape(shape),)
+
+
 #: ONNX type (default domain) → NumPy kernel ``fn(attrs, *inputs)``, as
 #: :func:`relsat.graph.kernels.register_opaque` takes one.
 KERNELS: dict[str, _Kernel] = {
     "Abs": _unary(lambda x, _: np.abs(x)),
     "And": _logic(np.logical_and),
     "Constant": _constant,
+    "Flatten": _unary(_flatten),
+    "Gather": _gather,
+    "GatherND": _gathernd,
     "IsInf": _unary(_is_inf),
     "IsNaN": _unary(lambda x, _: np.isnan(x)),
     "MatMul": _matmul,
     "Or": _logic(np.logical_or),
+    "Reshape": _reshape,
     "Where": _where,
 }
 
 #: How each operator of :data:`KERNELS` shapes its output: ``unary`` (its input's shape) or
 #: ``broadcast`` (its inputs' shapes broadcast, as NumPy broadcasts) or ``matmul`` (a product
-#: of the last two axes, the others broadcast: the MatMul relsat's matmul does not cover).
+#: of the last two axes, the others broadcast: the MatMul relsat's matmul does not cover), or
+#: one of the gathers and views with their default attributes (a rule names none): ``gathernd``
+#: (``batch_dims`` 0), ``gather`` (axis 0), ``flatten`` (axis 1), ``flat`` (a Reshape whose shape
+#: a rule does not name, modelled as one to a single axis: the index rules' only target where
+#: their sides have one type — the e-graph refuses a right-hand side of another shape). The
+#: shape solver draws only the element-wise kinds; a rule over a gather is drawn from its
+#: index facts (:mod:`relsat.rewrite.indices`).
 SHAPES = {
     "Abs": "unary",
     "And": "broadcast",
+    "Flatten": "flatten",
+    "Gather": "gather",
+    "GatherND": "gathernd",
     "IsInf": "unary",
     "IsNaN": "unary",
     "MatMul": "matmul",
     "Or": "broadcast",
+    "Reshape": "flat",
     "Where": "broadcast",
 }
 

@@ -18,7 +18,9 @@ per tensor (:attr:`relsat.graph.facts.Facts.affine`, as :func:`encode` writes it
 settled tensor's values exactly (:func:`relsat.onnx.masks.opaque_facts`), which rules read:
 ``(onnx.And ?a ?b) => ?b where lo(?a) == 1`` (``rules/masks.rules``). :func:`grid_axes` and
 :func:`strided_axes` read a gather's index as an *index grid* (each component the position along
-one output axis), which makes the gather a view of its data (:mod:`relsat.onnx.grids`).
+one output axis), which makes the gather a view of its data (:mod:`relsat.onnx.grids`);
+:func:`grid_dims` and :func:`row_dims` say which data such an index reads whole, the facts
+``grid`` and ``rows`` the rules of ``rules/masks.rules`` read.
 
 >>> from relsat.onnx.dimexpr import parse
 >>> keys = Affine((5,), constant(0), (constant(1),))  # Range(0, past + 1) at past = 4
@@ -53,9 +55,12 @@ __all__ = [
     "decode",
     "encode",
     "grid_axes",
+    "grid_dims",
     "in_order",
+    "index_facts",
     "of_constant",
     "product",
+    "row_dims",
     "settled",
     "strided_axes",
     "transfer",
@@ -399,3 +404,81 @@ def in_order(axes: Sequence[int | None], lead: tuple[int, ...]) -> bool:
     moved = [a for a in axes if a is not None]
     covered = set(moved)
     return moved == sorted(covered) and all(n == 1 or a in covered for a, n in enumerate(lead))
+
+
+def grid_dims(parts: Sequence[Affine], lead: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dims of the data a ``GatherND`` at an index of components ``parts`` (each a form
+    over the output axes ``lead``) reads whole, one per component: where each component is the
+    position along one axis (coefficient 1, offset 0; that axis's length) or 0 throughout (a
+    dim of 1), the moving axes in order and every axis of ``lead`` longer than 1 read by one
+    (:func:`in_order`). The gather is then its data reshaped to ``lead`` (plus the data's dims
+    past the components). None where the index is no such grid.
+
+    >>> one = constant(1)
+    >>> b, k = (Affine((2, 1, 5), constant(0), c) for c in ((one, (), ()), ((), (), one)))
+    >>> grid_dims([b, k], (2, 1, 5)), grid_dims([k, b], (2, 1, 5)), grid_dims([b], (2, 1, 5))
+    ((2, 5), None, None)
+    """
+    axes: list[int | None] = []
+    for part in parts:
+        if part.shape != lead or part.offset:
+            return None
+        moving = [a for a, c in enumerate(part.coefs) if c]
+        if not moving:
+            axes.append(None)
+        elif len(moving) == 1 and part.coefs[moving[0]] == _ONE:
+            axes.append(moving[0])
+        else:
+            return None
+    if not in_order(axes, lead):
+        return None
+    return tuple(1 if a is None else lead[a] for a in axes)
+
+
+def row_dims(v: Affine, extent: Callable[[int], Poly]) -> tuple[int, ...] | None:
+    """The dims longer than 1 of the data a row index ``v`` into that data flattened reads
+    whole, in row-major order (``b * kv + k``: ``(batch, kv)``): the offset 0, the coefficient
+    of the last moving axis 1 and of each other the next one's times that axis's length
+    (``extent`` reads a length at the markers as a polynomial), every axis longer than 1
+    moving. A ``Gather`` (axis 0) of the data flattened at ``v`` is then the data reshaped to
+    ``v``'s shape. None where ``v`` is no such index.
+
+    >>> one = constant(1)
+    >>> row_dims(Affine((2, 1, 5), constant(0), (constant(5), (), one)), constant)
+    (2, 5)
+    >>> row_dims(Affine((2, 1, 5), constant(0), (constant(4), (), one)), constant) is None
+    True
+    """
+    if v.offset:
+        return None
+    moving = [a for a, c in enumerate(v.coefs) if c]
+    if not in_order(moving, v.shape):
+        return None
+    stride = _ONE
+    for a in reversed(moving):
+        if v.coefs[a] != stride:
+            return None
+        stride = multiply(stride, extent(v.shape[a]))
+    return tuple(v.shape[a] for a in moving)
+
+
+def index_facts(
+    array: np.ndarray, dims: Dims | None = None
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """The facts ``grid`` and ``rows`` of a constant index (:func:`grid_dims` of its last axis'
+    components, :func:`row_dims` of the whole; ``dims``: the model's symbolic dims, None where
+    all are static): what the importer stores of a mask gather's constant index, and what the
+    rule checker reads of the indices it draws.
+
+    >>> b, k = np.indices((2, 1, 5))[[0, 2]]
+    >>> index_facts(np.stack([b, k], -1)), index_facts(5 * b + k)
+    (((2, 5), None), (None, (2, 5)))
+    """
+    if array.dtype.kind not in "iu" or array.ndim == 0:
+        return None, None
+    extent = dims.poly if dims is not None else constant
+    parts = [of_constant(array[..., j], dims) for j in range(array.shape[-1])]
+    known = [p for p in parts if p is not None]
+    grid = grid_dims(known, known[0].shape) if known and len(known) == len(parts) else None
+    whole = of_constant(array, dims)
+    return grid, None if whole is None else row_dims(whole, extent)

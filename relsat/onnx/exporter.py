@@ -707,7 +707,15 @@ def _recorded_dtypes(graph: Graph) -> dict[Ref, int]:
         for ref, name in pairs:
             elem = TensorProto.DataType.Value(name) if name != "UNDEFINED" else FLOAT
             dtypes.setdefault(ref, elem)
+    for n in graph.nodes:  # relsat's layout ops keep their input's type (a mask's view: bool)
+        if n.op in _LAYOUTS and n.inputs and n.inputs[0] in dtypes:
+            dtypes.setdefault(Ref(n.id, 0), dtypes[n.inputs[0]])
     return dtypes
+
+
+#: relsat operators that move elements without computing: their output's element type is
+#: their input's (a rule's view of a boolean mask is a reshape of it).
+_LAYOUTS = frozenset({"reshape", "transpose"})
 
 
 #: Default-domain ops whose definitions from the given opset up to 23 changed only in the element

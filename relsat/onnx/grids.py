@@ -1,23 +1,22 @@
-"""Index grids in the masks exporters build, read as views at import.
+"""Index grids that read only the first rows of their data, cut at import.
 
 transformers' padding mask picks ``attention_mask[b, k]`` at every position of a ``[batch, 1,
 q, kv]`` grid: torch's dynamo exporter writes a ``GatherND`` at an index built from ``Range``\\ s,
 ``Unsqueeze``, ``Expand`` and a ``Concat`` along the last axis; the legacy exporter a ``Gather``
-(axis 0) from the flattened mask (``Flatten`` or ``Reshape`` to ``[size]`` or ``[size, 1]``)
-at row ``b * kv + k``. Where each index component is the position along one output axis, in the
-data's order (:func:`relsat.onnx.affine.grid_axes`; for a row index, the row-major strides of
-the data: :func:`relsat.onnx.affine.strided_axes`), the gather is the data with unit axes
-inserted (``Unsqueeze``), after a ``Slice`` of the first rows where an output axis is shorter
-than its data dim, and a ``Squeeze`` of the data dims of 1 no component moves along. The
-settled comparisons beside it are decided in the e-graph (``rules/masks.rules``).
+(axis 0) from the flattened mask at row ``b * kv + k``. Where such an index reads its data
+whole, the gather is the data reshaped, by the rules of ``rules/masks.rules`` over the facts
+``grid`` and ``rows`` of the index (:func:`relsat.onnx.affine.grid_dims`, :func:`~relsat.onnx.
+affine.row_dims`). What is left here (issue 39):
 
-Why this view is still made before the e-graph rather than by a rule over a fact of the
-index (issue 39): (1) dynamo gives the mask its own batch dim, whose marker may be smaller than
-the scores' (bert, GPT-J and Llama's ``.dyn`` exports: the first 61 rows of a mask of 59), and
-then no tensor of the e-graph has the gather's shape at the markers, where a class holds one
-shape; (2) at fixed shapes the index is a constant kept in the gather's attributes, with no
-class to hold a fact; (3) ``relsat rules check`` models neither ``onnx.GatherND`` nor
-``onnx.Gather``.
+* the grid shorter than its data along an axis: the view is then a ``Slice`` of the first rows
+  (plus ``Squeeze`` / ``Unsqueeze``), which a rule cannot write: dynamo gives the mask its own
+  batch dim, whose marker is the smaller one in bert, GPT-J and Llama's ``.dyn`` exports (the
+  first 61 rows of a mask of 59), so that at the markers, where a class holds one shape, no
+  slice of the mask has the gather's shape and the shape check refuses any right-hand side;
+* a Gather from the mask flattened to ``[size, 1]`` (``Flatten`` at its last axis, the legacy
+  exporter's): a rule names no attribute of an ONNX operator, so ``(onnx.Flatten ?m)`` would
+  mean any Flatten, and ``relsat rules check`` (ONNX's default axis, 1) finds its sides of two
+  types.
 
 :func:`plan` finds the rewrites; the importer applies them (:class:`Plan`) before converting,
 and the nodes they leave unread are dropped with the rest of the unreachable graph.
@@ -191,8 +190,8 @@ class _Planner:
         # fails: a GatherND index out of its dim, or a row index past the flattened data when
         # the other dims are whole (so one such dim at most for a Gather).
         rows = {j: lead[a] for j, a in enumerate(axes) if a is not None and lead[a] != shape[j]}
-        if node.op_type == "Gather" and len(rows) > 1:
-            return None
+        if (not rows and not trailing) or (node.op_type == "Gather" and len(rows) > 1):
+            return None  # read whole: a view by a rule (gathernd-grid, gather-reshape-grid)
         return self._view(node, source, shape, lead, axes, trailing, rows)
 
     def _components(self, index: str, shape: tuple[int, ...]) -> list[Affine] | None:

@@ -450,26 +450,38 @@ class Importer:
             self.derived[key] = self.weight(f"{name}_{purpose}", make())
         return self.derived[key]
 
-    def bool_constant(self, name: str) -> Tensor:
-        """The tensor of boolean constant ``name``, an opaque ``Constant`` e-node (one per value):
-        a mask's all-true operand is a class whose facts the rules read, where an integer
-        constant (a shape, axes, indices) stays a parameter in its reader's attributes."""
+    def constant_class(self, name: str) -> Tensor:
+        """The tensor of a boolean constant ``name`` (or a mask's index), an opaque ``Constant``
+        e-node (one per value): a mask's all-true operand is a class whose facts the rules read,
+        where an integer constant (a shape, axes, indices) stays a parameter in its reader's
+        attributes (but for a mask gather's index: :meth:`_is_mask_index`)."""
         value = self.consts[name]
+        dtype = self.const_types[name]
         key = (value.dtype.str, value.shape, value.tobytes())
         if key not in self.small:
             attrs = {
-                "value": encode_tensor(value, TensorProto.BOOL),
+                "value": encode_tensor(value, dtype),
                 "_onnx": {
                     "domain": "",
                     "opset": self.opsets[""],
                     "types": {"value": "TENSOR"},
                     "inputs": [],
                     "outputs": [1],
-                    "out_dtypes": ["BOOL"],
+                    "out_dtypes": [_dtype_name(dtype)],
                 },
             }
             (self.small[key],) = self.g.opaque("Constant", [], [value.shape], attrs, name=name)
         return self.small[key]
+
+    def _is_mask_index(self, node: NodeProto, name: str) -> bool:
+        """Whether constant ``name`` is the index of a ``GatherND``, or of a ``Gather`` from
+        boolean data: a class of its own (:meth:`constant_class`), whose facts ``grid`` and
+        ``rows`` the rules read (at fixed shapes, a mask's index grid)."""
+        if node.op_type not in ("GatherND", "Gather") or len(node.input) < 2:
+            return False
+        if node.input[1] != name or node.domain not in ("", "ai.onnx"):
+            return False
+        return node.op_type == "GatherND" or self.dtype(node.input[0]) == TensorProto.BOOL
 
     def const(self, name: str) -> np.ndarray | None:
         return self.consts.get(name) if name else None
@@ -686,8 +698,10 @@ class Importer:
                 tensors.append(self.env[name])
             elif self.is_float(name):
                 tensors.append(self.tensor(name))
-            elif name in self.consts and self.const_types[name] == TensorProto.BOOL:
-                tensors.append(self.bool_constant(name))  # a value the mask rules read
+            elif name in self.consts and (
+                self.const_types[name] == TensorProto.BOOL or self._is_mask_index(node, name)
+            ):
+                tensors.append(self.constant_class(name))  # a value the mask rules read
             elif name in self.consts:
                 layout.append(encode_tensor(self.consts[name], self.const_types[name]))
                 continue

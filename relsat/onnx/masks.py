@@ -101,11 +101,15 @@ def opaque_facts(
 
     out = TensorProto.DataType.Value(meta.get("out_dtypes", ["FLOAT"])[0])
     found: Range | None = None
-    if op == "Constant" and isinstance(attrs.get("value"), dict):  # a boolean constant
+    extent = dims.poly if dims is not None else constant
+    if op == "Constant" and isinstance(attrs.get("value"), dict):  # a boolean or index constant
         array = _decoded(attrs["value"])
         ramp = affine.of_constant(array, dims)
         f = of_value(array)
-        return Facts(f.lo, f.hi, affine=None if ramp is None else affine.encode(ramp))
+        grid, rows = affine.index_facts(array, dims)  # a gather's index
+        return Facts(
+            f.lo, f.hi, affine=None if ramp is None else affine.encode(ramp), grid=grid, rows=rows
+        )
     if op in _BOOLEAN_OPS:
         found = (0.0, 1.0)
     elif op in _SAME_VALUES:
@@ -144,8 +148,37 @@ def opaque_facts(
     f = Facts(*(rounded if once else bounded)(*found)) if found is not None else Facts()
     if not f.finite:  # past float32's range: an intermediate may overflow
         f = Facts()
-    f = Facts(f.lo, f.hi, layout, layout, affine=None if form is None else affine.encode(form))
+    encoded = None if form is None else affine.encode(form)
+    rows = None if form is None else affine.row_dims(form, extent)
+    grid = None
+    if op == "Concat" and out in affine.INTEGERS and node.shape:  # a GatherND's index
+        grid = _concat_grid(attrs, _affine_operands(meta, ins, graph, node, dims), node.shape)
+    f = Facts(f.lo, f.hi, layout, layout, affine=encoded, grid=grid, rows=rows)
     return None if f.empty else f
+
+
+def _concat_grid(
+    attrs: dict, operands: Sequence[affine.Operand], out: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The ``grid`` fact of a Concat along the last axis of pieces whose last dim is 1 (the
+    index torch's dynamo exporter writes for a GatherND: one component per piece)."""
+    if attrs.get("axis", 0) % len(out) != len(out) - 1:
+        return None
+    parts: list[affine.Affine | None] = []
+    for o in operands:
+        v = o.value
+        if v is None or v.shape[-1:] != (1,):
+            return None
+        parts.append(affine.affine(v.shape[:-1], v.offset, v.coefs[:-1]))
+    return _grid(parts) if len(parts) == out[-1] else None
+
+
+def _grid(parts: Sequence[affine.Affine | None]) -> tuple[int, ...] | None:
+    """:func:`relsat.onnx.affine.grid_dims` of components known or not."""
+    known = [p for p in parts if p is not None]
+    if not known or len(known) != len(parts):
+        return None
+    return affine.grid_dims(known, known[0].shape)
 
 
 def _affine(
@@ -161,6 +194,15 @@ def _affine(
     """The affine form of an opaque ONNX node's output (:func:`relsat.onnx.affine.transfer`)."""
     if out not in affine.INTEGERS:
         return None
+    operands = _affine_operands(meta, ins, graph, node, dims)
+    extent = dims.poly if dims is not None else constant
+    return affine.transfer(op, attrs, operands, tuple(node.shape), out, extent)
+
+
+def _affine_operands(
+    meta: dict, ins: Sequence[Facts | None], graph: Graph, node: Node, dims: Dims | None
+) -> list[affine.Operand]:
+    """An opaque ONNX node's operands in ONNX order, each with its affine form where known."""
     tensors = iter(zip(ins, node.inputs, meta.get("in_dtypes", []), strict=False))
     operands = []
     for entry in meta.get("inputs", []):
@@ -177,8 +219,7 @@ def _affine(
             operands.append(affine.Operand(affine.of_constant(value, dims), value, code))
         else:
             operands.append(affine.Operand(None))
-    extent = dims.poly if dims is not None else constant
-    return affine.transfer(op, attrs, operands, tuple(node.shape), out, extent)
+    return operands
 
 
 def _cast(x: Range | None, source: int | None, target: int) -> Range | None:

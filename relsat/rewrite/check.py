@@ -43,12 +43,13 @@ import numpy as np
 
 from relsat.errors import ExecutionError, GraphError, RuleError
 from relsat.graph.builder import GraphBuilder
-from relsat.graph.execute import compare, compare_outputs, run
+from relsat.graph.execute import compare, compare_outputs, random_values, run
 from relsat.graph.graph import Graph
 from relsat.graph.ops import TensorType
-from relsat.rewrite import inputs
+from relsat.rewrite import indices, inputs
 from relsat.rewrite.exprs import Cond, Expr, Num
 from relsat.rewrite.exprs import evaluate as value_of
+from relsat.rewrite.indices import IndexDraw
 from relsat.rewrite.instantiate import InvalidInstance, Memo, guard_holds, instantiate
 from relsat.rewrite.params import Undefined, draw_params, specialize
 from relsat.rewrite.pins import divisors, pins
@@ -217,10 +218,12 @@ def evaluate(
     guards: Sequence[Guard | Cond] | None = None,
     numeric: bool = True,
     values: Mapping[str, Num | tuple[int, ...]] | None = None,
+    index: IndexDraw | None = None,
 ) -> Instance:
     """``rule`` at these variable shapes (and, for a rule with parameter variables, these
     parameter ``values``): build both sides, compare types, then (``numeric``) values.
-    ``guards``: the guards and conditions that must hold (default: the rule's own)."""
+    ``guards``: the guards and conditions that must hold (default: the rule's own); ``index``:
+    a drawn index's values and facts (:mod:`relsat.rewrite.indices`)."""
     shapes = {n: tuple(s) for n, s in shapes.items()}
     values = dict(values or {})
     chosen = rule.guards if guards is None else guards
@@ -232,7 +235,7 @@ def evaluate(
     conds = [g.expr for g in chosen if isinstance(g, Cond)]
     named = [g for g in chosen if isinstance(g, Guard)]
     with np.errstate(all="ignore"):  # a NaN both sides compute (sqrt of a negative) is compared
-        inst = _evaluate(rule, shapes, named, conds, values, numeric)
+        inst = _evaluate(rule, shapes, named, conds, values, numeric, index)
     return replace(inst, values=values) if values else inst
 
 
@@ -253,6 +256,7 @@ def _evaluate(
     conds: Sequence[Expr],
     values: Mapping[str, Num | tuple[int, ...]],
     numeric: bool,
+    index: IndexDraw | None = None,
 ) -> Instance:
     if any(math.prod(s) > MAX_SIZE for s in shapes.values()):
         return Instance(shapes, "too-big")
@@ -260,7 +264,10 @@ def _evaluate(
     if failed:
         return Instance(shapes, "guards-fail", f"{failed[0]} does not hold")
     bounds = inputs.bounds(conds, values, shapes)
-    false = [c for c in conds if value_of(_drawn_constants(c), values, shapes, bounds) is not True]
+    facts = index.facts if index is not None else None
+    false = [
+        c for c in conds if value_of(_drawn_constants(c), values, shapes, bounds, facts) is not True
+    ]
     if false:
         return Instance(shapes, "guards-fail", f"{false[0]} does not hold")
     try:
@@ -282,6 +289,8 @@ def _evaluate(
         return Instance(shapes, "typed", grouped=grouped)
     try:
         drawn = inputs.onnx_values(rule, lhs, inputs.drawn(lhs, conds, bounds))
+        if index is not None:  # the drawn index, its facts those the conditions read
+            drawn = {**(drawn or random_values(lhs, seed=0)), **index.arrays}
         if drawn is None:
             result = compare(lhs, rhs, rtol=RTOL, atol=ATOL)
         else:
@@ -317,7 +326,11 @@ def draw(
 ) -> Instance:
     """Draw shapes (:func:`relsat.rewrite.shapes.draw_shapes`) and :func:`evaluate` the rule
     there. Raises :class:`~relsat.rewrite.shapes.Unsolvable` when no shapes can be drawn. (The
-    keyword options are the draw's knobs, each with the default the checks use.)"""
+    keyword options are the draw's knobs, each with the default the checks use.) A rule whose
+    conditions read an index fact is drawn by :func:`relsat.rewrite.indices.draw` instead."""
+    if indices.reads_index(rule):
+        drawn = indices.draw(rule, choose)
+        return evaluate(rule, drawn.shapes, guards=guards, numeric=numeric, index=drawn)
     values = draw_params(rule, choose) if rule.params else {}
     try:
         concrete = specialize(rule, values)[0] if rule.params else rule

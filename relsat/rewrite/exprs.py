@@ -54,6 +54,7 @@ __all__ = [
     "COMPARE",
     "FACTS",
     "FUNCS",
+    "INDEX_FACTS",
     "LIST",
     "LOGIC",
     "VALUE_FACTS",
@@ -123,6 +124,19 @@ FACTS: dict[str, Fact] = {
     "pairs": Fact(("tensor",), "bool", "entries 2i and 2i+1 of ?x's last axis are equal"),
     "lo": Fact(("tensor",), "float", "a bound below every value of ?x (a constant's least)"),
     "hi": Fact(("tensor",), "float", "a bound above every value of ?x (a constant's greatest)"),
+    "grid": Fact(
+        ("tensor",),
+        "ints",
+        "the dims of the data a GatherND at index ?i reads whole, one per component of its "
+        "last axis (each the position along one axis of the others, in order): undefined "
+        "where ?i is no such index grid",
+    ),
+    "rows": Fact(
+        ("tensor",),
+        "ints",
+        "the dims > 1 of the data a row index ?i into that data flattened reads whole, in "
+        "row-major order: undefined where ?i is no such index",
+    ),
 }
 #: The facts of values: what the rule checker makes hold of the values it draws.
 VALUE_FACTS = ("finite", "nonneg", "halves", "pairs")
@@ -130,6 +144,8 @@ VALUE_FACTS = ("finite", "nonneg", "halves", "pairs")
 #: value 1); where nothing bounds a tensor they have no value, and a condition reading them
 #: fails. The rule checker draws values within bounds that make the conditions hold.
 BOUNDS = ("lo", "hi")
+#: The index facts (lists; undefined where unknown): what a gather at the index reads whole.
+INDEX_FACTS = ("grid", "rows")
 
 #: Functions of lists (``ints``): argument types and the result's type.
 FUNCS: dict[str, Fact] = {
@@ -145,6 +161,7 @@ FUNCS: dict[str, Fact] = {
     "append": Fact(("ints", "int"), "ints", "the list with one more item at its end"),
     "prod": Fact(("ints",), "int", "the product of a list's items (1 for an empty list)"),
     "ones": Fact(("int",), "ints", "[1, 1, …, 1]: n ones (the unit dims of a broadcast operand)"),
+    "squeeze": Fact(("ints",), "ints", "the items other than 1 (a shape's dims longer than 1)"),
     "broadcast": Fact(
         ("ints", "ints"),
         "ints",
@@ -342,11 +359,14 @@ def evaluate(
     values: Mapping[str, Num | tuple[int, ...]],
     shapes: Mapping[str, Sequence[int]],
     bounds: Mapping[str, tuple[float, float]] | None = None,
+    indices: Mapping[str, Mapping[str, Value]] | None = None,
 ) -> Value:
-    """``term``'s value with parameters from ``values``, tensor shapes from ``shapes`` and the
-    bounds of tensors' values from ``bounds`` (``lo``, ``hi``); None where it is undefined (an
-    integer division that leaves a remainder, a dim past the rank, a division by zero, a bound
-    not given). Floats are computed in float64, parameters as given."""
+    """``term``'s value with parameters from ``values``, tensor shapes from ``shapes``, the
+    bounds of tensors' values from ``bounds`` (``lo``, ``hi``) and the index facts of drawn
+    indices from ``indices`` (tensor → ``grid`` / ``rows`` → its list or None); None where it is
+    undefined (an integer division that leaves a remainder, a dim past the rank, a division by
+    zero, a bound or index fact not given). Floats are computed in float64, parameters as
+    given."""
     if isinstance(term, int | float | tuple):
         return term
     if isinstance(term, Param):
@@ -357,6 +377,8 @@ def evaluate(
     if op in BOUNDS:
         known = (bounds or {}).get(str(getattr(args[0], "name", "")))
         return None if known is None else known[BOUNDS.index(op)]
+    if op in INDEX_FACTS:  # known only of an index the checker drew
+        return (indices or {}).get(str(getattr(args[0], "name", "")), {}).get(op)
     if op in FACTS:
         name = getattr(args[0], "name", None)
         shape = tuple(shapes[name]) if isinstance(name, str) and name in shapes else None
@@ -374,15 +396,15 @@ def evaluate(
             return math.prod(shape)
         if op == "shape":
             return shape
-        axis = evaluate(args[1], values, shapes, bounds)
+        axis = evaluate(args[1], values, shapes, bounds, indices)
         if not isinstance(axis, int):
             return None
         axis = axis + len(shape) if axis < 0 else axis
         return shape[axis] if 0 <= axis < len(shape) else None
     if op == "chain":
-        a, b = (evaluate(x, values, shapes, bounds) for x in args)
+        a, b = (evaluate(x, values, shapes, bounds, indices) for x in args)
         return None if a is None or b is None else bool(a and b)
-    vals = [evaluate(a, values, shapes, bounds) for a in args]
+    vals = [evaluate(a, values, shapes, bounds, indices) for a in args]
     if any(v is None for v in vals):
         return None
     if op == LIST:
@@ -448,6 +470,9 @@ def _function(op: str, vals: Sequence[object]) -> Value:
     if op == "ones":
         n = vals[0]
         return (1,) * n if isinstance(n, int) and n >= 0 else None
+    if op == "squeeze":
+        assert isinstance(vals[0], tuple)
+        return tuple(n for n in vals[0] if n != 1)
     if op == "broadcast":
         try:
             return tuple(int(n) for n in np.broadcast_shapes(*vals))  # type: ignore[arg-type]

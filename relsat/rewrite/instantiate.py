@@ -18,6 +18,7 @@ variable, a split pair used as a tensor) is a bug and raises a plain
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -174,6 +175,8 @@ def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]]
         try:
             if how == "matmul":
                 shape = _matmul_shape(kind, xs)
+            elif how in _VIEWS:
+                shape = _view_shape(kind, how, xs)
             else:
                 shape = np.broadcast_shapes(*(x.shape for x in xs))
         except ValueError:
@@ -184,6 +187,29 @@ def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]]
         return out
 
     return make
+
+
+#: The gathers and views of :data:`relsat.graph.onnx_kernels.SHAPES`, with their inputs.
+_VIEWS = {"gathernd": 2, "gather": 2, "flatten": 1, "flat": 1}
+
+
+def _view_shape(kind: str, how: str, xs: list[Tensor]) -> tuple[int, ...]:
+    """The output shape of a gather or view at its default attributes (``how``, one of
+    :data:`_VIEWS`)."""
+    shapes = [tuple(x.shape) for x in xs]
+    if len(shapes) != _VIEWS[how] or (how in ("gathernd", "gather") and not shapes[0]):
+        raise GraphError(f"{kind} of {len(xs)} inputs", op=kind, shapes=shapes)
+    if how == "flatten":
+        (x,) = shapes
+        return (x[0] if x else 1, math.prod(x[1:]))
+    if how == "flat":
+        return (math.prod(shapes[0]),)
+    data, index = shapes
+    if how == "gather":
+        return (*index, *data[1:])
+    if not index or not 1 <= index[-1] <= len(data):
+        raise GraphError(f"{kind}'s index does not fit its data", op=kind, shapes=shapes)
+    return (*index[:-1], *data[index[-1] :])
 
 
 def _matmul_shape(kind: str, xs: list[Tensor]) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ from typing import Any
 from relsat.rewrite.exprs import (
     BOUNDS,
     FACTS,
+    INDEX_FACTS,
     LIST,
     VALUE_FACTS,
     Cond,
@@ -242,7 +243,7 @@ def symbolic(
     if not isinstance(term, Expr):
         raise NotSymbolic(f"{term} is a tensor")
     op, args = term.op, term.args
-    if op in VALUE_FACTS or op in BOUNDS or op == "weights":
+    if op in VALUE_FACTS or op in BOUNDS or op in INDEX_FACTS or op == "weights":
         raise NotSymbolic(f"{term} is a fact of values")
     if op in FACTS:
         shape = dims(_name(args[0]))

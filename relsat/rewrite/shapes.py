@@ -182,7 +182,7 @@ def _walk_ranks(term: Term, ranks: _Ranks) -> Any:
     ints = [a for a in term.args if isinstance(a, int)]
     op = term.op
     if onnx_type(op) is not None:  # an ONNX operator rules match: as relsat's element-wise
-        if ONNX_SHAPES.get(onnx_type(op) or "") is None:
+        if ONNX_SHAPES.get(onnx_type(op) or "") not in ("unary", "broadcast", "matmul"):
             raise Unsolvable(f"the shape solver does not model {op!r}")
         op = "ewadd"
     if op in ("conv2d", "conv2d_bias", "merge", "enlarge", "poolmax", "poolavg"):

@@ -56,8 +56,12 @@ CREATE TABLE IF NOT EXISTS fact (
     halves BOOLEAN NOT NULL,     -- the halves of the last axis are equal (concat(h, h))
     pairs  BOOLEAN NOT NULL,     -- entries 2i and 2i+1 of the last axis are equal
     digest VARCHAR,              -- a constant's value hash (NULL: not a constant, or too large)
-    affine VARCHAR               -- an integer tensor's affine form over the dims, as JSON text
+    affine VARCHAR,              -- an integer tensor's affine form over the dims, as JSON text
                                  -- (relsat.onnx.affine; NULL: unknown)
+    grid   BIGINT[],             -- a GatherND index: the dims of the data it reads whole
+                                 -- (relsat.onnx.affine.grid_dims; NULL: no index grid)
+    rows   BIGINT[]              -- a row index: the dims > 1 of the data it reads whole,
+                                 -- flattened (relsat.onnx.affine.row_dims; NULL: none)
 );
 
 -- Union-find, kept fully path-compressed: every merged-away id points straight at its root.

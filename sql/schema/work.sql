@@ -67,5 +67,5 @@ CREATE TABLE IF NOT EXISTS remap (old BIGINT NOT NULL, new BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS fact_changed (class BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS fact_merged (
     class BIGINT NOT NULL, lo DOUBLE, hi DOUBLE, halves BOOLEAN NOT NULL, pairs BOOLEAN NOT NULL,
-    digest VARCHAR, affine VARCHAR
+    digest VARCHAR, affine VARCHAR, grid BIGINT[], rows BIGINT[]
 );
