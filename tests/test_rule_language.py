@@ -336,6 +336,8 @@ def test_an_onnx_operator_is_matched_by_its_type_and_round_trips() -> None:
         ("(relu (onnx.IsNaN)) => (relu ?x)", 7, "takes 1 tensor input, got 0"),
         ("(onnx.IsNaN 1) => (relu ?x)", 13, "must be a tensor"),
         ("(ox.Abs ?x) => (relu ?x)", 2, "unknown operator 'ox.Abs'"),
+        ("(onnx.Gather ?d ?i) => (relu ?d)", 14, "argument 'axis' must be an integer"),
+        ("(onnx.Flatten 1) => (relu ?x)", 1, "takes its attribute axis, then 1 tensor input"),
     ],
 )
 def test_bad_onnx_operators_name_the_place(text: str, col: int, message: str) -> None:
@@ -363,6 +365,24 @@ def test_two_onnx_types_with_one_key_are_refused(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(compile_module, "opaque_key", lambda kind: 7)
     with pytest.raises(RuleError, match="ONNX types Abs and Neg share the key 7"):
         compile_rules(rules)
+
+
+def test_an_onnx_attribute_a_rule_names_is_matched() -> None:
+    """A Gather's axis is its e-node's ``p1`` (ONNX's default 0 where the node gives none):
+    ``(onnx.Gather 0 ?d ?i)`` matches the gathers along axis 0 and not the one along axis 1."""
+    from relsat.engine.explore import Limits, explore
+
+    b = GraphBuilder()
+    d, i = b.input([4, 4], name="d"), b.input([4, 4], name="i")
+    (given,) = b.opaque("Gather", [d, i], [(4, 4, 4)], {"axis": 0})
+    (default,) = b.opaque("Gather", [d, i], [(4, 4, 4)], {})
+    (other,) = b.opaque("Gather", [d, i], [(4, 4, 4)], {"axis": 1})
+    eg = EGraph.from_graph(b.build(given, default, other))
+    axes = eg.db.execute("SELECT s[1:6], p1 FROM enode WHERE op = 'opaque' ORDER BY id")
+    assert [p1 for _, p1 in axes] == [0, 0, 1]
+    rules = parse_rules("# name: r\n(onnx.Gather 0 ?d ?i) => (relu ?d)\n")
+    matched = sum(s.matches for s in explore(eg, rules, limits=Limits(iterations=1)).iterations)
+    assert matched == 2  # given and by default, not axis 1 (then refused: another shape)
 
 
 def test_every_onnx_operator_has_a_key_of_its_own() -> None:

@@ -302,7 +302,7 @@ def test_edge_values_of_onnx_operators() -> None:
 
 # --- rules over a gather's index facts --------------------------------------------------------
 
-GRID = "# name: g\n(onnx.GatherND ?m ?i) => (reshape {m} (take (shape ?i) -1))\nwhere {cond}\n"
+GRID = "# name: g\n(onnx.GatherND 0 ?m ?i) => (reshape {m} (take (shape ?i) -1))\nwhere {cond}\n"
 
 
 def test_an_index_rule_is_checked_on_drawn_grids() -> None:
@@ -328,6 +328,23 @@ def test_the_index_check_covers_the_analysis(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(affine, "index_facts", everything_a_grid)
     verdict = _one(GRID.format(m="?m", cond="grid(?i) == grid(?i)"))
     assert verdict.status in ("numeric-mismatch", "type-mismatch"), verdict.line()
+
+
+FLAT = (
+    "# name: f\n(onnx.Gather 0 (onnx.Flatten ?f:int ?m) ?i) => "
+    "(reshape {m} (append (shape ?i) 1))\nwhere {cond}rows(?i) == squeeze(shape(?m))\n"
+)
+
+
+def test_an_attribute_a_rule_names_is_matched_and_drawn() -> None:
+    """``(onnx.Flatten ?f:int ?m)`` binds Flatten's axis: the view of a mask flattened to
+    ``[size, 1]`` holds where ``?f == rank(?m)`` (the checker sets ``?f`` from the equation),
+    and without that guard its sides have two types (another axis flattens otherwise)."""
+    assert _one(FLAT.format(m="?m", cond="?f == rank(?m) and ")).ok
+    unguarded = _one(FLAT.format(m="?m", cond=""))
+    assert unguarded.status == "type-mismatch" and "?f = " in unguarded.detail
+    wrong = _one(FLAT.format(m="(relu ?m)", cond="?f == rank(?m) and "))
+    assert wrong.status == "numeric-mismatch"
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from relsat.engine.egraph import MAX_CHILDREN
 from relsat.errors import RuleError
-from relsat.graph.ops import opaque_key
+from relsat.graph.ops import OPAQUE_INT_ATTRS, opaque_key
 from relsat.rewrite.exprs import (
     BOUNDS,
     FACTS,
@@ -662,8 +662,9 @@ def _split_args(p: Pattern) -> tuple[list[Any], list[Pattern | Var]]:
     ints: list[int] = []
     tensors: list[Pattern | Var] = []
     kind_of = onnx_type(p.op)
-    if kind_of is not None:  # an opaque e-node: its type's key in p0, its tensor inputs
-        return [opaque_key(kind_of)], list(p.args)  # type: ignore[arg-type]
+    if kind_of is not None:  # an opaque e-node: its type's key in p0, its attributes, its inputs
+        named = len(OPAQUE_INT_ATTRS.get(kind_of, ()))
+        return [opaque_key(kind_of), *p.args[:named]], list(p.args[named:])  # type: ignore[list-item]
     for arg, (_, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
         if kind == "int":
             ints.append(arg)  # type: ignore[arg-type]  # a literal, a Param or an Expr

@@ -1,7 +1,8 @@
 """The relational e-graph: a Graph loaded into DuckDB tables, inspected and audited with SQL.
 
 One row per e-node in ``enode`` (op, integer parameters ``p0…p5`` in TENSAT's argument order — an
-opaque e-node's ``p0`` the key of its ONNX type, :func:`relsat.graph.ops.opaque_key` — a
+opaque e-node's ``p0`` the key of its ONNX type, :func:`relsat.graph.ops.opaque_key`, and ``p1…``
+the integer attributes rules may name, :data:`~relsat.graph.ops.OPAQUE_INT_ATTRS` — a
 string parameter ``s``, child classes ``c0…c7``, its class), one row per e-class in ``eclass``
 (TENSAT's analysis: shape, split history, all-weights flag), ``uf`` for union-find and ``output``
 for the graph outputs. See ``sql/schema/egraph.sql`` and the README's "Inspecting the e-graph with
@@ -33,9 +34,11 @@ from relsat.graph.ops import (
     FLOAT_PARAMS,
     INT_PARAMS,
     MIXED_PARAMS,
+    OPAQUE_INT_ATTRS,
     PADDINGS,
     Params,
     infer,
+    opaque_ints,
     opaque_key,
     opaque_type,
     param_ints,
@@ -85,7 +88,9 @@ def encode_node(node: Node) -> tuple[str, list[int], str]:
         s = "_".join(map(str, p["shape"]))
     elif op == "opaque":  # the type's key in p0, for rules to test (relsat.graph.ops.opaque_key)
         s = f"{p['type']}|{p['attrs']}|{json.dumps(p['shapes'], separators=(',', ':'))}"
-        ints = [opaque_key(opaque_type(p["type"], p["attrs"]))]
+        kind = opaque_type(p["type"], p["attrs"])
+        named = json.loads(p["attrs"]) if kind in OPAQUE_INT_ATTRS else {}
+        ints = [opaque_key(kind), *opaque_ints(kind, named)]  # then attributes rules name
     elif op in FLOAT_PARAMS or op in INT_PARAMS or op in MIXED_PARAMS:  # float32 bits, ints
         ints = param_ints(op, p) or []  # bits, a slice's bounds: so that rules can spell them
     return op, [*ints, -1, -1, -1, -1, -1, -1][:6], s

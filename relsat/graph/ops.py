@@ -27,6 +27,7 @@ __all__ = [
     "ACTIVATIONS",
     "FLOAT_PARAMS",
     "INT_PARAMS",
+    "OPAQUE_INT_ATTRS",
     "OPS",
     "PADDINGS",
     "OpError",
@@ -39,6 +40,7 @@ __all__ = [
     "from_f32_bits",
     "infer",
     "int_params",
+    "opaque_ints",
     "opaque_key",
     "opaque_type",
     "param_ints",
@@ -1002,6 +1004,29 @@ INT_PARAMS = {
 
 #: Ops with an integer parameter in ``p0`` and a float one, as float32 bits, in ``p1``.
 MIXED_PARAMS = {"mha": ("heads", "scale"), "groupnorm": ("groups", "epsilon")}
+
+
+#: The integer attributes of ONNX operators relsat keeps opaque that rules may name, each with
+#: ONNX's default: an opaque e-node stores them in ``p1``, ``p2``, … after its type's key, and
+#: a rule spells them as the operator's leading integer arguments, ``(onnx.Flatten ?f ?m)``
+#: (:func:`relsat.rewrite.rules.signature`), so that it matches the one attribute it means.
+#: One attribute per type at most: a price signature leaves ``p1`` out (the attributes are in
+#: ``s`` already), ``sql/cost/enode_signatures.sql``.
+OPAQUE_INT_ATTRS: dict[str, tuple[tuple[str, int], ...]] = {
+    "Flatten": (("axis", 1),),
+    "Gather": (("axis", 0),),
+    "GatherND": (("batch_dims", 0),),
+}
+
+
+def opaque_ints(qualified: str, attrs: Mapping[str, Any]) -> list[int]:
+    """The attributes of :data:`OPAQUE_INT_ATTRS` an opaque node of type ``qualified`` has
+    (``attrs``: its attributes), in order, ONNX's default where one is not given.
+
+    >>> opaque_ints("Flatten", {"axis": 2}), opaque_ints("Gather", {}), opaque_ints("Where", {})
+    ([2], [0], [])
+    """
+    return [int(attrs.get(name, default)) for name, default in OPAQUE_INT_ATTRS.get(qualified, ())]
 
 
 def opaque_type(type_name: str, attrs: str) -> str:

@@ -14,9 +14,11 @@ affine.row_dims`). What is left here (issue 39):
   first 61 rows of a mask of 59), so that at the markers, where a class holds one shape, no
   slice of the mask has the gather's shape and the shape check refuses any right-hand side;
 * a Gather from the mask flattened to ``[size, 1]`` (``Flatten`` at its last axis, the legacy
-  exporter's): a rule names no attribute of an ONNX operator, so ``(onnx.Flatten ?m)`` would
-  mean any Flatten, and ``relsat rules check`` (ONNX's default axis, 1) finds its sides of two
-  types.
+  exporter's), which the exporter reshapes back to the grid's shape: a rule can say the view
+  (``(onnx.Gather 0 (onnx.Flatten ?f:int ?m) ?i)`` where ``?f == rank(?m)``: checked ok), but the
+  ONNX Reshape after it keeps its target in a constant input no rule reads, so the view and
+  that Reshape are written apart (one node more on the legacy gpt2 and bert exports, measured)
+  until non-float reshapes are relsat's ``reshape``.
 
 :func:`plan` finds the rewrites; the importer applies them (:class:`Plan`) before converting,
 and the nodes they leave unread are dropped with the rest of the unreachable graph.

@@ -330,7 +330,9 @@ def draw(
     conditions read an index fact is drawn by :func:`relsat.rewrite.indices.draw` instead."""
     if indices.reads_index(rule):
         drawn = indices.draw(rule, choose)
-        return evaluate(rule, drawn.shapes, guards=guards, numeric=numeric, index=drawn)
+        return evaluate(
+            rule, drawn.shapes, guards=guards, numeric=numeric, values=drawn.values, index=drawn
+        )
     values = draw_params(rule, choose) if rule.params else {}
     try:
         concrete = specialize(rule, values)[0] if rule.params else rule

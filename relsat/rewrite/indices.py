@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relsat.rewrite.exprs import INDEX_FACTS, Cond, subexprs
+from relsat.rewrite.exprs import INDEX_FACTS, Cond, Num, Param, evaluate, subexprs
+from relsat.rewrite.params import draw_params
+from relsat.rewrite.pins import equations
 from relsat.rewrite.rules import Rule
 from relsat.rewrite.shapes import DIMS, Choose, Unsolvable
 
@@ -44,11 +46,14 @@ VARIANTS = ("grid", "grid", "grid", "swapped", "shifted", "other-order")
 @dataclass(frozen=True)
 class IndexDraw:
     """One drawn instance: each variable's shape, the index's values (float64, as the executor
-    holds them) and its facts (``grid`` / ``rows`` → the list, or None where it is none)."""
+    holds them), its facts (``grid`` / ``rows`` → the list, or None where it is none) and the
+    rule's parameter values (an attribute the rule names: drawn, or set by an equation of the
+    conditions over the shapes, ``?f == rank(?m)``)."""
 
     shapes: dict[str, tuple[int, ...]]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     facts: dict[str, Mapping[str, tuple[int, ...] | None]] = field(default_factory=dict)
+    values: dict[str, Num | tuple[int, ...]] = field(default_factory=dict)
 
 
 def _read(rule: Rule) -> dict[str, str]:
@@ -75,7 +80,7 @@ def draw(rule: Rule, choose: Choose[object]) -> IndexDraw:
     read = _read(rule)
     names = [v.name for v in rule.bound]
     data = [n for n in names if n not in read]
-    if len(read) != 1 or len(data) != 1 or rule.params:
+    if len(read) != 1 or len(data) != 1:
         raise Unsolvable("an index fact is drawn for rules over one index and one data tensor only")
     ((index, fact),) = read.items()
     rank = int(choose(RANKS))  # type: ignore[call-overload]
@@ -105,8 +110,12 @@ def draw(rule: Rule, choose: Choose[object]) -> IndexDraw:
     from relsat.onnx.affine import index_facts  # the importer's analysis of a constant index
 
     grid, rows = index_facts(array)
-    return IndexDraw(
-        {data[0]: shape, index: tuple(array.shape)},
-        {index: array.astype(np.float64)},
-        {index: {"grid": grid, "rows": rows}},
-    )
+    shapes = {data[0]: shape, index: tuple(array.shape)}
+    values = draw_params(rule, choose) if rule.params else {}
+    for target, other in equations(g.expr for g in rule.guards if isinstance(g, Cond)):
+        if isinstance(target, Param) and target.type == "int":
+            v = evaluate(other, values, shapes)
+            if isinstance(v, int) and not isinstance(v, bool):
+                values[target.name] = v
+    facts = {index: {"grid": grid, "rows": rows}}
+    return IndexDraw(shapes, {index: array.astype(np.float64)}, facts, values)

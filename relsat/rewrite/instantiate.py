@@ -28,7 +28,7 @@ from relsat.errors import GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph
 from relsat.graph.onnx_kernels import SHAPES as ONNX_SHAPES
-from relsat.graph.ops import TensorType, from_f32_bits
+from relsat.graph.ops import OPAQUE_INT_ATTRS, TensorType, from_f32_bits
 from relsat.rewrite.exprs import Expr, evaluate, sexpr
 from relsat.rewrite.rules import Guard, Pattern, Rule, Term, Var, onnx_type
 
@@ -172,18 +172,20 @@ def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]]
     def make(b: GraphBuilder, ints: tuple[Any, ...], xs: list[Tensor]) -> Value:
         if how == "unary" and len(xs) != 1:
             raise GraphError(f"{kind} takes one input, got {len(xs)}", op=kind)
+        names = [name for name, _ in OPAQUE_INT_ATTRS.get(kind, ())]
+        attrs = dict(zip(names, (int(i) for i in ints), strict=True))
         try:
             if how == "matmul":
                 shape = _matmul_shape(kind, xs)
             elif how in _VIEWS:
-                shape = _view_shape(kind, how, xs)
+                shape = _view_shape(kind, how, xs, attrs)
             else:
                 shape = np.broadcast_shapes(*(x.shape for x in xs))
         except ValueError:
             raise GraphError(
                 f"{kind}'s inputs do not broadcast", op=kind, shapes=[x.shape for x in xs]
             ) from None
-        (out,) = b.opaque(kind, xs, [shape])
+        (out,) = b.opaque(kind, xs, [shape], attrs)
         return out
 
     return make
@@ -193,20 +195,30 @@ def _opaque(kind: str) -> Callable[[GraphBuilder, tuple[Any, ...], list[Tensor]]
 _VIEWS = {"gathernd": 2, "gather": 2, "flatten": 1, "flat": 1}
 
 
-def _view_shape(kind: str, how: str, xs: list[Tensor]) -> tuple[int, ...]:
-    """The output shape of a gather or view at its default attributes (``how``, one of
-    :data:`_VIEWS`)."""
+def _view_shape(kind: str, how: str, xs: list[Tensor], attrs: Mapping[str, int]) -> tuple[int, ...]:
+    """The output shape of a gather or view (``how``, one of :data:`_VIEWS`) at the attributes
+    the rule names (``attrs``; ONNX's defaults for the others)."""
     shapes = [tuple(x.shape) for x in xs]
     if len(shapes) != _VIEWS[how] or (how in ("gathernd", "gather") and not shapes[0]):
         raise GraphError(f"{kind} of {len(xs)} inputs", op=kind, shapes=shapes)
-    if how == "flatten":
-        (x,) = shapes
-        return (x[0] if x else 1, math.prod(x[1:]))
     if how == "flat":
         return (math.prod(shapes[0]),)
+    if how == "flatten":
+        (x,) = shapes
+        axis = attrs.get("axis", 1)
+        if not -len(x) <= axis <= len(x):
+            raise GraphError(f"{kind}'s axis {axis} is out of range", op=kind, shapes=shapes)
+        axis %= len(x) + 1
+        return (math.prod(x[:axis]), math.prod(x[axis:]))
     data, index = shapes
     if how == "gather":
-        return (*index, *data[1:])
+        axis = attrs.get("axis", 0)
+        if not -len(data) <= axis < len(data):
+            raise GraphError(f"{kind}'s axis {axis} is out of range", op=kind, shapes=shapes)
+        axis %= len(data)
+        return (*data[:axis], *index, *data[axis + 1 :])
+    if attrs.get("batch_dims", 0) != 0:
+        raise GraphError(f"{kind} with batch_dims is not modelled", op=kind, shapes=shapes)
     if not index or not 1 <= index[-1] <= len(data):
         raise GraphError(f"{kind}'s index does not fit its data", op=kind, shapes=shapes)
     return (*index[:-1], *data[index[-1] :])

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relsat.errors import RuleError, RuleSyntaxError
-from relsat.graph.ops import f32_bits
+from relsat.graph.ops import OPAQUE_INT_ATTRS, f32_bits
 from relsat.paths import data_dir
 from relsat.rewrite.exprs import (
     ARITH,
@@ -281,7 +281,7 @@ class _Line:
             if self.side == "right":
                 self.semantic("an opaque operator cannot be built by a rule", col)
             try:
-                check_onnx(op, 1)  # the type; its arity when the node closes
+                check_onnx(op, 1 + len(OPAQUE_INT_ATTRS.get(onnx_type(op) or "", ())))  # the type
             except RuleError as err:
                 self.semantic(err.reason, col)
             return

@@ -23,7 +23,7 @@ from typing import TypeAlias, TypeVar, overload
 import numpy as np
 
 from relsat.errors import RuleError, RuleSyntaxError
-from relsat.graph.ops import FLOAT_PARAMS, MIXED_PARAMS, from_f32_bits
+from relsat.graph.ops import FLOAT_PARAMS, MIXED_PARAMS, OPAQUE_INT_ATTRS, from_f32_bits
 from relsat.rewrite.exprs import Cond, Expr, Param, expr_type, params_of, sexpr, tensors_of
 
 __all__ = [
@@ -163,8 +163,10 @@ OPERATORS: dict[str, OpSignature] = {
 
 
 #: A left-hand side names an ONNX operator relsat keeps opaque as ``onnx.<Type>`` (the default
-#: domain): ``(onnx.Where (onnx.IsNaN ?x) ?z ?x)``. Its arguments are the node's tensor inputs in
-#: order (as many as written); a right-hand side cannot build one.
+#: domain): ``(onnx.Where (onnx.IsNaN ?x) ?z ?x)``. Its arguments are the integer attributes rules
+#: may name (:data:`relsat.graph.ops.OPAQUE_INT_ATTRS`: ``(onnx.Flatten ?axis ?m)``, ``(onnx.Gather
+#: 0 ?d ?i)``), then the node's tensor inputs in order (as many as written); a right-hand side
+#: cannot build one.
 ONNX_PREFIX = "onnx."
 
 
@@ -175,14 +177,17 @@ def onnx_type(op: str) -> str | None:
 
 def signature(op: str, n_args: int) -> OpSignature:
     """The signature of ``op`` as written with ``n_args`` arguments: :data:`OPERATORS`' for
-    relsat's operators, ``n_args`` tensors for an ONNX one (:func:`onnx_type`). Raises
-    :class:`RuleError` for an unknown operator."""
-    if onnx_type(op) is None:
+    relsat's operators; for an ONNX one (:func:`onnx_type`), its attributes rules name, then
+    the rest tensors. Raises :class:`RuleError` for an unknown operator."""
+    kind = onnx_type(op)
+    if kind is None:
         sig = OPERATORS.get(op)
         if sig is None:
             raise RuleError(f"unknown operator {op!r}")
         return sig
-    return OpSignature(tuple((f"input{i}", "tensor") for i in range(n_args)))
+    attrs = tuple((name, "int") for name, _ in OPAQUE_INT_ATTRS.get(kind, ()))
+    tensors = tuple((f"input{i}", "tensor") for i in range(n_args - len(attrs)))
+    return OpSignature(attrs + tensors)
 
 
 def check_onnx(op: str, n_args: int) -> None:
@@ -195,8 +200,11 @@ def check_onnx(op: str, n_args: int) -> None:
     if not kind or not onnx.defs.has(kind):
         raise RuleError(f"unknown ONNX operator {kind!r} (of the default domain, onnx.defs)")
     most = onnx.defs.get_schema(kind).max_input
-    if not 1 <= n_args <= most:
+    named = [name for name, _ in OPAQUE_INT_ATTRS.get(kind, ())]
+    if not 1 <= n_args - len(named) <= most:
         takes = "1 tensor input" if most == 1 else f"1 to {most} tensor inputs"
+        if named:
+            takes = f"its attribute {', '.join(named)}, then {takes}"
         raise RuleError(f"{op} takes {takes}, got {n_args}")
 
 

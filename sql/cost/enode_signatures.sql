@@ -1,6 +1,6 @@
--- Every e-node with its operator signature: op, params (an opaque e-node's p0, its type's key
--- for rules, is left out: the type is in s, and price keys stay as they were), s, its
--- children's shapes in argument order, its output shape (its e-class's; piece 0 for a split's
+-- Every e-node with its operator signature: op, params (an opaque e-node's p0 and p1, its type's
+-- key and an attribute for rules, are left out: both are in s, and price keys stay as they
+-- were), s, its children's shapes in argument order, its output shape (its e-class's; piece 0 for a split's
 -- pair), whether all its children are weight-only (`all_weights`) and whether each is
 -- (`weight_only`, in argument order). Identical signatures share a `sig` number (0-based, dense).
 -- A split_0/split_1 child is a pair class: its shape is piece 0 (irrelevant, they cost 0).
@@ -19,7 +19,8 @@ WITH child AS (
     FROM child c JOIN eclass k ON k.id = c.class
     GROUP BY c.enode
 ), sig AS (
-    SELECT e.id AS enode, e.op, CASE WHEN e.op = 'opaque' THEN -1 ELSE e.p0 END AS p0, e.p1, e.p2, e.p3, e.p4, e.p5, e.s,
+    SELECT e.id AS enode, e.op, CASE WHEN e.op = 'opaque' THEN -1 ELSE e.p0 END AS p0,
+           CASE WHEN e.op = 'opaque' THEN -1 ELSE e.p1 END AS p1, e.p2, e.p3, e.p4, e.p5, e.s,
            coalesce(a.inputs, []::INTEGER[][]) AS inputs,
            o.shape AS output,
            coalesce(a.all_weights, false) AS all_weights,
