@@ -179,9 +179,10 @@ def test_units_that_cannot_be_timed_get_the_fallback_price_and_are_counted() -> 
 
 
 def test_a_masks_boolean_operands_are_timed_and_integer_ones_get_the_fallback() -> None:
-    """A unit reading booleans (the And of a mask's parts) runs on random true and false; one
-    reading an integer tensor (a Tile's repeats: made-up values would time another tiling)
-    gets the fallback, its reason named."""
+    """A unit reading booleans (the And of a mask's parts) runs on random true and false, a
+    constant one (a boolean Constant class, a gather's constant index) as an initializer of its
+    own type; one reading an integer tensor at run time (a Tile's repeats: made-up values would
+    time another tiling) gets the fallback, its reason named."""
     meta = '{"_onnx":{"domain":"","in_dtypes":["BOOL","BOOL"],"inputs":["t","t"],"opset":17,'
     meta += '"out_dtypes":["BOOL"],"outputs":[1],"types":{}}}'
     both = OpSignature(
@@ -190,9 +191,20 @@ def test_a_masks_boolean_operands_are_timed_and_integer_ones_get_the_fallback() 
     tile = '{"_onnx":{"domain":"","in_dtypes":["FLOAT","INT64"],"inputs":["t","t"],"opset":17,'
     tile += '"outputs":[1],"types":{}}}'
     tiled = OpSignature("opaque", (), f"Tile|{tile}|[[4,16]]", ((2, 16), (2,)), (4, 16))
+    settled = replace(both, constants=(True, False))  # an operand a Constant class holds
+    nd = '{"_onnx":{"domain":"","in_dtypes":["BOOL","INT64"],"inputs":["t","t"],"opset":17,'
+    nd += '"out_dtypes":["BOOL"],"outputs":[1],"types":{}}}'
+    grid = OpSignature(
+        "opaque",
+        (),
+        f"GatherND|{nd}|[[2,1,1,8]]",
+        ((2, 8), (2, 1, 1, 8, 2)),
+        (2, 1, 1, 8),
+        (False, True),
+    )
     m = model()
-    m.costs([both, tiled])
-    assert (m.measured, m.fallbacks) == (1, 1), m.fallback_reasons
+    m.costs([both, tiled, settled, grid])
+    assert (m.measured, m.fallbacks) == (3, 1), m.fallback_reasons
     (reason,) = m.fallback_reasons["opaque"]
     assert "tensor(int64)" in reason
 

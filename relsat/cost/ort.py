@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import os
 import statistics
@@ -220,8 +221,14 @@ def unit_graph(sig: OpSignature) -> Graph:
 
     b = GraphBuilder()
     flags = sig.constants or (False,) * len(sig.inputs)
+    meta = _opaque_meta(sig)
+    dtypes = [*meta.get("in_dtypes", []), *["FLOAT"] * len(sig.inputs)]
     leaves = [
-        b.weight(shape, name=f"w{i}") if constant else b.input(shape, name=f"x{i}")
+        b.input(shape, name=f"x{i}")
+        if not constant
+        else b.weight(shape, name=f"w{i}")
+        if dtypes[i] == "FLOAT"
+        else _constant_leaf(b, shape, dtypes[i], meta.get("opset", 17))
         for i, (shape, constant) in enumerate(zip(sig.inputs, flags, strict=True))
     ]
     row: dict[str, Any] = {"op": sig.op, "s": sig.s, "shape": list(sig.output)}
@@ -236,6 +243,38 @@ def unit_graph(sig: OpSignature) -> Graph:
     if outs[0].shape != sig.output:
         raise sig.error(f"the rebuilt unit computes {list(outs[0].shape)}", model="ort-cpu")
     return b.build(*outs)
+
+
+def _opaque_meta(sig: OpSignature) -> dict[str, Any]:
+    """An opaque signature's ONNX record (``_onnx``: domain, opset, element types); empty for
+    any other signature."""
+    if sig.op != "opaque" or "|" not in sig.s:
+        return {}
+    _, rest = sig.s.split("|", 1)
+    meta = json.loads(rest.rsplit("|", 1)[0]).get("_onnx", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def _constant_leaf(b: GraphBuilder, shape: tuple[int, ...], dtype: str, opset: int) -> Any:
+    """A weight-only input of another element type than float32 (a mask's boolean constant, a
+    gather's constant index), as the importer holds one: an opaque ``Constant`` (written as an
+    initializer), of random booleans or of zeros."""
+    from onnx import TensorProto, helper
+
+    from relsat.onnx.context import encode_tensor
+
+    code = TensorProto.DataType.Value(dtype)
+    if code == TensorProto.BOOL:
+        value = np.random.default_rng(0).random(shape) < 0.5
+    else:
+        value = np.zeros(shape, dtype=helper.tensor_dtype_to_np_dtype(code))
+    meta = {"domain": "", "opset": opset, "types": {"value": "TENSOR"}, "inputs": []}
+    attrs = {
+        "value": encode_tensor(value, code),
+        "_onnx": {**meta, "outputs": [1], "out_dtypes": [dtype]},
+    }
+    (leaf,) = b.opaque("Constant", [], [shape], attrs)
+    return leaf
 
 
 class OrtModel(CostModel):

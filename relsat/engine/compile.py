@@ -664,7 +664,8 @@ def _split_args(p: Pattern) -> tuple[list[Any], list[Pattern | Var]]:
     kind_of = onnx_type(p.op)
     if kind_of is not None:  # an opaque e-node: its type's key in p0, its attributes, its inputs
         named = len(OPAQUE_INT_ATTRS.get(kind_of, ()))
-        return [opaque_key(kind_of), *p.args[:named]], list(p.args[named:])  # type: ignore[list-item]
+        attrs: list[Any] = [opaque_key(kind_of), *p.args[:named]]
+        return attrs, [a for a in p.args[named:] if isinstance(a, Pattern | Var)]
     for arg, (_, kind) in zip(p.args, OPERATORS[p.op].params, strict=True):
         if kind == "int":
             ints.append(arg)  # type: ignore[arg-type]  # a literal, a Param or an Expr

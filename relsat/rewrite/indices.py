@@ -117,5 +117,5 @@ def draw(rule: Rule, choose: Choose[object]) -> IndexDraw:
             v = evaluate(other, values, shapes)
             if isinstance(v, int) and not isinstance(v, bool):
                 values[target.name] = v
-    facts = {index: {"grid": grid, "rows": rows}}
+    facts: dict[str, Mapping[str, tuple[int, ...] | None]] = {index: {"grid": grid, "rows": rows}}
     return IndexDraw(shapes, {index: array.astype(np.float64)}, facts, values)
