@@ -8,6 +8,7 @@ import ast
 import csv
 import importlib.machinery
 import importlib.util
+import json
 import site
 import subprocess
 import sys
@@ -171,11 +172,52 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_help(script: str) -> None:
-    proc = _run(str(BENCH / f"{script}.py"), "--help")
+#: Runs each script of a JSON list with ``--help`` as ``python bench/<script>.py --help`` would
+#: (``sys.argv``, bench/ first on ``sys.path``, ``__main__``), one after another in one
+#: interpreter (one start-up, not one per script: each costs most of a second), and prints a JSON
+#: object: each script's exit code, stdout and stderr (a traceback where it raised).
+HELP_DRIVER = """
+import contextlib, io, json, runpy, sys, traceback
+bench, scripts = json.load(sys.stdin)
+done = {}
+for script in scripts:
+    path = f"{bench}/{script}.py"
+    sys.argv, sys.path[0] = [path, "--help"], bench
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    done[script] = [code, out.getvalue(), err.getvalue()]
+json.dump(done, sys.__stdout__)
+"""
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, list]:
+    """Every script's ``--help``: exit code, stdout, stderr, by script."""
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_DRIVER],
+        input=json.dumps([str(BENCH), SCRIPTS]),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith("usage:")
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help(script: str, helps: dict[str, list]) -> None:
+    code, out, err = helps[script]
+    assert code == 0, err[-2000:]
+    assert out.startswith("usage:")
 
 
 def test_real_list() -> None:
