@@ -115,7 +115,7 @@ def draw(rule: Rule, choose: Choose[object]) -> IndexDraw:
     for target, other in equations(g.expr for g in rule.guards if isinstance(g, Cond)):
         if isinstance(target, Param) and target.type in ("int", "ints"):
             v = evaluate(other, values, shapes)
-            if isinstance(v, int) and not isinstance(v, bool) or isinstance(v, tuple):
+            if (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, tuple):
                 values[target.name] = v
     facts: dict[str, Mapping[str, tuple[int, ...] | None]] = {index: {"grid": grid, "rows": rows}}
     return IndexDraw(shapes, {index: array.astype(np.float64)}, facts, values)
