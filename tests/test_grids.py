@@ -229,6 +229,23 @@ def test_one_batch_dim_needs_no_slice() -> None:
 
 
 @pytest.mark.parametrize(
+    ("padding", "rule"), [("gathernd", "gathernd-grid"), ("gather", "gather-flat-column-grid")]
+)
+def test_a_grid_reading_its_mask_whole_is_a_rules_view(padding, rule) -> None:
+    """No view is made at import: the gather is in the e-graph, its class holding the view a
+    rule built (the legacy Gather's data, the boolean mask flattened to ``[size, 1]``, is
+    relsat's reshape, which the rule reads with its shape)."""
+    result = optimize(_mask_model(padding, mask_batch="batch"), ANALYTIC)
+    kind = "GatherND" if padding == "gathernd" else "Gather"
+    views = result.db.execute(
+        "SELECT count(*) FROM enode v JOIN enode g ON g.class = v.class "
+        f"WHERE v.rule = '{rule}' AND g.op = 'opaque' AND g.s LIKE '{kind}|%'"
+    )
+    assert views[0][0] == 1
+    assert kind not in [n.op_type for n in result.model.graph.node]
+
+
+@pytest.mark.parametrize(
     ("change", "kept"),
     [
         ({"query": "past - 1"}, "LessOrEqual"),  # the last key is in the future: not all true

@@ -58,6 +58,11 @@ class ImportContext(Protocol):
         raises :class:`Unmapped` for any other element type or an omitted input."""
         ...
 
+    def view_input(self, name: str) -> Tensor:
+        """The tensor a reshape reads: :meth:`tensor`'s, or a boolean one (a mask: relsat's
+        reshape moves elements of any type); raises :class:`Unmapped` for any other."""
+        ...
+
     def const(self, name: str) -> np.ndarray | None:
         """The value of ``name`` when it is a constant (initializer, Constant, folded weight)."""
         ...

@@ -6,19 +6,12 @@ q, kv]`` grid: torch's dynamo exporter writes a ``GatherND`` at an index built f
 (axis 0) from the flattened mask at row ``b * kv + k``. Where such an index reads its data
 whole, the gather is the data reshaped, by the rules of ``rules/masks.rules`` over the facts
 ``grid`` and ``rows`` of the index (:func:`relsat.onnx.affine.grid_dims`, :func:`~relsat.onnx.
-affine.row_dims`). What is left here (issue 39):
-
-* the grid shorter than its data along an axis: the view is then a ``Slice`` of the first rows
-  (plus ``Squeeze`` / ``Unsqueeze``), which a rule cannot write: dynamo gives the mask its own
-  batch dim, whose marker is the smaller one in bert, GPT-J and Llama's ``.dyn`` exports (the
-  first 61 rows of a mask of 59), so that at the markers, where a class holds one shape, no
-  slice of the mask has the gather's shape and the shape check refuses any right-hand side;
-* a Gather from the mask flattened to ``[size, 1]`` (``Flatten`` at its last axis, the legacy
-  exporter's), which the exporter reshapes back to the grid's shape: a rule can say the view
-  (``(onnx.Gather 0 (onnx.Flatten ?f:int ?m) ?i)`` where ``?f == rank(?m)``: checked ok), but the
-  ONNX Reshape after it keeps its target in a constant input no rule reads, so the view and
-  that Reshape are written apart (one node more on the legacy gpt2 and bert exports, measured)
-  until non-float reshapes are relsat's ``reshape``.
+affine.row_dims`). What is left here (issue 39) is the grid shorter than its data along an
+axis: the view is then a ``Slice`` of the first rows (plus ``Squeeze`` / ``Unsqueeze``), which a
+rule cannot write: dynamo gives the mask its own batch dim, whose marker is the smaller one in
+bert, GPT-J and Llama's ``.dyn`` exports (the first 61 rows of a mask of 59), so that at the
+markers, where a class holds one shape, no slice of the mask has the gather's shape and the
+shape check refuses any right-hand side.
 
 :func:`plan` finds the rewrites; the importer applies them (:class:`Plan`) before converting,
 and the nodes they leave unread are dropped with the rest of the unreachable graph.
@@ -192,8 +185,8 @@ class _Planner:
         # fails: a GatherND index out of its dim, or a row index past the flattened data when
         # the other dims are whole (so one such dim at most for a Gather).
         rows = {j: lead[a] for j, a in enumerate(axes) if a is not None and lead[a] != shape[j]}
-        if (not rows and not trailing) or (node.op_type == "Gather" and len(rows) > 1):
-            return None  # read whole: a view by a rule (gathernd-grid, gather-reshape-grid)
+        if not rows or (node.op_type == "Gather" and len(rows) > 1):
+            return None  # read whole: a view by a rule (rules/masks.rules)
         return self._view(node, source, shape, lead, axes, trailing, rows)
 
     def _components(self, index: str, shape: tuple[int, ...]) -> list[Affine] | None:

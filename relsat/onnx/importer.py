@@ -483,6 +483,11 @@ class Importer:
             return False
         return node.op_type == "GatherND" or self.dtype(node.input[0]) == TensorProto.BOOL
 
+    def view_input(self, name: str) -> Tensor:
+        if name and self.dtype(name) == TensorProto.BOOL and name in self.env:
+            return self.env[name]
+        return self.tensor(name)
+
     def const(self, name: str) -> np.ndarray | None:
         return self.consts.get(name) if name else None
 
@@ -606,8 +611,10 @@ class Importer:
         used_outputs = [o for o in node.output if o and self.uses[o]]
         mapped = None
         # an output ONNX's inference leaves open (a contrib op it does not know) is float when
-        # a handler maps the node: relsat's tensors are float32
-        if handler is not None and all(self.dtype(o) in (FLOAT, 0) for o in used_outputs):
+        # a handler maps the node: relsat's tensors are float32, but for a boolean mask's views
+        views = node.op_type in ("Reshape", "Flatten")  # (an Unsqueeze keeps its constant axes)
+        types = (FLOAT, 0, TensorProto.BOOL) if views else (FLOAT, 0)
+        if handler is not None and all(self.dtype(o) in types for o in used_outputs):
             try:
                 mapped = handler(self, node, attrs_of(node))
             except Unmapped:

@@ -292,7 +292,7 @@ def _reshape_to(
 
 
 def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    x = imp.tensor(node.input[0])
+    x = imp.view_input(node.input[0])
     spec = imp.const(node.input[1])
     shape: list[int] | None = None
     if spec is not None:
@@ -306,7 +306,7 @@ def _reshape(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[
 
 
 def _flatten(imp: ImportContext, node: NodeProto, a: Mapping[str, Any]) -> dict[str, Tensor]:
-    x = imp.tensor(node.input[0])
+    x = imp.view_input(node.input[0])
     axis = a.get("axis", 1) + x.rank if a.get("axis", 1) < 0 else a.get("axis", 1)  # [-r, r]
     shape = [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])]
     return _reshape_to(imp, x, node.output[0], shape)

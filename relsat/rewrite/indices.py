@@ -48,7 +48,7 @@ class IndexDraw:
     """One drawn instance: each variable's shape, the index's values (float64, as the executor
     holds them), its facts (``grid`` / ``rows`` → the list, or None where it is none) and the
     rule's parameter values (an attribute the rule names: drawn, or set by an equation of the
-    conditions over the shapes, ``?f == rank(?m)``)."""
+    conditions over the shapes, ``?f == rank(?m)``, ``?s == [size(?m), 1]``)."""
 
     shapes: dict[str, tuple[int, ...]]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
@@ -113,9 +113,9 @@ def draw(rule: Rule, choose: Choose[object]) -> IndexDraw:
     shapes = {data[0]: shape, index: tuple(array.shape)}
     values = draw_params(rule, choose) if rule.params else {}
     for target, other in equations(g.expr for g in rule.guards if isinstance(g, Cond)):
-        if isinstance(target, Param) and target.type == "int":
+        if isinstance(target, Param) and target.type in ("int", "ints"):
             v = evaluate(other, values, shapes)
-            if isinstance(v, int) and not isinstance(v, bool):
+            if (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, tuple):
                 values[target.name] = v
     facts: dict[str, Mapping[str, tuple[int, ...] | None]] = {index: {"grid": grid, "rows": rows}}
     return IndexDraw(shapes, {index: array.astype(np.float64)}, facts, values)
