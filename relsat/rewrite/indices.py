@@ -11,7 +11,7 @@ took for a grid would show as sides that differ.
 
 >>> from relsat.rewrite.rulefile import parse_rules
 >>> rule = parse_rules(
-...     "# name: r\\n(onnx.GatherND ?m ?i) => (reshape ?m (take (shape ?i) -1))\\n"
+...     "# name: r\\n(onnx.GatherND 0 ?m ?i) => (reshape ?m (take (shape ?i) -1))\\n"
 ...     "where grid(?i) == shape(?m)\\n"
 ... )["r"]
 >>> import random
