@@ -178,11 +178,13 @@ def test_units_that_cannot_be_timed_get_the_fallback_price_and_are_counted() -> 
     assert "fallback bogus x1" in m.report()
 
 
-def test_a_masks_boolean_operands_are_timed_and_integer_ones_get_the_fallback() -> None:
+def test_boolean_and_integer_units_are_timed_where_their_values_are_data() -> None:
     """A unit reading booleans (the And of a mask's parts) runs on random true and false, a
     constant one (a boolean Constant class, a gather's constant index) as an initializer of its
-    own type; one reading an integer tensor at run time (a Tile's repeats: made-up values would
-    time another tiling) gets the fallback, its reason named."""
+    own type, a run-time index (an embedding lookup) on zeros: ONNX shape inference gives its
+    output from the input shapes alone; one whose integer input sets its output's shape (a
+    Tile's repeats: made-up values would time another tiling) gets the fallback, its reason
+    named."""
     meta = '{"_onnx":{"domain":"","in_dtypes":["BOOL","BOOL"],"inputs":["t","t"],"opset":17,'
     meta += '"out_dtypes":["BOOL"],"outputs":[1],"types":{}}}'
     both = OpSignature(
@@ -202,9 +204,12 @@ def test_a_masks_boolean_operands_are_timed_and_integer_ones_get_the_fallback() 
         (2, 1, 1, 8),
         (False, True),
     )
+    g = '{"_onnx":{"domain":"","in_dtypes":["FLOAT","INT64"],"inputs":["t","t"],"opset":17,'
+    g += '"outputs":[1],"types":{}}}'
+    lookup = OpSignature("opaque", (), f"Gather|{g}|[[2,3,4]]", ((10, 4), (2, 3)), (2, 3, 4))
     m = model()
-    m.costs([both, tiled, settled, grid])
-    assert (m.measured, m.fallbacks) == (3, 1), m.fallback_reasons
+    m.costs([both, tiled, settled, grid, lookup])
+    assert (m.measured, m.fallbacks) == (4, 1), m.fallback_reasons
     (reason,) = m.fallback_reasons["opaque"]
     assert "tensor(int64)" in reason
 

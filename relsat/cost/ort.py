@@ -26,8 +26,10 @@ model, clamped at ``floor_ms`` (:class:`OrtTiming`).
   reshape (aliased) and merge/enlarge (folded into initializers by the exporter). Transpose,
   concat and split are real copies on a CPU and are timed.
 * Inputs: float32 ones hold normal values, boolean ones (the masks' And, Or and Where) true and
-  false at random; a unit with an integer input (a shape, a count or a bound as likely as an index:
-  made-up values would time another computation) gets the fallback.
+  false at random, integer ones zeros where ONNX shape inference shows their values are data
+  (the output shapes follow from the input shapes: a gather's index, a comparison); a unit whose
+  integer input may be a shape, a count or a bound (a Tile's repeats, a Range's limit: made-up
+  values would time another computation), or that divides, gets the fallback.
 * Fallback: a unit that cannot be rebuilt, exported or run alone, or whose tensors exceed
   ``memory_cap`` bytes, is priced by ``AnalyticModel("cpu")`` (if even that refuses, by the same
   roofline for a memory-bound op of its shapes), counted in ``fallbacks`` and its reason kept in
@@ -619,7 +621,7 @@ class OrtModel(CostModel):
             raise sig.error(f"cannot export the unit: {_first_line(exc)}", self.name) from exc
         try:
             session = self.settings.session(model)
-            return session, _bind(session)
+            return session, _bind(session, integers=_values_free(model))
         except Exception as exc:
             raise sig.error(f"onnxruntime rejects it: {_first_line(exc)}", self.name) from exc
 
@@ -842,28 +844,62 @@ def _one_kernel(sig: OpSignature) -> OpSignature:
     return sig
 
 
-#: The input types a timed unit is given values of (onnxruntime's names → NumPy's). Integer
-#: inputs are not: their values may be shapes, counts or bounds (a Tile's repeats, a Range's
-#: limit), where made-up ones would time another computation; such a unit gets the fallback.
+#: The input types a timed unit is given values of (onnxruntime's names → NumPy's); integer
+#: ones only where their values are data (:func:`_values_free`).
 _INPUT_TYPES: dict[str, Any] = {"tensor(float)": np.float32, "tensor(bool)": np.bool_}
+_INTEGER_TYPES: dict[str, Any] = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+#: Operators a unit of integer inputs is not run with made-up values for: zeros divide by zero.
+_ZERO_HAZARDS = frozenset({"Div", "Mod"})
 
 
-def _bind(session: Any) -> Any:
+def _values_free(model: Any) -> bool:
+    """Whether the unit's output shapes follow from its inputs' shapes alone (ONNX shape
+    inference with the declared outputs cleared gives every dim): its integer inputs are then
+    data (a gather's index, a comparison's operands), not shapes, counts or bounds (a Tile's
+    repeats, a Range's limit), where made-up values would time another computation."""
+    import onnx
+
+    if any(n.op_type in _ZERO_HAZARDS for n in model.graph.node):
+        return False
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    want = [[d.dim_value for d in o.type.tensor_type.shape.dim] for o in probe.graph.output]
+    for o in probe.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    del probe.graph.value_info[:]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=True)
+    except Exception:  # any refusal: not known to be free of values
+        return False
+    got = [
+        [d.dim_value if d.HasField("dim_value") else None for d in o.type.tensor_type.shape.dim]
+        for o in inferred.graph.output
+    ]
+    return got == want
+
+
+def _bind(session: Any, *, integers: bool = False) -> Any:
     """An IOBinding with pre-allocated random inputs and (where the type is known) outputs,
     so timed runs allocate and convert nothing on the Python side: float32 inputs hold normal
-    values, boolean ones (a mask's operands) true and false at random."""
+    values, boolean ones (a mask's operands) true and false at random, integer ones zeros (an
+    index in range of any axis) where ``integers`` says their values are data; else an integer
+    input is refused (the fallback prices the unit)."""
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
     binding = session.io_binding()
+    types = {**_INPUT_TYPES, **(_INTEGER_TYPES if integers else {})}
     for arg in session.get_inputs():
-        kind = _INPUT_TYPES.get(arg.type)
+        kind = types.get(arg.type)
         if kind is None or not all(isinstance(d, int) for d in arg.shape):
             raise ValueError(f"input {arg.name} is {arg.type} {arg.shape}, not static float/bool")
         if kind is np.bool_:
             value = rng.random(arg.shape) < 0.5
-        else:
+        elif kind is np.float32:
             value = rng.standard_normal(arg.shape, dtype=np.float32)
+        else:
+            value = np.zeros(arg.shape, dtype=kind)
         binding.bind_ortvalue_input(arg.name, ort.OrtValue.ortvalue_from_numpy(value))
     for arg in session.get_outputs():
         if arg.type == "tensor(float)" and all(isinstance(d, int) for d in arg.shape):
