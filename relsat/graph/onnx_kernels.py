@@ -57,8 +57,7 @@ def _operands(attrs: dict[str, Any], tensors: Sequence[np.ndarray]) -> list[np.n
         if entry == "t":
             out.append(next(given))
         elif isinstance(entry, dict) and entry.get("dtype") in _DTYPES:
-            kind = _DTYPES[entry["dtype"]]
-            out.append(np.array(entry["data"], dtype=kind).reshape(entry["dims"]))
+            out.append(_array(entry))
         elif isinstance(entry, dict):
             raise ExecutionError(f"a constant input of ONNX type {entry.get('dtype')}")
         else:
@@ -102,10 +101,14 @@ def _matmul(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
     return (np.matmul(a, b),)
 
 
+def _array(entry: dict[str, Any]) -> np.ndarray:
+    """A constant as the importer records it (dtype name, dims, flat data)."""
+    return np.array(entry["data"], dtype=_DTYPES[entry["dtype"]]).reshape(entry["dims"])
+
+
 def _constant(attrs: dict[str, Any]) -> tuple[np.ndarray]:
-    """An opaque ``Constant`` (the importer's boolean constants): its ``value``."""
-    value = attrs["value"]
-    return (np.array(value["data"], dtype=_DTYPES[value["dtype"]]).reshape(value["dims"]),)
+    """An opaque ``Constant`` (the importer's boolean constants, a mask gather's index)."""
+    return (_array(attrs["value"]),)
 
 
 def _gathernd(attrs: dict[str, Any], *tensors: np.ndarray) -> tuple[np.ndarray]:
@@ -167,10 +170,11 @@ KERNELS: dict[str, _Kernel] = {
 #: How each operator of :data:`KERNELS` shapes its output: ``unary`` (its input's shape) or
 #: ``broadcast`` (its inputs' shapes broadcast, as NumPy broadcasts) or ``matmul`` (a product
 #: of the last two axes, the others broadcast: the MatMul relsat's matmul does not cover), or
-#: one of the gathers and views with their default attributes (a rule names none): ``gathernd``
-#: (``batch_dims`` 0), ``gather`` (axis 0), ``flatten`` (axis 1), ``flat`` (a Reshape whose shape
-#: a rule does not name, modelled as one to a single axis: the index rules' only target where
-#: their sides have one type — the e-graph refuses a right-hand side of another shape). The
+#: one of the gathers and views at the attributes a rule names (``gathernd``, ``gather``,
+#: ``flatten``: :data:`relsat.graph.ops.OPAQUE_INT_ATTRS`), or ``flat`` (a Reshape, whose target
+#: is a constant input no rule names, modelled as one to a single axis: the index rules' only
+#: target where their sides have one type — the e-graph refuses a right-hand side of another
+#: shape). The
 #: shape solver draws only the element-wise kinds; a rule over a gather is drawn from its
 #: index facts (:mod:`relsat.rewrite.indices`).
 SHAPES = {

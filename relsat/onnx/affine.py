@@ -52,6 +52,7 @@ __all__ = [
     "affine",
     "aligned",
     "compare",
+    "components_grid",
     "decode",
     "encode",
     "grid_axes",
@@ -435,6 +436,15 @@ def grid_dims(parts: Sequence[Affine], lead: tuple[int, ...]) -> tuple[int, ...]
     return tuple(1 if a is None else lead[a] for a in axes)
 
 
+def components_grid(parts: Sequence[Affine | None]) -> tuple[int, ...] | None:
+    """:func:`grid_dims` of a GatherND index's components (each a form over the index's other
+    axes), None where one is unknown."""
+    known = [p for p in parts if p is not None]
+    if not known or len(known) != len(parts):
+        return None
+    return grid_dims(known, known[0].shape)
+
+
 def row_dims(v: Affine, extent: Callable[[int], Poly]) -> tuple[int, ...] | None:
     """The dims longer than 1 of the data a row index ``v`` into that data flattened reads
     whole, in row-major order (``b * kv + k``: ``(batch, kv)``): the offset 0, the coefficient
@@ -477,8 +487,6 @@ def index_facts(
     if array.dtype.kind not in "iu" or array.ndim == 0:
         return None, None
     extent = dims.poly if dims is not None else constant
-    parts = [of_constant(array[..., j], dims) for j in range(array.shape[-1])]
-    known = [p for p in parts if p is not None]
-    grid = grid_dims(known, known[0].shape) if known and len(known) == len(parts) else None
+    grid = components_grid([of_constant(array[..., j], dims) for j in range(array.shape[-1])])
     whole = of_constant(array, dims)
     return grid, None if whole is None else row_dims(whole, extent)

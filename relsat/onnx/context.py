@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph, Node, Ref
@@ -37,6 +37,7 @@ __all__ = [
     "Unmapped",
     "attrs_of",
     "axes_of",
+    "decode_tensor",
     "encode_tensor",
 ]
 
@@ -186,3 +187,12 @@ def encode_tensor(arr: np.ndarray, dtype: int) -> dict[str, Any]:
     flat = arr.reshape(-1)
     data = [x.decode() if isinstance(x, bytes) else x for x in flat.tolist()]
     return {"dtype": TensorProto.DataType.Name(dtype), "dims": list(arr.shape), "data": data}
+
+
+def decode_tensor(spec: Mapping[str, Any]) -> np.ndarray:
+    """:func:`encode_tensor`'s JSON back as an array (strings as bytes objects)."""
+    dtype = TensorProto.DataType.Value(spec["dtype"])
+    if dtype == TensorProto.STRING:
+        return np.array([s.encode() for s in spec["data"]], dtype=object).reshape(spec["dims"])
+    kind = helper.tensor_dtype_to_np_dtype(dtype)
+    return np.array(spec["data"], dtype=kind).reshape(spec["dims"])

@@ -22,6 +22,7 @@ from relsat.graph.graph import Graph, Node, Ref
 from relsat.graph.kernels import Lazy, Value, apply
 from relsat.graph.ops import same_padding
 from relsat.onnx import decoder_ops, norm_ops, transformer_ops
+from relsat.onnx.context import decode_tensor
 from relsat.onnx.errors import OPSET, OnnxError
 from relsat.onnx.exportable import NEVER_FOLDED, SHAPE_ONLY
 from relsat.onnx.names import fresh_name
@@ -124,13 +125,7 @@ def _tensor_pads(
 
 
 def _decode_tensor(spec: dict[str, Any], name: str) -> TensorProto:
-    dtype = TensorProto.DataType.Value(spec["dtype"])
-    if dtype == TensorProto.STRING:
-        arr = np.array([s.encode() for s in spec["data"]], dtype=object).reshape(spec["dims"])
-        return numpy_helper.from_array(arr, name)
-    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
-    arr = np.array(spec["data"], dtype=np_dtype).reshape(spec["dims"])
-    return numpy_helper.from_array(arr, name)
+    return numpy_helper.from_array(decode_tensor(spec), name)
 
 
 def _plain_type(value: Any) -> int:

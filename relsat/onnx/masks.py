@@ -39,11 +39,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from relsat.graph.facts import Facts, analyse, bounded, of_value, rounded
 from relsat.graph.graph import Graph, Node, Ref
 from relsat.onnx import affine
+from relsat.onnx.context import decode_tensor
 from relsat.onnx.dimexpr import constant
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def opaque_facts(
     found: Range | None = None
     extent = dims.poly if dims is not None else constant
     if op == "Constant" and isinstance(attrs.get("value"), dict):  # a boolean or index constant
-        array = _decoded(attrs["value"])
+        array = decode_tensor(attrs["value"])
         ramp = affine.of_constant(array, dims)
         f = of_value(array)
         grid, rows = affine.index_facts(array, dims)  # a gather's index
@@ -135,7 +136,8 @@ def opaque_facts(
             else:
                 products = [x * y for x in a for y in b]
                 found = (min(products), max(products))
-    form = _affine(op, attrs, meta, ins, graph, node, out, dims)
+    forms = _affine_operands(meta, ins, graph, node, dims) if out in affine.INTEGERS else []
+    form = affine.transfer(op, attrs, forms, tuple(node.shape), out, extent)
     value = affine.uniform_value(form)
     if value is not None:
         found = (float(value), float(value))
@@ -151,8 +153,8 @@ def opaque_facts(
     encoded = None if form is None else affine.encode(form)
     rows = None if form is None else affine.row_dims(form, extent)
     grid = None
-    if op == "Concat" and out in affine.INTEGERS and node.shape:  # a GatherND's index
-        grid = _concat_grid(attrs, _affine_operands(meta, ins, graph, node, dims), node.shape)
+    if op == "Concat" and forms and node.shape:  # a GatherND's index
+        grid = _concat_grid(attrs, forms, node.shape)
     f = Facts(f.lo, f.hi, layout, layout, affine=encoded, grid=grid, rows=rows)
     return None if f.empty else f
 
@@ -170,33 +172,7 @@ def _concat_grid(
         if v is None or v.shape[-1:] != (1,):
             return None
         parts.append(affine.affine(v.shape[:-1], v.offset, v.coefs[:-1]))
-    return _grid(parts) if len(parts) == out[-1] else None
-
-
-def _grid(parts: Sequence[affine.Affine | None]) -> tuple[int, ...] | None:
-    """:func:`relsat.onnx.affine.grid_dims` of components known or not."""
-    known = [p for p in parts if p is not None]
-    if not known or len(known) != len(parts):
-        return None
-    return affine.grid_dims(known, known[0].shape)
-
-
-def _affine(
-    op: str,
-    attrs: dict,
-    meta: dict,
-    ins: Sequence[Facts | None],
-    graph: Graph,
-    node: Node,
-    out: int,
-    dims: Dims | None,
-) -> affine.Affine | None:
-    """The affine form of an opaque ONNX node's output (:func:`relsat.onnx.affine.transfer`)."""
-    if out not in affine.INTEGERS:
-        return None
-    operands = _affine_operands(meta, ins, graph, node, dims)
-    extent = dims.poly if dims is not None else constant
-    return affine.transfer(op, attrs, operands, tuple(node.shape), out, extent)
+    return affine.components_grid(parts) if len(parts) == out[-1] else None
 
 
 def _affine_operands(
@@ -215,7 +191,7 @@ def _affine_operands(
             operands.append(affine.Operand(v, None, code))
         elif isinstance(entry, dict) and entry.get("dtype") not in ("STRING", None):
             code = TensorProto.DataType.Value(entry["dtype"])
-            value = _decoded(entry)
+            value = decode_tensor(entry)
             operands.append(affine.Operand(affine.of_constant(value, dims), value, code))
         else:
             operands.append(affine.Operand(None))
@@ -282,17 +258,11 @@ def _operands(meta: dict, ins: Sequence[Facts | None]) -> list[tuple[Range | Non
             if code == TensorProto.STRING:
                 out.append((None, code))
                 continue
-            f = of_value(_decoded(entry))
+            f = of_value(decode_tensor(entry))
             out.append(((f.lo, f.hi) if f.finite else None, code))  # type: ignore[arg-type]
         else:
             out.append((None, None))
     return out
-
-
-def _decoded(entry: dict) -> np.ndarray:
-    """A constant kept in an opaque node's attributes (``encode_tensor``'s JSON), as an array."""
-    kind = helper.tensor_dtype_to_np_dtype(TensorProto.DataType.Value(entry["dtype"]))
-    return np.array(entry["data"], dtype=kind).reshape(entry["dims"])
 
 
 def _where(cond: Range | None, then: Range | None, other: Range | None) -> Range | None:
