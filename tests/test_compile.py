@@ -30,7 +30,7 @@ def test_multi_pattern_rule_is_one_join_on_shared_variables() -> None:
 def test_program_tables() -> None:
     program = compile_rules(RULES)
     # 135 TENSAT, 104 relsat's own (one rule per computation: parameters are variables)
-    assert program.rule_info.num_rows == len(RULES) == 240
+    assert program.rule_info.num_rows == len(RULES) == 242
     assert program.lhs_height == 10  # GPT-2's attention: q, k, v cut from one projection
     assert program.rhs_height == 8  # conv-bias-batchnorm-fold's bias
     info = program.rule_info.to_pylist()

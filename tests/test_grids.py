@@ -1,8 +1,8 @@
 """Attention masks through the e-graph (issues 24, 27 and 39): transformers' ``sdpa_mask`` as
 torch's dynamo exporter writes it (GatherND) and as the legacy exporter does (Gather from the
 flattened mask), the index grid read as a view by rules over the facts ``grid`` and ``rows`` of
-the index (``rules/masks.rules``; cut to the mask's first rows at import:
-:mod:`relsat.onnx.grids`), the decode step's causal part (``Range(0, past + 1) <= past``)
+the index (``rules/masks.rules``; the mask's first rows where the grid is shorter), the decode
+step's causal part (``Range(0, past + 1) <= past``)
 settled by the facts of values (:mod:`relsat.onnx.affine`) and dropped by rules
 (``rules/masks.rules``), and near misses left alone."""
 
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from relsat import Options, optimize
 from relsat.onnx import load, load_symbolic
-from relsat.onnx.affine import Affine, decode, grid_axes, strided_axes
+from relsat.onnx.affine import Affine, decode, grid_dims, row_dims
 from relsat.onnx.dimexpr import constant, parse, sign
 
 ort = pytest.importorskip("onnxruntime")
@@ -34,12 +34,15 @@ def _mask_model(
     stride: str = "kv",
     mask_batch: str = "mask_batch",
     causal_first: bool = True,
+    mask_length: str = "past + 1",
 ) -> onnx.ModelProto:
     """Scores of one new token over ``past + 1`` keys, masked the way transformers builds the
     mask: causal (key position ``compare`` the query position, ``past``; ``query="past - 1"``
     moves it) and padding (``attention_mask[b, k]`` by a GatherND at the index grid ``order``,
     or by a Gather from the flattened mask at ``b * stride + k``), the causal part the And's
-    first operand or (``causal_first=False``) its second."""
+    first operand or (``causal_first=False``) its second. ``mask_length="total"``: the mask's
+    length a dim of its own, of which the keys are the first ``past + 1`` (the legacy
+    exporter's decode step)."""
     n = helper.make_node
     nodes = [
         n("Shape", ["attention_mask"], ["mask_shape"]),
@@ -52,13 +55,19 @@ def _mask_model(
         n("Shape", ["scores"], ["scores_shape"]),
         n("Gather", ["scores_shape", "zero"], ["b_1"], axis=0),
         n("Reshape", ["b_1", "scalar"], ["b"]),
-        n("Range", ["zero_s", "kv", "one_s"], ["k_range"]),
+        n("Add", ["past", "one_s"], ["past + 1"]),
+        n("Reshape", ["past + 1", "one"], ["keys_1"]),
+        n(
+            "Range",
+            ["zero_s", "kv" if mask_length == "past + 1" else "past + 1", "one_s"],
+            ["k_range"],
+        ),
         n("Unsqueeze", ["k_range", "axes012"], ["k_idx"]),
         n("Unsqueeze", [query, "axes0123"], ["q_idx"]),
         n(compare, ["k_idx", "q_idx"], ["causal"]),
         n("Range", ["zero_s", "b", "one_s"], ["b_range"]),
         n("Unsqueeze", ["b_range", "axes123"], ["b_idx"]),
-        n("Concat", ["b_1", "ones", "kv_1"], ["grid_shape"], axis=0),
+        n("Concat", ["b_1", "ones", "keys_1"], ["grid_shape"], axis=0),
         n("Cast", ["attention_mask"], ["mask_bool"], to=TensorProto.BOOL),
     ]
     if padding == "gathernd":
@@ -110,7 +119,9 @@ def _mask_model(
     inputs = [
         helper.make_tensor_value_info("scores", f32, ["batch", H, 1, kv]),
         helper.make_tensor_value_info("past_k", f32, ["batch", H, "past", 4]),
-        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [mask_batch, kv]),
+        helper.make_tensor_value_info(
+            "attention_mask", TensorProto.INT64, [mask_batch, mask_length]
+        ),
     ]
     outputs = [helper.make_tensor_value_info("y", f32, ["batch", H, 1, kv])]
     graph = helper.make_graph(nodes, "mask", inputs, outputs, inits)
@@ -119,10 +130,12 @@ def _mask_model(
     return model
 
 
-def _feeds(batch: int, past: int, mask_batch: int | None = None) -> dict[str, np.ndarray]:
+def _feeds(
+    batch: int, past: int, mask_batch: int | None = None, total: int | None = None
+) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(batch * 1000 + past)
-    mask = (rng.random((mask_batch or batch, past + 1)) > 0.3).astype(np.int64)
-    mask[:, -1] = 1  # the new token sees itself
+    mask = (rng.random((mask_batch or batch, total or past + 1)) > 0.3).astype(np.int64)
+    mask[:, past] = 1  # the new token sees itself
     return {
         "scores": rng.standard_normal((batch, H, 1, past + 1)).astype(np.float32),
         "past_k": np.zeros((batch, H, past, 4), np.float32),
@@ -169,14 +182,42 @@ def test_a_decode_steps_mask_is_a_view_of_the_attention_mask(padding, causal_fir
 
 
 def test_a_mask_of_its_own_batch_is_cut_to_the_scores_batch() -> None:
-    """The mask's batch another dim than the scores' (two dims to dynamo): the view cuts the
-    mask's first rows (at import); the causal part's And is the view's class in the e-graph.
-    (Written from the e-graph, this model fails ONNX's checker at the markers, where the
-    mask's batch marker is the smaller and Slice clamps: not yet mended.)"""
+    """The mask's batch another dim than the scores' (two dims to dynamo), which the model caps
+    by it (the GatherND reads the mask's first rows): that dim gets the smaller marker, so the
+    model runs at the markers, and ``gathernd-grid-first-rows`` writes the gather as the mask's
+    first rows reshaped; the written model equals the original wherever the original runs."""
     model = _mask_model("gathernd")
-    graph = load_symbolic(model)[0]
-    types = sorted(n.params["type"] for n in graph.nodes if n.op == "opaque")
+    dims = load_symbolic(model)[1]
+    assert dims is not None
+    markers, capped = dims.markers(), {d.name for d in dims.dims if d.capped}
+    assert capped == {"batch"} and markers["batch"] < markers["mask_batch"]
+    result = optimize(model, ANALYTIC)
+    built = result.db.execute(
+        "SELECT op, count(*) FROM enode WHERE rule = 'gathernd-grid-first-rows' GROUP BY op"
+    )
+    assert dict(built) == {"slice": 1, "reshape": 1}
+    types = [n.op_type for n in result.model.graph.node]
     assert "GatherND" not in types and "Slice" in types, types
+    for batch, past, mask_batch in SHAPES:
+        _same_at(model, result.model, _feeds(batch, past, mask_batch))
+
+
+def test_a_mask_longer_than_the_keys_is_cut_to_their_length() -> None:
+    """The legacy exporter's decode step: the mask's length a dim of its own, the keys the
+    first ``past + 1`` of it, read by a Gather from the flattened mask at ``b * total + k``:
+    the fact ``rows`` of the index is the mask's shape (its stride the mask's length, longer
+    than the keys), and ``gather-flat-column-first-columns`` writes the gather as the mask's
+    first columns reshaped."""
+    model = _mask_model("gather", mask_batch="batch", mask_length="total")
+    result = optimize(model, ANALYTIC)
+    built = result.db.execute(
+        "SELECT op, count(*) FROM enode WHERE rule = 'gather-flat-column-first-columns' GROUP BY op"
+    )
+    assert dict(built) == {"slice": 1, "reshape": 1}
+    types = [n.op_type for n in result.model.graph.node]
+    assert "Gather" not in types and "Slice" in types, types
+    for batch, past, total in ((1, 128, 129), (2, 40, 45), (3, 7, 8)):
+        _same_at(model, result.model, _feeds(batch, past, total=total))
 
 
 def test_the_settled_comparison_is_a_fact_of_the_e_graph() -> None:
@@ -345,26 +386,30 @@ def test_polynomial_signs_hold_at_every_value_of_the_dims() -> None:
 
 def test_index_grids_read_from_affine_forms() -> None:
     """A GatherND's components, and a Gather's row into the flattened data, as an index grid
-    (:func:`relsat.onnx.affine.grid_axes`, :func:`~relsat.onnx.affine.strided_axes`): the
-    output axis each data dim is read along; a component read twice, out of order or shifted,
-    or a row index whose coefficient is not the data's stride, is none."""
-    one, kv = constant(1), parse("past + 1", {"past"})
+    (:func:`relsat.onnx.affine.grid_dims`, :func:`~relsat.onnx.affine.row_dims`): the lengths
+    it reads its data along, the data's dims a row index strides over (longer than the index
+    where it reads the first rows); a component read twice, out of order or shifted, or a row
+    index whose stride is shorter than the next axis, is none."""
+    one = constant(1)
     lead = (3, 1, 1, 8)
 
     def position(a: int, offset=()) -> Affine:
         return Affine(lead, offset, tuple(one if i == a else () for i in range(4)))
 
     b, k = position(0), position(3)
-    assert grid_axes([b, k], lead, (3, 8)) == [0, 3]
-    assert grid_axes([b, k], lead, (5, 8)) == [0, 3]  # the mask's first 3 rows
+    assert grid_dims([b, k], lead) == (3, 8)
     zero, k1 = Affine((1, 1, 1, 8), (), ((),) * 4), Affine((1, 1, 1, 8), (), ((),) * 3 + (one,))
-    assert grid_axes([zero, k1], (1, 1, 1, 8), (1, 8)) == [None, 3]  # a batch of 1: squeezed
-    assert grid_axes([zero, k1], (1, 1, 1, 8), (2, 8)) is None  # row 0 of 2: not a view
-    assert grid_axes([k, b], lead, (8, 3)) is None  # out of order
-    assert grid_axes([b, b], lead, (3, 3)) is None  # axis 3 read by none
-    assert grid_axes([b, position(3, one)], lead, (3, 8)) is None  # k + 1
-    extent = lambda n: kv if n == 8 else constant(n)  # noqa: E731
-    rows = Affine(lead, (), (kv, (), (), one))  # b * (past + 1) + k
-    assert strided_axes(rows, lead, (3, 8), extent) == [0, 3]
-    wrong = Affine(lead, (), (((("past",), 1),), (), (), one))  # b * past + k
-    assert strided_axes(wrong, lead, (3, 8), extent) is None
+    assert grid_dims([zero, k1], (1, 1, 1, 8)) == (1, 8)  # a batch of 1
+    assert grid_dims([k, b], lead) is None  # out of order
+    assert grid_dims([b, b], lead) is None  # axis 3 read by none
+    assert grid_dims([b, position(3, one)], lead) is None  # k + 1
+
+    def rows(stride: int, offset=()) -> Affine:
+        return Affine(lead, offset, (constant(stride), (), (), one))  # b * stride + k
+
+    assert row_dims(rows(8)) == (3, 8)  # read whole
+    assert row_dims(rows(10)) == (3, 10)  # the first 8 of 10 columns
+    assert row_dims(rows(7)) is None  # rows overlap
+    assert row_dims(rows(8, one)) is None  # shifted
+    column_major = Affine(lead, (), (one, (), (), constant(3)))
+    assert row_dims(column_major) is None

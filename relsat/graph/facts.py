@@ -15,12 +15,13 @@ the last axis (``concat(h, h)``: transformers' ``cat((freqs, freqs), -1)``), or 
 * ``affine``: for an integer tensor, its affine form over the dims as text (every element an
   affine function of its index: :mod:`relsat.onnx.affine`, whose transfer functions the ONNX
   importer's opaque operators are read with);
-* ``grid``: for a ``GatherND`` index ``[*lead, k]``, the dims of a data tensor it reads whole
-  (:func:`relsat.onnx.affine.grid_dims`: each component the position along one axis of
-  ``lead``, in order, every axis longer than 1 read); ``rows``: for a row index into a flattened
-  tensor, the dims longer than 1 of a data tensor it reads whole in row-major order
-  (:func:`relsat.onnx.affine.row_dims`). A gather at such an index is a view of its data
-  (``rules/masks.rules``).
+* ``grid``: for a ``GatherND`` index ``[*lead, k]``, the lengths along which it reads its data,
+  one per component (:func:`relsat.onnx.affine.grid_dims`: each component the position along
+  one axis of ``lead``, in order, every axis longer than 1 read): the data's dims where it reads
+  them whole, fewer where it reads their first rows; ``rows``: for a row index into a flattened
+  tensor, the dims of the data it reads in row-major order, one per moving axis
+  (:func:`relsat.onnx.affine.row_dims`; the index's lengths where it reads them whole). A gather
+  at such an index is a view of its data (``rules/masks.rules``).
 
 The facts of a leaf come from its value (a weight's, a scalar's), those of an operator from its
 inputs' (:func:`transfer`: bounds through arithmetic and data movement, halves and pairs through

@@ -16,11 +16,10 @@ Reshape and Flatten (inserting or dropping unit dims), Expand, Add, Sub, Mul (by
 factor), Neg, and the comparisons and logic ops (settled or unknown). The facts of values keep it
 per tensor (:attr:`relsat.graph.facts.Facts.affine`, as :func:`encode` writes it) and bound a
 settled tensor's values exactly (:func:`relsat.onnx.masks.opaque_facts`), which rules read:
-``(onnx.And ?a ?b) => ?b where lo(?a) == 1`` (``rules/masks.rules``). :func:`grid_axes` and
-:func:`strided_axes` read a gather's index as an *index grid* (each component the position along
-one output axis), which makes the gather a view of its data (:mod:`relsat.onnx.grids`);
-:func:`grid_dims` and :func:`row_dims` say which data such an index reads whole, the facts
-``grid`` and ``rows`` the rules of ``rules/masks.rules`` read.
+``(onnx.And ?a ?b) => ?b where lo(?a) == 1`` (``rules/masks.rules``). :func:`grid_dims` and
+:func:`row_dims` read a gather's index as an *index grid* (each component the position along one
+output axis; a row index row-major over the data's dims), the facts ``grid`` and ``rows`` by
+which the rules of ``rules/masks.rules`` write such a gather as a view of its data.
 
 >>> from relsat.onnx.dimexpr import parse
 >>> keys = Affine((5,), constant(0), (constant(1),))  # Range(0, past + 1) at past = 4
@@ -31,7 +30,9 @@ True
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,6 @@ __all__ = [
     "components_grid",
     "decode",
     "encode",
-    "grid_axes",
     "grid_dims",
     "in_order",
     "index_facts",
@@ -63,7 +63,6 @@ __all__ = [
     "product",
     "row_dims",
     "settled",
-    "strided_axes",
     "transfer",
     "uniform_value",
 ]
@@ -346,59 +345,6 @@ def product(polys: Iterable[Poly]) -> Poly:
 # --- index grids ------------------------------------------------------------------------------
 
 
-def grid_axes(
-    parts: Sequence[Affine], lead: tuple[int, ...], dims: tuple[int, ...]
-) -> list[int | None] | None:
-    """The output axis each component of a gather's index runs along, per data dim (``dims``,
-    the data's first ``len(parts)``; None: a dim of 1 no component moves along), when each
-    component (a form over the output axes ``lead``) is the position along one axis: coefficient
-    1, offset 0; the moving axes increase with the data dims and cover every axis of ``lead``
-    longer than 1 (:func:`in_order`). A GatherND at such an index (``mask[b, k]`` at every
-    position of ``[b, 1, q, k]``) is a view of its data: its rows cut where an axis is shorter
-    than its dim, unit dims dropped and inserted. None where the index is no such grid.
-
-    >>> one = constant(1)
-    >>> b, k = (Affine((2, 1, 5), constant(0), c) for c in ((one, (), ()), ((), (), one)))
-    >>> grid_axes([b, k], (2, 1, 5), (2, 5)), grid_axes([k, b], (2, 1, 5), (5, 2))
-    ([0, 2], None)
-    """
-    axes: list[int | None] = []
-    for part, n in zip(parts, dims, strict=True):
-        if part.shape != lead or part.offset:
-            return None
-        moving = [a for a, c in enumerate(part.coefs) if c]
-        if not moving and n == 1:
-            axes.append(None)
-        elif len(moving) == 1 and part.coefs[moving[0]] == _ONE:
-            axes.append(moving[0])
-        else:
-            return None
-    return axes if in_order(axes, lead) else None
-
-
-def strided_axes(
-    v: Affine, lead: tuple[int, ...], dims: tuple[int, ...], extent: Callable[[int], Poly]
-) -> list[int | None] | None:
-    """As :func:`grid_axes`, for a row index ``v`` into the data flattened (``b * kv + k``):
-    the coefficient of each moving output axis is the row-major stride of the data dim it runs
-    over (``dims`` at the markers, ``extent`` reading one as a polynomial), every dim longer
-    than 1 has one, and the offset is 0."""
-    if v.shape != lead or v.offset:
-        return None
-    strides = [product(extent(m) for m in dims[j + 1 :]) for j in range(len(dims))]
-    axes: list[int | None] = [None] * len(dims)
-    for a, c in enumerate(v.coefs):
-        if not c:
-            continue
-        j = next((j for j in range(len(dims)) if dims[j] != 1 and strides[j] == c), None)
-        if j is None or axes[j] is not None:
-            return None
-        axes[j] = a
-    if any(a is None and n != 1 for a, n in zip(axes, dims, strict=True)):
-        return None
-    return axes if in_order(axes, lead) else None
-
-
 def in_order(axes: Sequence[int | None], lead: tuple[int, ...]) -> bool:
     """Whether the moving axes increase with the data dims and cover every output axis longer
     than 1."""
@@ -445,31 +391,51 @@ def components_grid(parts: Sequence[Affine | None]) -> tuple[int, ...] | None:
     return grid_dims(known, known[0].shape)
 
 
-def row_dims(v: Affine, extent: Callable[[int], Poly]) -> tuple[int, ...] | None:
-    """The dims longer than 1 of the data a row index ``v`` into that data flattened reads
-    whole, in row-major order (``b * kv + k``: ``(batch, kv)``): the offset 0, the coefficient
-    of the last moving axis 1 and of each other the next one's times that axis's length
-    (``extent`` reads a length at the markers as a polynomial), every axis longer than 1
-    moving. A ``Gather`` (axis 0) of the data flattened at ``v`` is then the data reshaped to
-    ``v``'s shape. None where ``v`` is no such index.
+def row_dims(v: Affine, dims: Dims | None = None) -> tuple[int, ...] | None:
+    """The dims of the data a row index ``v`` into that data flattened reads in row-major
+    order, one per moving axis (``b * kv + k``: ``(batch, kv)``): the offset 0, every axis
+    longer than 1 moving, in order, the last by 1 and each other by the next one's coefficient
+    times a dim (the data's there; where the next axis is shorter, the index reads that dim's
+    first rows). The first is the first moving axis's length. A ``Gather`` (axis 0) of the data
+    flattened at ``v`` is then the data cut to ``v``'s lengths and reshaped to its shape.
+    ``dims``: the model's symbolic dims (None: all static); a coefficient is a polynomial over
+    them, each dim read at the markers. None where ``v`` is no such index.
 
     >>> one = constant(1)
-    >>> row_dims(Affine((2, 1, 5), constant(0), (constant(5), (), one)), constant)
+    >>> row_dims(Affine((2, 1, 5), constant(0), (constant(5), (), one)))
     (2, 5)
-    >>> row_dims(Affine((2, 1, 5), constant(0), (constant(4), (), one)), constant) is None
+    >>> row_dims(Affine((2, 1, 5), constant(0), (constant(7), (), one)))
+    (2, 7)
+    >>> row_dims(Affine((2, 1, 5), constant(0), (constant(4), (), one))) is None
     True
     """
     if v.offset:
         return None
     moving = [a for a, c in enumerate(v.coefs) if c]
-    if not in_order(moving, v.shape):
+    if not moving or not in_order(moving, v.shape) or v.coefs[moving[-1]] != _ONE:
         return None
-    stride = _ONE
-    for a in reversed(moving):
-        if v.coefs[a] != stride:
+    extent = dims.poly if dims is not None else constant
+    at = dims.with_sums(dims.markers()) if dims is not None else {}
+    out = [v.shape[moving[0]]]
+    for a, b in itertools.pairwise(moving):
+        outer, inner = _at(v.coefs[a], at), _at(v.coefs[b], at)
+        if outer is None or inner is None or inner <= 0 or outer % inner:
             return None
-        stride = multiply(stride, extent(v.shape[a]))
-    return tuple(v.shape[a] for a in moving)
+        n = outer // inner
+        if n < v.shape[b] or multiply(v.coefs[b], extent(n)) != v.coefs[a]:
+            return None
+        out.append(n)
+    return tuple(out)
+
+
+def _at(poly: Poly, values: dict[str, int]) -> int | None:
+    """``poly`` at ``values`` (the markers), None where it names a dim without one."""
+    total = 0
+    for mono, c in poly:
+        if any(n not in values for n in mono):
+            return None
+        total += c * math.prod(values[n] for n in mono)
+    return total
 
 
 def index_facts(
@@ -486,7 +452,6 @@ def index_facts(
     """
     if array.dtype.kind not in "iu" or array.ndim == 0:
         return None, None
-    extent = dims.poly if dims is not None else constant
     grid = components_grid([of_constant(array[..., j], dims) for j in range(array.shape[-1])])
     whole = of_constant(array, dims)
-    return grid, None if whole is None else row_dims(whole, extent)
+    return grid, None if whole is None else row_dims(whole, dims)

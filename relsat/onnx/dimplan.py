@@ -67,6 +67,7 @@ def plan(
     path: str | None = None,
     same: Mapping[str, str | Poly] | None = None,
     fixed: Mapping[str, int] | None = None,
+    capped: Iterable[str] = (),
 ) -> Dims | None:
     """The dynamic dims of ``model`` (an ``onnx.ModelProto``) with markers and pricing values,
     or None when every input dim is static. ``input_shapes`` gives pricing values by input and
@@ -80,8 +81,9 @@ def plan(
     :func:`relsat.onnx.marked.tied_dims`) or to the sum of dims it is
     (:func:`relsat.onnx.marked.summed_dims`), and ``fixed`` a dim's name to the value the model
     fixes it to (:func:`relsat.onnx.marked.bound_dims`: static here, listed in
-    :attr:`Dims.fixed`). (Eight parameters: the model, the two ways a user gives pricing values,
-    and what the importer knows of the model.)"""
+    :attr:`Dims.fixed`); ``capped`` names the dims the model runs with at most another of their
+    pricing value (:attr:`Dim.capped`: the smaller markers). (Nine parameters: the model, the
+    two ways a user gives pricing values, and what the importer knows of the model.)"""
     given = dict(input_shapes or {})
     alias = {k: v for k, v in (same or {}).items() if isinstance(v, str)}
     summed = {k: v for k, v in (same or {}).items() if not isinstance(v, str)}
@@ -181,7 +183,10 @@ def plan(
     values = {n: v for n, v in values.items() if n not in pinned}
     if not values:
         return None
-    spec = tuple(Dim(name, 0, v, tuple(axes.get(name, ()))) for name, v in values.items())
+    low = set(capped)
+    spec = tuple(
+        Dim(name, 0, v, tuple(axes.get(name, ())), name in low) for name, v in values.items()
+    )
     return remarked(Dims(spec, layout, held, tuple(sums.values())), set(avoid), model)
 
 
@@ -195,7 +200,8 @@ def remarked(dims: Dims, avoid: set[int], model: Any, *, taken: Iterable[int] = 
     wide = [d.name in divided for d in dims.dims]
     for _ in range(WIDE_TRIES if divided else SUM_TRIES):
         values = [d.value for d in dims.dims]
-        markers = choose_markers(values, avoid, static, taken=taken, wide=wide)
+        last = [d.capped for d in dims.dims]
+        markers = choose_markers(values, avoid, static, taken=taken, wide=wide, last=last)
         out = dims.with_markers(markers)
         bad = out.sum_clash(static)
         if bad is None:
@@ -295,6 +301,7 @@ def choose_markers(
     *,
     taken: Iterable[int] = (),
     wide: Sequence[bool] = (),
+    last: Sequence[bool] = (),
 ) -> list[int]:
     """One prime per pricing value: the largest in ``[SMALLEST_MARKER, max(value,
     MARKER_FLOOR)]`` that is not in ``avoid`` or ``taken``, divides no number of ``static``,
@@ -302,15 +309,26 @@ def choose_markers(
     second assignment needs as many primes again), the smallest such prime above it, up to
     :data:`MARKER_CEILING` times its top. A marker above a bound the model puts on its dim
     then fails the import, which says so. Where ``wide`` is true for a value, the largest free
-    prime in :data:`WIDE_MARKERS` instead. :class:`OnnxError` when none is left.
+    prime in :data:`WIDE_MARKERS` instead. Values are given theirs largest first, and among
+    equal values those where ``last`` is true after the others
+    (:attr:`~relsat.onnx.symbolic.Dim.capped`), so that markers keep the order of the values: a
+    model that runs at the pricing values only with one dim at most another (a mask at least as
+    long as the keys it is read at) runs at the markers too. :class:`OnnxError` when none is
+    left.
 
     >>> choose_markers([3] * 6, set(), [], taken=[61, 59, 53, 47, 43, 41, 37])
     [31, 29, 23, 67, 71, 73]
+    >>> choose_markers([1, 1], set(), []), choose_markers([1, 1], set(), [], last=[True, False])
+    ([61, 59], [59, 61])
+    >>> choose_markers([127, 128], set(), [])
+    [113, 127]
     """
     numbers = {abs(int(n)) for n in static if n}
     used = set(avoid) | set(taken)
-    out = []
-    for i, value in enumerate(values):
+    out = [0] * len(values)
+    capped = [i < len(last) and last[i] for i in range(len(values))]
+    for i in sorted(range(len(values)), key=lambda i: (-int(values[i]), capped[i])):
+        value = values[i]
         if i < len(wide) and wide[i]:
             low, ceiling = WIDE_MARKERS
             below, above = [p for p in reversed(_primes(ceiling)) if p >= low], []
@@ -326,7 +344,7 @@ def choose_markers(
         if pick is None:
             raise OnnxError(f"no prime up to {ceiling} is free to stand for a dynamic dim")
         used.add(pick)
-        out.append(pick)
+        out[i] = pick
     return out
 
 

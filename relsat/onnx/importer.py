@@ -505,7 +505,6 @@ class Importer:
     # --- conversion -----------------------------------------------------------------------
 
     def run(self) -> Graph:
-        self._simplify_grids()
         self._drop_empty_pieces()
         graph = self.model.graph
         self.uses.update(name for node in graph.node for name in node.input if name)
@@ -569,25 +568,6 @@ class Importer:
     def _empty_and_unread(self, node: NodeProto) -> bool:
         outs = [o for o in node.output if o]
         return bool(outs) and all(o in self.empty and not self.uses[o] for o in outs)
-
-    def _simplify_grids(self) -> None:
-        """Mask index grids read as views (:mod:`relsat.onnx.grids`), before anything is
-        converted."""
-        from relsat.onnx.grids import plan
-
-        found = plan(self, self.dims)
-        if not found:
-            return
-        for name, value in found.constants.items():
-            self.consts[name] = value
-            self.const_types[name] = TensorProto.INT64
-            self.types[name] = (TensorProto.INT64, tuple(value.shape))
-        self.types.update(found.types)
-        nodes = []
-        for k, node in enumerate(self.model.graph.node):
-            nodes += found.replaced.get(k, [node])
-        del self.model.graph.node[:]
-        self.model.graph.node.extend(nodes)
 
     def convert(self, k: int, node: NodeProto) -> None:
         where = self._node_id(k, node)

@@ -74,14 +74,15 @@ def load_symbolic(
             fixed_inputs = Dims((), layout)
             at = RunShapes(path_or_model, inputs)
             return _import(model, path, fixed_inputs, lambda avoid: fixed_inputs, at, error)
-    same: dict[str, str | Poly] = {**tied_dims(path_or_model, dims)}
+    tied, capped = tied_dims(path_or_model, dims)
+    same: dict[str, str | Poly] = {**tied}
     same |= summed_dims(path_or_model, dims, same)
-    if same:
-        dims = plan(model, input_shapes, batch, path=path, same=same)
+    if same or capped:
+        dims = plan(model, input_shapes, batch, path=path, same=same, capped=capped)
         assert dims is not None
     fixed = bound_dims(path_or_model, dims)
     if fixed:
-        held = plan(model, input_shapes, batch, path=path, same=same, fixed=fixed)
+        held = plan(model, input_shapes, batch, path=path, same=same, fixed=fixed, capped=capped)
         if held is None:
             described = "; ".join(f"{dims.where(n)} = {v}" for n, v in fixed.items())
             raise SymbolicDimError(
@@ -95,7 +96,14 @@ def load_symbolic(
         path,
         dims,
         lambda avoid: plan(
-            model, input_shapes, batch, avoid=avoid, path=path, same=same, fixed=fixed
+            model,
+            input_shapes,
+            batch,
+            avoid=avoid,
+            path=path,
+            same=same,
+            fixed=fixed,
+            capped=capped,
         ),
         RunShapes(path_or_model, inputs),
     )
@@ -226,11 +234,15 @@ def _import_at(
     return graph, dims
 
 
-def tied_dims(model: Any, dims: Dims) -> dict[str, str]:
+def tied_dims(model: Any, dims: Dims) -> tuple[dict[str, str], set[str]]:
     """Dim name → the name of the dim it must equal, for dims with one pricing value that the
     model ties (see the module docstring), at one position of several inputs (two inputs'
     batch) or at different ones (a bias's length and the last dim of the tensor it is added
-    to, the inner dims of a MatMul of two inputs).
+    to, the inner dims of a MatMul of two inputs); and the dims *capped*: bound, tied to none,
+    so the model runs with them at most another of their pricing value (dynamo's batch of
+    ``input_ids`` beside that of ``attention_mask``, whose first rows a GatherND reads): their
+    markers are the smaller (:attr:`~relsat.onnx.symbolic.Dim.capped`), so that the model runs
+    at the markers.
 
     onnxruntime runs the original with the dims of one pricing value together at ``v``; a dim
     that makes it fail when moved alone to ``v + 1`` (and to ``v - 1`` where that is not 1,
@@ -243,6 +255,7 @@ def tied_dims(model: Any, dims: Dims) -> dict[str, str]:
     for d in dims.dims:
         groups.setdefault(d.value, []).append(d.name)
     same: dict[str, str] = {}
+    capped: set[str] = set()
     for value, names in groups.items():
         if len(names) < 2:
             continue
@@ -259,8 +272,11 @@ def tied_dims(model: Any, dims: Dims) -> dict[str, str]:
         bound = [
             n for i, n in enumerate(names) if not alone[i] and (v <= 2 or not alone[len(names) + i])
         ]
-        same.update(_classes(model, dims, together, bound, v + 1))
-    return same
+        tied = _classes(model, dims, together, bound, v + 1)
+        same.update(tied)
+        if len(bound) < len(names):  # a dim of the group free to grow alone
+            capped.update(n for n in bound if n not in tied and n not in tied.values())
+    return same, capped
 
 
 def summed_dims(model: Any, dims: Dims, same: Mapping[str, Any]) -> dict[str, Poly]:

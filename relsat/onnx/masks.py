@@ -151,7 +151,7 @@ def opaque_facts(
     if not f.finite:  # past float32's range: an intermediate may overflow
         f = Facts()
     encoded = None if form is None else affine.encode(form)
-    rows = None if form is None else affine.row_dims(form, extent)
+    rows = None if form is None else affine.row_dims(form, dims)
     grid = None
     if op == "Concat" and forms and node.shape:  # a GatherND's index
         grid = _concat_grid(attrs, forms, node.shape)

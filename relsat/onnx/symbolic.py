@@ -38,12 +38,15 @@ __all__ = ["SHAPE_LIKE", "Dim", "Dims", "Opened"]
 @dataclass(frozen=True)
 class Dim:
     """One dynamic dim: its ``name`` (the ``dim_param``, or ``input[axis]`` for an unnamed one),
-    its ``marker`` prime, its pricing ``value`` and the ``(input, axis)`` places it occurs."""
+    its ``marker`` prime, its pricing ``value`` and the ``(input, axis)`` places it occurs;
+    ``capped``: the model runs with it at most another dim of its pricing value, never above
+    (:func:`relsat.onnx.marked.tied_dims`), so its marker is the smaller."""
 
     name: str
     marker: int
     value: int
     axes: tuple[tuple[str, int], ...]
+    capped: bool = False
 
 
 @dataclass(frozen=True)

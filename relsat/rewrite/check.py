@@ -276,7 +276,8 @@ def _evaluate(
         return Instance(shapes, "lhs-invalid", str(err))
     grouped = _grouped(lhs)
     try:
-        rhs = _side(rule, rule.rhs, shapes)
+        built = rule.rhs if index is None else indices.with_facts(rule.rhs, index)
+        rhs = _side(rule, built, shapes)
     except (InvalidInstance, GraphError) as err:
         return Instance(shapes, "rhs-invalid", str(err), grouped)
     for i, (a, b) in enumerate(zip(lhs.outputs, rhs.outputs, strict=True)):

@@ -127,15 +127,17 @@ FACTS: dict[str, Fact] = {
     "grid": Fact(
         ("tensor",),
         "ints",
-        "the dims of the data a GatherND at index ?i reads whole, one per component of its "
-        "last axis (each the position along one axis of the others, in order): undefined "
-        "where ?i is no such index grid",
+        "the lengths along which a GatherND at index ?i reads its data, one per component of "
+        "its last axis (each the position along one axis of the others, in order; a data dim "
+        "longer than its length is read in its first rows): undefined where ?i is no such "
+        "index grid",
     ),
     "rows": Fact(
         ("tensor",),
         "ints",
-        "the dims > 1 of the data a row index ?i into that data flattened reads whole, in "
-        "row-major order: undefined where ?i is no such index",
+        "the dims of the data a row index ?i into that data flattened reads in row-major "
+        "order, one per axis > 1 of ?i (a dim longer than the axis is read in its first "
+        "rows): undefined where ?i is no such index",
     ),
 }
 #: The facts of values: what the rule checker makes hold of the values it draws.

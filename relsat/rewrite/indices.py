@@ -4,10 +4,12 @@ The shape solver (:mod:`relsat.rewrite.shapes`) models the element-wise ONNX ope
 rule whose conditions read an index fact (``rules/masks.rules``' grid rules) is tried on a data
 tensor and an index drawn together (:func:`draw`): the data's shape, the index's leading axes
 (the data's dims in order, unit axes among them) and the index itself, an index grid over the
-data or a near miss of one (components swapped, a position off by one, row strides of another
-order). Each drawn index's facts are what the importer computes of a constant index
-(:func:`relsat.onnx.affine.index_facts`), so the check covers that analysis too: a near miss it
-took for a grid would show as sides that differ.
+data, one over its first rows along an axis, or a near miss of one (components swapped, a
+position off by one, row strides of another order). Each drawn index's facts are what the
+importer computes of a constant index (:func:`relsat.onnx.affine.index_facts`), so the check
+covers that analysis too: a near miss it took for a grid would show as sides that differ. A
+right-hand side that reads an index fact (the rows a cut keeps) reads the drawn index's
+(:func:`with_facts`).
 
 >>> from relsat.rewrite.rulefile import parse_rules
 >>> rule = parse_rules(
@@ -28,19 +30,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relsat.rewrite.exprs import INDEX_FACTS, Cond, Num, Param, evaluate, subexprs
+from relsat.rewrite.exprs import INDEX_FACTS, Cond, Expr, Num, Param, evaluate, subexprs
 from relsat.rewrite.params import draw_params
 from relsat.rewrite.pins import equations
-from relsat.rewrite.rules import Rule
+from relsat.rewrite.rules import Pattern, Rule, Term
 from relsat.rewrite.shapes import DIMS, Choose, Unsolvable
 
-__all__ = ["IndexDraw", "draw", "reads_index"]
+__all__ = ["IndexDraw", "draw", "reads_index", "with_facts"]
 
-#: Ranks of the data, and how many unit axes the index's leading axes insert among its dims.
-RANKS = (1, 2, 3)
+#: Ranks of the data (2, a mask's, twice as often), and how many unit axes the index's leading
+#: axes insert among its dims.
+RANKS = (1, 2, 2, 3)
 UNITS = (0, 1, 2)
-#: The indices drawn: a grid (three times in six) or one of its near misses.
-VARIANTS = ("grid", "grid", "grid", "swapped", "shifted", "other-order")
+#: The indices drawn: a grid (three times in nine), a grid shorter than its data along one
+#: axis (its first rows: three times in nine) or one of its near misses.
+VARIANTS = ("grid", "grid", "grid", "short", "short", "short", "swapped", "shifted", "other-order")
 
 
 @dataclass(frozen=True)
@@ -91,9 +95,13 @@ def draw(rule: Rule, choose: Choose[object]) -> IndexDraw:
         at = int(choose(range(len(lead) + 1)))  # type: ignore[call-overload]
         lead.insert(at, 1)
         axes = [a + (a >= at) for a in axes]
+    variant = choose(VARIANTS)
+    if variant == "short":  # the grid reads the first rows of one data dim, made longer
+        j = int(choose(range(rank)))  # type: ignore[call-overload]
+        more = int(choose((1, 2)))  # type: ignore[call-overload]
+        shape = tuple(n + more * (k == j) for k, n in enumerate(shape))
     positions = np.indices(lead, dtype=np.int64)
     parts = [positions[a] for a in axes]
-    variant = choose(VARIANTS)
     if fact == "grid":
         if variant == "swapped":
             parts.reverse()
@@ -119,3 +127,21 @@ def draw(rule: Rule, choose: Choose[object]) -> IndexDraw:
                 values[target.name] = v
     facts: dict[str, Mapping[str, tuple[int, ...] | None]] = {index: {"grid": grid, "rows": rows}}
     return IndexDraw(shapes, {index: array.astype(np.float64)}, facts, values)
+
+
+def with_facts(patterns: tuple[Pattern, ...], drawn: IndexDraw) -> tuple[Pattern, ...]:
+    """``patterns`` (a right-hand side) with each parameter that reads an index fact computed at
+    the drawn index (``(slice 0 0 (at (grid ?i) 0) 1 ?m)``: the engine reads the fact from table
+    ``fact``; the checker knows it of the index it drew). A parameter without a value here is
+    left as it is (building the side then says so)."""
+
+    def sub(term: Term) -> Term:
+        if isinstance(term, Pattern):
+            return Pattern(term.op, tuple(sub(a) for a in term.args))
+        if isinstance(term, Expr) and any(t.op in INDEX_FACTS for t in subexprs(term)):
+            v = evaluate(term, drawn.values, drawn.shapes, None, drawn.facts)
+            if isinstance(v, int | tuple) and not isinstance(v, bool):
+                return v
+        return term
+
+    return tuple(sub(p) for p in patterns)  # type: ignore[misc]
