@@ -191,15 +191,8 @@ def test_a_mask_of_its_own_batch_is_cut_to_the_scores_batch() -> None:
     assert dims is not None
     markers, capped = dims.markers(), {d.name for d in dims.dims if d.capped}
     assert capped == {"batch"} and markers["batch"] < markers["mask_batch"]
-    result = optimize(model, ANALYTIC)
-    built = result.db.execute(
-        "SELECT op, count(*) FROM enode WHERE rule = 'gathernd-grid-first-rows' GROUP BY op"
-    )
-    assert dict(built) == {"slice": 1, "reshape": 1}
-    types = [n.op_type for n in result.model.graph.node]
-    assert "GatherND" not in types and "Slice" in types, types
-    for batch, past, mask_batch in SHAPES:
-        _same_at(model, result.model, _feeds(batch, past, mask_batch))
+    feeds = [_feeds(batch, past, mask_batch) for batch, past, mask_batch in SHAPES]
+    _cut_by(model, "gathernd-grid-first-rows", "GatherND", feeds)
 
 
 def test_a_mask_longer_than_the_keys_is_cut_to_their_length() -> None:
@@ -209,15 +202,22 @@ def test_a_mask_longer_than_the_keys_is_cut_to_their_length() -> None:
     than the keys), and ``gather-flat-column-first-columns`` writes the gather as the mask's
     first columns reshaped."""
     model = _mask_model("gather", mask_batch="batch", mask_length="total")
+    feeds = [
+        _feeds(b, past, total=total) for b, past, total in ((1, 128, 129), (2, 40, 45), (3, 7, 8))
+    ]
+    _cut_by(model, "gather-flat-column-first-columns", "Gather", feeds)
+
+
+def _cut_by(model: onnx.ModelProto, rule: str, gather: str, feeds: list) -> None:
+    """``rule`` wrote the gather as a slice of the mask reshaped, extraction chose it, and the
+    written model equals the original at each of ``feeds``."""
     result = optimize(model, ANALYTIC)
-    built = result.db.execute(
-        "SELECT op, count(*) FROM enode WHERE rule = 'gather-flat-column-first-columns' GROUP BY op"
-    )
+    built = result.db.execute(f"SELECT op, count(*) FROM enode WHERE rule = '{rule}' GROUP BY op")
     assert dict(built) == {"slice": 1, "reshape": 1}
     types = [n.op_type for n in result.model.graph.node]
-    assert "Gather" not in types and "Slice" in types, types
-    for batch, past, total in ((1, 128, 129), (2, 40, 45), (3, 7, 8)):
-        _same_at(model, result.model, _feeds(batch, past, total=total))
+    assert gather not in types and "Slice" in types, types
+    for one in feeds:
+        _same_at(model, result.model, one)
 
 
 def test_the_settled_comparison_is_a_fact_of_the_e_graph() -> None:
