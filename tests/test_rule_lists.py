@@ -153,6 +153,23 @@ def test_computed_lists_and_take_append_prod_agree_with_the_engine(
     assert bool(db.scalar(f"SELECT coalesce({sql}, false) FROM {row}")) is want
 
 
+@pytest.mark.parametrize(
+    ("shape", "n", "want"),
+    [((2, 3, 4), 1, (3, 4)), ((2, 3, 4), -1, (4,)), ((2, 3), 2, ()), ((2, 3), 3, None)],
+)
+def test_drop_agrees_with_the_engine(shape: tuple[int, ...], n: int, want: object) -> None:
+    """``drop(shape(?x), n)``: the list without its first n items (the last -n for a negative
+    n), undefined past the list, in Python's evaluator and the engine's SQL alike."""
+    [rule] = parse_rules(f"# name: r\n(relu ?x) => (relu ?x)\nwhere drop(shape(?x), {n}) == [7]\n")
+    (cond,) = rule.guards
+    drop = cond.expr.args[0]  # type: ignore[union-attr]
+    assert evaluate(drop, {}, {"x": shape}) == want
+    sql = expr_sql(drop, str, lambda _: "g")
+    row = f"(SELECT {expr_sql(shape, str, str)} AS shape) g"
+    got = EGraph().db.scalar(f"SELECT {sql} FROM {row}")
+    assert (None if got is None else tuple(got)) == want
+
+
 def test_the_apply_sql_reads_computed_lists_past_the_variable_slots() -> None:
     # instantiate.sql reads a computed list's text at slot qs >= MAX_VARS (match.sv[qs - 11])
     text = sql_text("apply/instantiate")

@@ -416,6 +416,12 @@ def expr_sql(term: object, value: Any, klass: Any) -> str:
             f"CASE WHEN abs({n}) <= len({items}) THEN list_slice({items}, 1, "
             f"CASE WHEN {n} >= 0 THEN {n} ELSE len({items}) + {n} END) END"
         )
+    if op == "drop":  # all but the first n items (n < 0: the last -n); NULL past the list
+        n, items = sub[1], sub[0]
+        return (
+            f"CASE WHEN abs({n}) <= len({items}) THEN list_slice({items}, "
+            f"CASE WHEN {n} >= 0 THEN {n} + 1 ELSE len({items}) + {n} + 1 END, len({items})) END"
+        )
     if op == "append":
         return f"list_append({sub[0]}, {sub[1]})"
     if op == "prod":

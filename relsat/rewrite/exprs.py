@@ -15,7 +15,7 @@ Types: ``int`` and ``float`` parameters (a float parameter is stored as its floa
 float parameter of an e-node is), and ``ints``, a list of integers: a transpose's permutation, a
 reshape's shape (``(transpose ?x ?p:ints ?s:int)``), written ``[0 2 1 3]`` as a literal and read
 with the list functions of :data:`FUNCS` (``len(?p)``, ``at(?p, -1)``, ``compose(?p, ?q)``,
-``iota(n)``, ``take(?p, -1)``, ``append(?p, n)``, ``prod(?p)``, ``ones(n)``,
+``iota(n)``, ``take(?p, -1)``, ``drop(?p, 1)``, ``append(?p, n)``, ``prod(?p)``, ``ones(n)``,
 ``broadcast(shape(?a), shape(?b))``: the shape an element-wise operator of ``?a`` and ``?b``
 writes) and the fact
 ``shape(?x)``; a list of computed items is written ``[dim(?x, 0) * dim(?x, 1), dim(?x, 2)]``
@@ -159,6 +159,9 @@ FUNCS: dict[str, Fact] = {
     "iota": Fact(("int",), "ints", "[0, 1, …, n - 1]: the identity permutation of n dims"),
     "take": Fact(
         ("ints", "int"), "ints", "the first n items of a list (a negative n: all but the last -n)"
+    ),
+    "drop": Fact(
+        ("ints", "int"), "ints", "the list without its first n items (a negative n: the last -n)"
     ),
     "append": Fact(("ints", "int"), "ints", "the list with one more item at its end"),
     "prod": Fact(("ints",), "int", "the product of a list's items (1 for an empty list)"),
@@ -462,6 +465,10 @@ def _function(op: str, vals: Sequence[object]) -> Value:
         items, n = vals
         assert isinstance(items, tuple) and isinstance(n, int)
         return items[:n] if -len(items) <= n <= len(items) else None
+    if op == "drop":
+        items, n = vals
+        assert isinstance(items, tuple) and isinstance(n, int)
+        return items[n:] if -len(items) <= n <= len(items) else None
     if op == "append":
         items, v = vals
         assert isinstance(items, tuple) and isinstance(v, int)

@@ -201,6 +201,9 @@ def length(term: object, rank: Callable[[str], int]) -> int:
     if op == "take" and isinstance(args[1], int):
         n, whole = args[1], length(args[0], rank)
         return n if n >= 0 else whole + n
+    if op == "drop" and isinstance(args[1], int):
+        n, whole = args[1], length(args[0], rank)
+        return whole - n if n >= 0 else -n
     if op == "compose":
         return length(args[1], rank)
     raise NotSymbolic(f"the length of {term} is not known before the shapes are")
@@ -262,6 +265,11 @@ def symbolic(
         if abs(n) > len(items):
             raise OutOfRange(f"{term}: past the list")
         return items[:n]
+    if op == "drop":
+        items, n = _many(sub[0]), _const(sub[1])
+        if abs(n) > len(items):
+            raise OutOfRange(f"{term}: past the list")
+        return items[n:]
     if op == "append":
         return [*_many(sub[0]), one(sub[1])]
     if op == "prod":
