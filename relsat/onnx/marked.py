@@ -11,7 +11,9 @@ Exporters do not always give equal dims one name: torch's dynamo exporter names 
 dynamic bias ties the bias's length to the input's last dim. Dims with the same pricing value
 are made one dim when the model itself requires it: onnxruntime runs the original with them
 equal and fails with one of them apart (a fact about the model, not an assumption of relsat's).
-Dims a model does not tie stay apart.
+Dims a model does not tie stay apart; one it caps by another (it fails moved up alone, the other
+does not: a GatherND reads the first rows of the mask) gets the smaller marker, so that the model
+runs at its markers, where the rules read its shapes.
 """
 
 from __future__ import annotations
