@@ -83,6 +83,7 @@ from relsat.cost.table import CostTable, conform, missing_columns
 from relsat.errors import CostError
 from relsat.graph.builder import GraphBuilder
 from relsat.graph.graph import Graph
+from relsat.graph.ops import opaque_parts
 from relsat.onnx.runtime import OrtSettings
 
 __all__ = [
@@ -252,8 +253,7 @@ def _opaque_meta(sig: OpSignature) -> dict[str, Any]:
     any other signature."""
     if sig.op != "opaque" or "|" not in sig.s:
         return {}
-    _, rest = sig.s.split("|", 1)
-    meta = json.loads(rest.rsplit("|", 1)[0]).get("_onnx", {})
+    meta = json.loads(opaque_parts(sig.s)[1]).get("_onnx", {})
     return meta if isinstance(meta, dict) else {}
 
 

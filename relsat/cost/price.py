@@ -24,6 +24,7 @@ from relsat.cost.model import CostModel, OpSignature, Pricing
 from relsat.cost.table import CostTable, TableModel
 from relsat.engine.db import sql_text
 from relsat.engine.egraph import EGraph
+from relsat.graph.ops import opaque_parts
 
 __all__ = ["ENODE_COST_SCHEMA", "enode_signatures", "price_egraph", "resize_signature"]
 
@@ -127,8 +128,7 @@ def resize_signature(sig: OpSignature, size: Callable[[int], int]) -> OpSignatur
     if sig.op in ("reshape", "expand") and s:
         s = "_".join(str(size(int(d))) for d in s.split("_"))
     elif sig.op == "opaque" and s:
-        kind, rest = s.split("|", 1)
-        attrs, shapes = rest.rsplit("|", 1)
+        kind, attrs, shapes = opaque_parts(s)
         resized = (substitute(json.loads(attrs), size), substitute(json.loads(shapes), size))
         s = f"{kind}|{json.dumps(resized[0], sort_keys=True, separators=(',', ':'))}|"
         s += json.dumps(resized[1], separators=(",", ":"))

@@ -19,7 +19,7 @@ from relsat.engine.egraph import EGraph
 from relsat.errors import GraphError
 from relsat.graph.builder import GraphBuilder, Tensor
 from relsat.graph.graph import Graph
-from relsat.graph.ops import ACTIVATIONS, PADDINGS, int_params
+from relsat.graph.ops import ACTIVATIONS, PADDINGS, int_params, opaque_parts
 
 __all__ = ["decode", "random_choice"]
 
@@ -128,8 +128,7 @@ def _node(
     if op == "expand":
         return (b.expand(xs[0], [int(d) for d in s.split("_")]),)
     if op == "opaque":
-        kind, rest = s.split("|", 1)
-        attrs, shapes = rest.rsplit("|", 1)
+        kind, attrs, shapes = opaque_parts(s)
         return b.opaque(kind, xs, json.loads(shapes), json.loads(attrs))
     if op == "noop":
         return (b.noop(*xs),)

@@ -42,6 +42,7 @@ __all__ = [
     "int_params",
     "opaque_ints",
     "opaque_key",
+    "opaque_parts",
     "opaque_type",
     "param_ints",
     "same_padding",
@@ -1027,6 +1028,19 @@ def opaque_ints(qualified: str, attrs: Mapping[str, Any]) -> list[int]:
     ([2], [0], [])
     """
     return [int(attrs.get(name, default)) for name, default in OPAQUE_INT_ATTRS.get(qualified, ())]
+
+
+def opaque_parts(s: str) -> tuple[str, str, str]:
+    """An opaque e-node's string parameter ``type|attrs|shapes`` (as
+    :func:`relsat.engine.egraph.encode_node` writes it) split into its type, its attributes'
+    JSON and its output shapes' JSON (the attributes may hold ``|``: the shapes never do).
+
+    >>> opaque_parts('Where|{"a":"x|y"}|[[2]]')
+    ('Where', '{"a":"x|y"}', '[[2]]')
+    """
+    kind, rest = s.split("|", 1)
+    attrs, shapes = rest.rsplit("|", 1)
+    return kind, attrs, shapes
 
 
 def opaque_type(type_name: str, attrs: str) -> str:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,6 +40,7 @@ import numpy as np
 from onnx import TensorProto
 
 from relsat.onnx.dimexpr import Poly, add, constant, multiply, sign
+from relsat.onnx.dimexpr import value as poly_value
 
 if TYPE_CHECKING:
     from relsat.onnx.symbolic import Dims
@@ -430,12 +430,10 @@ def row_dims(v: Affine, dims: Dims | None = None) -> tuple[int, ...] | None:
 
 def _at(poly: Poly, values: dict[str, int]) -> int | None:
     """``poly`` at ``values`` (the markers), None where it names a dim without one."""
-    total = 0
-    for mono, c in poly:
-        if any(n not in values for n in mono):
-            return None
-        total += c * math.prod(values[n] for n in mono)
-    return total
+    try:
+        return poly_value(poly, values)
+    except KeyError:
+        return None
 
 
 def index_facts(

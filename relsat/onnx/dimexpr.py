@@ -35,6 +35,7 @@ __all__ = [
     "sign",
     "spell_poly",
     "spell_quotient",
+    "value",
 ]
 
 #: A polynomial over dim names: ((monomial: sorted names, repeated for powers), coefficient),
@@ -76,8 +77,7 @@ class Sum:
 
     def at(self, values: Mapping[str, int]) -> int:
         """Its value with the dims at ``values``."""
-        total = sum(c * math.prod(values[n] for n in mono) for mono, c in self.terms)
-        return total // self.divisor
+        return value(self.terms, values) // self.divisor
 
     def solve(self, value: int, known: Mapping[str, int]) -> tuple[str, int] | None:
         """The one dim of it not in ``known`` and its value when the sum is ``value`` (a dim
@@ -100,6 +100,15 @@ def linear(names: tuple[str, ...], constant: int) -> Poly:
     """The sum of ``names`` and ``constant``."""
     terms: list[tuple[tuple[str, ...], int]] = [((n,), 1) for n in names]
     return _canonical(terms + ([((), constant)] if constant else []))
+
+
+def value(poly: Poly, values: Mapping[str, int]) -> int:
+    """``poly`` with the dims at ``values`` (``KeyError`` for a dim without one).
+
+    >>> value(parse("2*past + 1", {"past"}), {"past": 4})
+    9
+    """
+    return sum(c * math.prod(values[n] for n in mono) for mono, c in poly)
 
 
 def constant(k: int) -> Poly:

@@ -1,7 +1,7 @@
 -- Every e-node with its operator signature: op, params (an opaque e-node's p0 and p1, its type's
 -- key and an attribute for rules, are left out: both are in s, and price keys stay as they
--- were), s, its children's shapes in argument order, its output shape (its e-class's; piece 0 for a split's
--- pair), whether all its children are weight-only (`all_weights`) and whether each is
+-- were), s, its children's shapes in argument order, its output shape (its e-class's; piece 0
+-- for a split's pair), whether all its children are weight-only (`all_weights`) and whether each is
 -- (`weight_only`, in argument order). Identical signatures share a `sig` number (0-based, dense).
 -- A split_0/split_1 child is a pair class: its shape is piece 0 (irrelevant, they cost 0).
 -- $constants (BOOLEAN): whether `weight_only` is part of the signature (for cost models whose
