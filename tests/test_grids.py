@@ -208,6 +208,46 @@ def test_a_mask_longer_than_the_keys_is_cut_to_their_length() -> None:
     _cut_by(model, "gather-flat-column-first-columns", "Gather", feeds)
 
 
+@pytest.mark.parametrize(
+    ("change", "kept"),
+    [
+        ({"padding": "gathernd", "order": ("b", "b")}, "GatherND"),  # mask[b, b]
+        ({"padding": "gather", "mask_batch": "batch", "mask_length": "total"}, None),
+        (
+            {"padding": "gather", "mask_batch": "batch", "mask_length": "total", "stride": "past"},
+            "Gather",
+        ),
+        (
+            {
+                "padding": "gather",
+                "mask_batch": "batch",
+                "mask_length": "total",
+                "stride": "past + 1",
+            },
+            "Gather",
+        ),
+    ],
+    ids=["transposed-own-batch", "cut", "rows-past-apart", "rows-keys-apart"],
+)
+def test_near_misses_of_a_cut_are_left_alone(change, kept) -> None:
+    """Near misses of the cut: a grid reading one axis twice over a mask of its own batch, and
+    rows ``past`` or ``past + 1`` apart in a mask ``total`` long (not the mask's stride): the
+    gather stays, and the written model equals the original (the cut itself, for contrast,
+    loses it)."""
+    model = _mask_model(**change)
+    written = _written(model)
+    types = [n.op_type for n in written.graph.node]
+    if kept is None:
+        assert "Gather" not in types, types
+    else:
+        assert kept in types, types
+    for batch, past, total in ((1, 128, 130), (2, 40, 45), (3, 7, 9)):
+        own = "mask_batch" not in change  # the mask's batch its own dim: one row more
+        longer = change.get("mask_length") == "total"
+        feeds = _feeds(batch, past, batch + 1 if own else None, total if longer else None)
+        _same_at(model, written, feeds)
+
+
 def _cut_by(model: onnx.ModelProto, rule: str, gather: str, feeds: list) -> None:
     """``rule`` wrote the gather as a slice of the mask reshaped, extraction chose it, and the
     written model equals the original at each of ``feeds``."""
